@@ -1,0 +1,106 @@
+"""Exceptions and abort reasons shared by every layer (DESIGN.md §1).
+
+Guarantees:
+
+* ``AbortError.reason`` is exactly the reason object the signal was aborted
+  with; when that reason is an exception it is also ``__cause__``, so a
+  traceback shows *why* the work was aborted.
+* ``TimeoutReason`` is a ``TimeoutError`` carrying the classification
+  ``code`` and the budget in ``seconds``; ``timeout_of`` recovers it from a
+  signal or an exception without string matching.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from types import TracebackType
+from typing import Any
+
+__all__ = ["AbortError", "TimeoutReason", "report_unraisable", "check_seconds"]
+
+
+class AbortError(Exception):
+    """Raised when work stops because its ``AbortSignal`` was aborted.
+
+    ``AbortError(reason=None)``: ``.reason`` holds the signal's reason (any
+    object, ``None`` only for a hand-made error). When the reason is a
+    ``BaseException`` it is also set as ``__cause__``. Source: DESIGN.md §1.
+    """
+
+    reason: object
+
+    def __init__(self, reason: object = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        if isinstance(reason, BaseException):
+            self.__cause__ = reason
+
+    def __str__(self) -> str:
+        if self.reason is None:
+            return "operation aborted"
+        if isinstance(self.reason, AbortError):
+            return str(self.reason)
+        return f"operation aborted: {self.reason}"
+
+    def __repr__(self) -> str:
+        return f"AbortError(reason={self.reason!r})"
+
+
+class TimeoutReason(TimeoutError):
+    """The reason a timer-driven signal aborts with.
+
+    ``TimeoutReason(code, seconds)``: ``code`` classifies the timer (for
+    example ``"TOOL_TIMEOUT"`` for the timeout policy, ``"TIMEOUT"`` for
+    ``AbortSignal.timeout``); ``seconds`` is the budget that ran out, in
+    seconds. Source: DESIGN.md §1.
+    """
+
+    code: str
+    seconds: float
+
+    def __init__(self, code: str, seconds: float) -> None:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        super().__init__(code, seconds)
+        self.code = code
+        self.seconds = float(seconds)
+
+    def __str__(self) -> str:
+        return f"{self.code}: timed out after {self.seconds:g} s"
+
+    def __repr__(self) -> str:
+        return f"TimeoutReason({self.code!r}, {self.seconds!r})"
+
+
+class _UnraisableArgs:
+    """Duck-typed ``sys.UnraisableHookArgs`` (the real type is not constructible)."""
+
+    __slots__ = ("exc_type", "exc_value", "exc_traceback", "err_msg", "object")
+
+    def __init__(self, exc: BaseException, err_msg: str, obj: object) -> None:
+        self.exc_type: type[BaseException] = type(exc)
+        self.exc_value: BaseException | None = exc
+        self.exc_traceback: TracebackType | None = exc.__traceback__
+        self.err_msg: str | None = err_msg
+        self.object: Any = obj
+
+
+def report_unraisable(exc: BaseException, err_msg: str, obj: object) -> None:
+    """Report an exception nobody can catch (a listener's, an observer's)
+    through ``sys.unraisablehook``; never raises."""
+    try:
+        sys.unraisablehook(_UnraisableArgs(exc, err_msg, obj))
+    except BaseException:  # pragma: no cover - a broken hook must not break abort()
+        pass
+
+
+def check_seconds(seconds: object, what: str = "seconds") -> float:
+    """Validate a duration in seconds: a real number (not ``bool``), finite,
+    not NaN. Returns it as ``float``; raises ``TypeError``/``ValueError``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    value = float(seconds)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{what} must be finite, got {seconds!r}")
+    return value

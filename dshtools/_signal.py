@@ -1,0 +1,491 @@
+"""``AbortController`` / ``AbortSignal``: the cancellation primitive (DESIGN.md §1).
+
+Guarantees:
+
+* Safe to call from any thread. ``abort()`` is decided by one module lock
+  (``_LOCK``): of many concurrent callers exactly one wins; the rest return
+  at once and do nothing.
+* Before any listener runs, the aborted signal **and every signal derived
+  from it** read ``aborted`` with the same ``reason`` object. Then listeners
+  run once each, in registration order, in the aborting thread, with no lock
+  held: the signal's own listeners first, then each dependent's, dependents
+  in the order they were derived.
+* A listener added after abort runs at once in the registering thread
+  (``run_if_aborted=True``) or is refused atomically (``registered is
+  False``): no check-then-register window can lose a wake-up.
+* ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
+  had not started never will; one that already started on another thread
+  may still be running.
+* Derived signals (``any_of``) are flattened onto original sources. Sources
+  hold their dependents weakly until a dependent gets a listener; from then
+  until it aborts or is closed, its sources keep it alive. Nothing else
+  does: there is no global registry.
+
+Why a single module lock rather than one per signal: linking a derived
+signal to N sources and propagating an abort to M dependents must each be
+atomic across several signals. One lock makes those multi-signal steps
+trivially atomic and deadlock-free (no lock ordering to get wrong), and the
+critical sections are a few attribute writes: the lock is never held while
+user code runs. Weakref callbacks never take it (dead links are pruned
+lazily), so garbage collection inside a critical section cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, Final
+
+from . import _timer
+from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable
+
+__all__ = ["AbortController", "AbortSignal", "ListenerHandle", "Listener"]
+
+Listener = Callable[["AbortSignal"], object]
+
+_LOCK: Final = threading.Lock()
+
+# Listener states. PENDING -> RUNNING (chosen by the dispatch loop) or
+# PENDING -> REMOVED (chosen by remove()); both transitions happen under
+# _LOCK, so exactly one of them wins.
+_PENDING: Final = 0
+_RUNNING: Final = 1
+_REMOVED: Final = 2
+
+# Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
+# blocked in wait() promptly on every platform (B19).
+_WAIT_SLICE: Final = 0.25
+
+
+class _Entry:
+    __slots__ = ("callback", "state")
+
+    def __init__(self, callback: Listener) -> None:
+        self.callback = callback
+        self.state = _PENDING
+
+
+class _Link:
+    """A source's link to one derived signal. ``ref`` is the derived signal's
+    (shared) weak reference; ``strong`` is set while it has listeners."""
+
+    __slots__ = ("ref", "strong")
+
+    def __init__(self, ref: weakref.ref[AbortSignal]) -> None:
+        self.ref = ref
+        self.strong: AbortSignal | None = None
+
+    def get(self) -> AbortSignal | None:
+        s = self.strong
+        return s if s is not None else self.ref()
+
+
+class ListenerHandle:
+    """Returned by ``AbortSignal.add_listener``.
+
+    ``registered`` is ``False`` when the signal was already aborted at
+    registration (the callback then either ran inline or, with
+    ``run_if_aborted=False``, not at all). ``remove()`` is idempotent, never
+    blocks, and is also what leaving a ``with`` block does.
+    """
+
+    __slots__ = ("_signal", "_entry", "registered")
+
+    def __init__(self, signal: AbortSignal, entry: _Entry | None, registered: bool) -> None:
+        self._signal = signal
+        self._entry = entry
+        self.registered: Final = registered
+
+    def remove(self) -> None:
+        entry = self._entry
+        if entry is None:
+            return
+        self._entry = None
+        self._signal._remove(entry)
+
+    def __enter__(self) -> ListenerHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = "active" if self._entry is not None else "detached"
+        return f"<ListenerHandle {state} registered={self.registered}>"
+
+
+class AbortSignal:
+    """A one-way flag that says "stop", with listeners.
+
+    Obtain one from ``AbortController().signal`` or the factories
+    ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
+    never aborts. Every method is thread-safe. Source: DESIGN.md §1.
+    """
+
+    __slots__ = (
+        "_aborted",
+        "_reason",
+        "_event",
+        "_listeners",
+        "_deps",
+        "_deps_prune_at",
+        "_strong_deps",
+        "_sources",
+        "_links",
+        "_timer",
+        "_timer_code",
+        "_timer_seconds",
+        "_closed",
+        "__weakref__",
+    )
+
+    def __init__(self) -> None:
+        self._aborted = False
+        self._reason: object = None
+        self._event: threading.Event | None = None  # created lazily by wait()
+        self._listeners: dict[_Entry, None] = {}
+        # As a source: links to derived signals, in derivation order.
+        self._deps: dict[_Link, None] = {}
+        self._deps_prune_at = 32
+        self._strong_deps = 0
+        # As a derived signal: its original sources and the links it owns.
+        self._sources: tuple[AbortSignal, ...] | None = None
+        self._links: list[tuple[AbortSignal, _Link]] = []
+        # As a timeout signal: the pending timer entry.
+        self._timer: _timer.TimerEntry | None = None
+        self._timer_code = ""
+        self._timer_seconds = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def aborted(self) -> bool:
+        """``True`` once aborted; never goes back."""
+        return self._aborted
+
+    @property
+    def reason(self) -> object:
+        """The abort reason (``None`` until aborted; an ``AbortError`` when
+        aborted without one)."""
+        return self._reason
+
+    def throw_if_aborted(self) -> None:
+        """Raise a new ``AbortError(self.reason)`` if aborted; else return."""
+        if self._aborted:
+            raise AbortError(self._reason)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until aborted or ``timeout`` seconds
+        passed (``None``: no limit). Returns ``aborted``. Wakes within about
+        a millisecond of ``abort()`` in another thread; an untimed wait is
+        sliced so ``KeyboardInterrupt`` is delivered promptly."""
+        if self._aborted:
+            return True
+        if timeout is not None:
+            timeout = check_seconds(timeout, "timeout")
+        event = self._event
+        if event is None:
+            with _LOCK:
+                if self._aborted:
+                    return True
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+        if timeout is not None:
+            return event.wait(timeout) or self._aborted
+        while not event.wait(_WAIT_SLICE):
+            pass
+        return True
+
+    @property
+    def listener_count(self) -> int:
+        """Listeners not yet run or removed, plus (for a source) links to
+        live dependents. Diagnostics and leak tests."""
+        with _LOCK:
+            n = len(self._listeners)
+            for link in self._deps:
+                if link.get() is not None:
+                    n += 1
+            return n
+
+    # -------------------------------------------------------------- listeners
+
+    def add_listener(self, callback: Listener, *, run_if_aborted: bool = True) -> ListenerHandle:
+        """Call ``callback(self)`` once when this signal aborts.
+
+        Runs in the aborting thread (the timer thread for timeouts), outside
+        any lock. If already aborted: with ``run_if_aborted=True`` the
+        callback runs now in this thread; with ``False`` it does not run.
+        Either way ``handle.registered`` is ``False``. An exception from the
+        callback goes to ``sys.unraisablehook``. Raises ``TypeError`` for a
+        non-callable.
+        """
+        if not callable(callback):
+            raise TypeError(f"listener must be callable, not {type(callback).__name__}")
+        entry = _Entry(callback)
+        with _LOCK:
+            if not self._aborted:
+                self._listeners[entry] = None
+                if len(self._listeners) == 1:
+                    self._keepalive_changed_locked()
+                return ListenerHandle(self, entry, True)
+        if run_if_aborted:
+            entry.state = _RUNNING
+            _call(callback, self)
+        return ListenerHandle(self, None, False)
+
+    def _remove(self, entry: _Entry) -> None:
+        with _LOCK:
+            if entry.state != _PENDING:
+                return
+            entry.state = _REMOVED
+            self._listeners.pop(entry, None)
+            if not self._listeners:
+                self._keepalive_changed_locked()
+
+    def _keepalive_changed_locked(self) -> None:
+        """Listener/strong-dependent presence changed: make the links that
+        keep this signal alive strong or weak accordingly."""
+        needed = bool(self._listeners) or self._strong_deps > 0
+        if self._sources is not None:
+            for source, link in self._links:
+                if needed and link.strong is None:
+                    link.strong = self
+                    source._strong_deps += 1
+                    if source._strong_deps == 1:
+                        source._keepalive_changed_locked()
+                elif not needed and link.strong is not None:
+                    link.strong = None
+                    source._strong_deps -= 1
+                    if source._strong_deps == 0:
+                        source._keepalive_changed_locked()
+        timer = self._timer
+        if timer is not None:
+            timer.strong = self if needed else None
+
+    # ------------------------------------------------------------------ abort
+
+    def _abort(self, reason: object) -> None:
+        if self._aborted:  # fast path; re-checked under the lock
+            return
+        if reason is None:
+            reason = AbortError()
+        with _LOCK:
+            if self._aborted:
+                return
+            won = self._mark_aborted_locked(reason)
+            # Snapshot: marking a dependent detaches it from every source,
+            # this one included.
+            for link in list(self._deps):
+                dep = link.get()
+                if dep is not None and not dep._aborted:
+                    won.extend(dep._mark_aborted_locked(reason))
+            self._deps.clear()
+            self._strong_deps = 0
+        # Every affected signal now reads aborted with `reason`. Wake waiters,
+        # then run listeners: own first, dependents in derivation order.
+        for signal in won:
+            event = signal._event
+            if event is not None:
+                event.set()
+        for signal in won:
+            signal._dispatch()
+
+    def _mark_aborted_locked(self, reason: object) -> list[AbortSignal]:
+        self._aborted = True
+        self._reason = reason
+        if self._sources is not None:
+            self._detach_locked()
+        timer = self._timer
+        if timer is not None:
+            timer.strong = None
+            # The entry may be the one firing now; a late cancel is harmless.
+            timer.cancelled = True
+            self._timer = None
+        return [self]
+
+    def _dispatch(self) -> None:
+        # Snapshot under the lock: listeners registered from now on see
+        # `aborted` and run inline. Each entry is claimed (PENDING -> RUNNING)
+        # under the lock right before it runs, so a concurrent remove() either
+        # wins (it never starts) or loses (it has started) - never both.
+        with _LOCK:
+            entries = list(self._listeners)
+        for entry in entries:
+            with _LOCK:
+                if entry.state != _PENDING:
+                    continue
+                entry.state = _RUNNING
+                del self._listeners[entry]
+            _call(entry.callback, self)
+
+    # ---------------------------------------------------------------- derived
+
+    def _detach_locked(self) -> None:
+        for source, link in self._links:
+            if link.strong is not None:
+                link.strong = None
+                source._strong_deps -= 1
+                if source._strong_deps == 0:
+                    source._keepalive_changed_locked()
+            source._deps.pop(link, None)
+        self._links = []
+
+    def _prune_deps_locked(self) -> None:
+        # Amortised O(1): drop links to released dependents once the dict has
+        # doubled since the last prune, so a long-lived parent's memory
+        # follows its live dependents, not every signal ever derived from it.
+        self._deps = {link: None for link in self._deps if link.get() is not None}
+        self._deps_prune_at = max(32, 2 * len(self._deps))
+
+    def close(self) -> None:
+        """Detach a derived signal from its sources and cancel a pending
+        timer; afterwards it never aborts. Never aborts, idempotent, and a
+        no-op for controller signals. ``with signal:`` closes on exit."""
+        with _LOCK:
+            if self._closed:
+                return
+            self._closed = True
+            if self._sources is not None:
+                self._detach_locked()
+            timer = self._timer
+            self._timer = None
+            if timer is not None:
+                timer.strong = None
+        if timer is not None:
+            _timer.cancel(timer)
+
+    def __enter__(self) -> AbortSignal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _on_timer(self) -> None:
+        self._abort(TimeoutReason(self._timer_code, self._timer_seconds))
+
+    # -------------------------------------------------------------- factories
+
+    @staticmethod
+    def any_of(signals: Iterable[AbortSignal]) -> AbortSignal:
+        """A signal that aborts when any of ``signals`` aborts, with the
+        reason of the first to abort (already aborted at creation: the first
+        such in iteration order). Empty input never aborts. Derived inputs
+        are flattened onto their original sources. Raises ``TypeError`` for a
+        non-signal element (every element is checked)."""
+        items = list(signals)
+        for s in items:
+            if not isinstance(s, AbortSignal):
+                raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
+        return _derive(items)
+
+    @staticmethod
+    def timeout(seconds: float) -> AbortSignal:
+        """A signal that aborts after ``seconds`` (>= 0, finite) with
+        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on the shared
+        timer thread. ``close()`` cancels the timer. Raises ``TypeError`` for
+        a non-number, ``ValueError`` for negative, NaN or infinite."""
+        value = check_seconds(seconds)
+        if value < 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        return _timeout_signal(value, "TIMEOUT")
+
+    @staticmethod
+    def already_aborted(reason: object = None) -> AbortSignal:
+        """A signal that is aborted from the start (``None`` reason: a
+        default ``AbortError``)."""
+        signal = AbortSignal()
+        signal._aborted = True
+        signal._reason = AbortError() if reason is None else reason
+        return signal
+
+    def __repr__(self) -> str:
+        if self._aborted:
+            return f"<AbortSignal aborted reason={self._reason!r}>"
+        kind = "derived" if self._sources is not None else "source"
+        return f"<AbortSignal {kind} pending>"
+
+
+def _timeout_signal(seconds: float, code: str) -> AbortSignal:
+    signal = AbortSignal()
+    signal._timer_code = code
+    signal._timer_seconds = seconds
+    signal._timer = _timer.schedule(seconds, signal)
+    return signal
+
+
+def _derive(items: list[AbortSignal]) -> AbortSignal:
+    derived = AbortSignal()
+    # Flatten: link to original sources only, each once, in first-seen order.
+    roots: dict[AbortSignal, None] = {}
+    for s in items:
+        if s._sources is None:
+            roots[s] = None
+        else:
+            for root in s._sources:
+                roots[root] = None
+    derived._sources = tuple(roots)
+    with _LOCK:
+        # Already-aborted inputs win in iteration order (a derived input that
+        # aborted counts as itself, before its sources are consulted).
+        for s in items:
+            if s._aborted:
+                derived._aborted = True
+                derived._reason = s._reason
+                return derived
+        ref = weakref.ref(derived)
+        links = derived._links
+        for root in roots:
+            link = _Link(ref)
+            root._deps[link] = None
+            links.append((root, link))
+            if len(root._deps) >= root._deps_prune_at:
+                root._prune_deps_locked()
+    return derived
+
+
+def _call(callback: Listener, signal: AbortSignal) -> None:
+    try:
+        callback(signal)
+    except BaseException as exc:
+        report_unraisable(exc, f"Exception in abort listener {callback!r}", signal)
+
+
+class AbortController:
+    """Owns an ``AbortSignal`` and the right to abort it.
+
+    ``abort(reason=None)``: the first call wins and sets ``signal.reason``
+    (``None`` means a default ``AbortError()``; ``0``, ``""``, ``False`` are
+    kept as given); later calls do nothing. Listeners run in the calling
+    thread before ``abort`` returns. Source: DESIGN.md §1.
+    """
+
+    __slots__ = ("signal",)
+
+    def __init__(self) -> None:
+        self.signal: Final = AbortSignal()
+
+    def abort(self, reason: object = None) -> None:
+        self.signal._abort(reason)
+
+    def __repr__(self) -> str:
+        return f"<AbortController signal={self.signal!r}>"
+
+
+def _ensure_signal(value: Any, what: str) -> AbortSignal:
+    if not isinstance(value, AbortSignal):
+        raise TypeError(f"{what} must be an AbortSignal, not {type(value).__name__}")
+    return value

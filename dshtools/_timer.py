@@ -1,0 +1,147 @@
+"""The one process-wide timer thread behind every timeout (DESIGN.md §1).
+
+Guarantees:
+
+* All timeouts in the process share a single daemon thread, started lazily
+  on the first ``schedule``; 10 000 pending timeouts cost 10 000 heap
+  entries, not 10 000 threads.
+* An entry holds its target **weakly** unless the target asks to be kept
+  alive (``entry.strong``): a timeout signal nobody can observe is released
+  and its entry dropped, while one that has listeners or dependents stays
+  alive until it fires (the liveness half of B02, the leak half of B04).
+* ``cancel`` is O(1); cancelled and released entries are compacted away as
+  soon as they are the majority of the heap, so memory follows the live
+  timers, not the long deadlines of dead ones.
+* A target's ``_on_timer()`` runs on the timer thread without the timer
+  lock held; an exception from it is reported through
+  ``sys.unraisablehook`` and the thread carries on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+import weakref
+from typing import Protocol
+
+from ._errors import report_unraisable
+
+__all__ = ["TimerEntry", "schedule", "cancel", "pending_count"]
+
+
+class _Target(Protocol):
+    def _on_timer(self) -> None: ...
+
+
+class TimerEntry:
+    """One scheduled firing. ``strong`` is set by the target while it must be
+    kept alive; ``cancelled`` is final."""
+
+    __slots__ = ("when", "seq", "ref", "strong", "cancelled", "__weakref__")
+
+    def __init__(self, when: float, seq: int, target: _Target) -> None:
+        self.when = when
+        self.seq = seq
+        self.ref: weakref.ref[_Target] = weakref.ref(target, _released)
+        self.strong: _Target | None = None
+        self.cancelled = False
+
+    def __lt__(self, other: TimerEntry) -> bool:
+        return (self.when, self.seq) < (other.when, other.seq)
+
+    def live(self) -> bool:
+        return not self.cancelled and (self.strong is not None or self.ref() is not None)
+
+
+_cond = threading.Condition(threading.Lock())
+_heap: list[TimerEntry] = []
+_seq = itertools.count()
+_thread: threading.Thread | None = None
+# Entries known to be dead (cancelled or target released) but still in the
+# heap. Only a heuristic for compaction: written racily by weakref callbacks.
+_garbage = 0
+
+
+def _released(_ref: object) -> None:
+    # Runs inside the garbage collector, possibly in a thread that already
+    # holds ``_cond``: it must never block. Count the garbage and, only if the
+    # lock happens to be free, compact right away.
+    global _garbage
+    _garbage += 1
+    if _cond.acquire(blocking=False):
+        try:
+            _maybe_compact_locked()
+        finally:
+            _cond.release()
+
+
+def _maybe_compact_locked() -> None:
+    global _garbage
+    if _garbage * 2 < len(_heap) and _garbage < 4096:
+        return
+    _heap[:] = [e for e in _heap if e.live()]
+    heapq.heapify(_heap)
+    _garbage = 0
+
+
+def schedule(delay: float, target: _Target) -> TimerEntry:
+    """Arrange ``target._on_timer()`` to run on the timer thread after
+    ``delay`` seconds (monotonic clock). Returns the entry for ``cancel``."""
+    global _thread
+    entry = TimerEntry(time.monotonic() + delay, next(_seq), target)
+    with _cond:
+        _maybe_compact_locked()
+        heapq.heappush(_heap, entry)
+        if _thread is None:
+            _thread = threading.Thread(target=_run, name="dshtools-timer", daemon=True)
+            _thread.start()
+        elif _heap[0] is entry:
+            _cond.notify()
+    return entry
+
+
+def cancel(entry: TimerEntry) -> None:
+    """Drop ``entry``: its target will not be fired. Idempotent, O(1)."""
+    global _garbage
+    with _cond:
+        if entry.cancelled:
+            return
+        entry.cancelled = True
+        entry.strong = None
+        _garbage += 1
+        _maybe_compact_locked()
+
+
+def pending_count() -> int:
+    """Entries that can still fire (diagnostics and leak tests)."""
+    with _cond:
+        return sum(1 for e in _heap if e.live())
+
+
+def _run() -> None:
+    while True:
+        with _cond:
+            while True:
+                while _heap and not _heap[0].live():
+                    heapq.heappop(_heap)
+                if not _heap:
+                    _cond.wait()
+                    continue
+                delay = _heap[0].when - time.monotonic()
+                if delay <= 0:
+                    break
+                _cond.wait(delay)
+            entry = heapq.heappop(_heap)
+            target = entry.strong if entry.strong is not None else entry.ref()
+            entry.cancelled = True
+            entry.strong = None
+        # Fire outside the lock: the target runs signal listeners, which may
+        # schedule or cancel other timers.
+        if target is not None:
+            try:
+                target._on_timer()
+            except BaseException as exc:  # the timer thread must survive anything
+                report_unraisable(exc, "Exception in dshtools timer callback", target)
+            del target
