@@ -273,13 +273,21 @@ class AbortSignal:
 
     # ------------------------------------------------------------------ abort
 
-    def _abort(self, reason: object) -> None:
+    def _abort(self, reason: object, *, from_timer: bool = False) -> None:
         if self._aborted:  # fast path; re-checked under the lock
             return
         if reason is None:
             reason = AbortError()
         with _LOCK:
             if self._aborted:
+                return
+            if from_timer and self._closed:
+                # Race: the timer thread popped this signal's entry and is
+                # about to call _on_timer (outside the timer lock) when
+                # another thread calls close(); close() finds nothing left to
+                # cancel and returns. Checking `_closed` here, under the same
+                # lock close() sets it under, makes "after close() returns,
+                # the signal never aborts" hold for that interleaving too.
                 return
             won = self._mark_aborted_locked(reason)
             # Snapshot: marking a dependent detaches it from every source,
@@ -338,6 +346,10 @@ class AbortSignal:
                     source._keepalive_changed_locked()
             source._deps.pop(link, None)
         self._links = []
+        # A detached (closed or aborted) derived signal has no sources left:
+        # any_of() over it flattens to nothing, and it no longer pins its
+        # sources (or their timers) in memory.
+        self._sources = ()
 
     def _prune_deps_locked(self) -> None:
         # Amortised O(1): drop links to released dependents once the dict has
@@ -375,7 +387,7 @@ class AbortSignal:
         self.close()
 
     def _on_timer(self) -> None:
-        self._abort(TimeoutReason(self._timer_code, self._timer_seconds))
+        self._abort(TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
     # -------------------------------------------------------------- factories
 
@@ -429,15 +441,6 @@ def _timeout_signal(seconds: float, code: str) -> AbortSignal:
 
 def _derive(items: list[AbortSignal]) -> AbortSignal:
     derived = AbortSignal()
-    # Flatten: link to original sources only, each once, in first-seen order.
-    roots: dict[AbortSignal, None] = {}
-    for s in items:
-        if s._sources is None:
-            roots[s] = None
-        else:
-            for root in s._sources:
-                roots[root] = None
-    derived._sources = tuple(roots)
     with _LOCK:
         # Already-aborted inputs win in iteration order (a derived input that
         # aborted counts as itself, before its sources are consulted).
@@ -445,7 +448,23 @@ def _derive(items: list[AbortSignal]) -> AbortSignal:
             if s._aborted:
                 derived._aborted = True
                 derived._reason = s._reason
+                derived._sources = ()
                 return derived
+        # Flatten: link to original sources only, each once, in first-seen
+        # order. Read under the lock: a concurrent close() of a derived input
+        # empties its `_sources`. Race closed this way: input D is closed
+        # while its root R is still pending; without the lock (or if close()
+        # left `_sources` in place) the new signal would link to R and abort
+        # when R does, although D - its only input - never aborts; and if R
+        # had already aborted, the link would sit in R's dependents forever.
+        roots: dict[AbortSignal, None] = {}
+        for s in items:
+            if s._sources is None:
+                roots[s] = None
+            else:
+                for root in s._sources:
+                    roots[root] = None
+        derived._sources = tuple(roots)
         ref = weakref.ref(derived)
         links = derived._links
         for root in roots:

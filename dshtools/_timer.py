@@ -134,7 +134,13 @@ def _run() -> None:
                     break
                 _cond.wait(delay)
             entry = heapq.heappop(_heap)
-            target = entry.strong if entry.strong is not None else entry.ref()
+            # Read `strong` once: a listener removal on another thread clears
+            # it under the signal lock (not this one). Reading it twice
+            # ("is not None", then the value) could see the signal, then
+            # None, and drop a live timer whose signal is still referenced.
+            target = entry.strong
+            if target is None:
+                target = entry.ref()
             entry.cancelled = True
             entry.strong = None
         # Fire outside the lock: the target runs signal listeners, which may
