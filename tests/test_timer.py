@@ -1,0 +1,279 @@
+"""``AbortSignal.timeout`` and the one shared timer thread (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+import pytest
+
+from dshtools import AbortController, AbortSignal, TimeoutReason
+from dshtools import _timer
+
+
+@pytest.fixture
+def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    seen: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    return seen
+
+
+def pending_baseline() -> int:
+    gc.collect()
+    return _timer.pending_count()
+
+
+@pytest.mark.timeout(30)
+def test_timeout_aborts_with_a_timeout_reason_after_the_duration() -> None:
+    start = time.monotonic()
+    s = AbortSignal.timeout(0.05)
+    assert s.aborted is False
+    assert s.wait(5) is True
+    elapsed = time.monotonic() - start
+    assert 0.045 <= elapsed < 1.0
+    assert isinstance(s.reason, TimeoutReason)
+    assert isinstance(s.reason, TimeoutError)
+    assert s.reason.code == "TIMEOUT"
+    assert s.reason.seconds == 0.05
+
+
+@pytest.mark.timeout(30)
+def test_timeout_zero_aborts_almost_at_once() -> None:
+    start = time.monotonic()
+    s = AbortSignal.timeout(0)
+    assert s.wait(5) is True
+    assert time.monotonic() - start < 0.5
+    assert isinstance(s.reason, TimeoutReason) and s.reason.seconds == 0.0
+
+
+def test_timeout_accepts_an_int_number_of_seconds() -> None:
+    s = AbortSignal.timeout(60)
+    try:
+        assert s.aborted is False
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bad", [-1, -0.001, math.nan, math.inf, -math.inf], ids=repr)
+def test_timeout_rejects_negative_nan_and_infinite_with_value_error(bad: float) -> None:
+    with pytest.raises(ValueError):
+        AbortSignal.timeout(bad)
+
+
+@pytest.mark.parametrize("bad", [True, False, None, "1", b"1", [1]], ids=repr)
+def test_timeout_rejects_bool_none_and_strings_with_type_error(bad: Any) -> None:
+    with pytest.raises(TypeError):
+        AbortSignal.timeout(bad)
+
+
+@pytest.mark.timeout(30)
+def test_timeout_listeners_run_on_the_shared_timer_thread() -> None:
+    idents: list[int] = []
+    names: list[str] = []
+    done = threading.Event()
+
+    def record(s: AbortSignal) -> None:
+        idents.append(threading.get_ident())
+        names.append(threading.current_thread().name)
+        if len(idents) == 2:
+            done.set()
+
+    a = AbortSignal.timeout(0.01)
+    b = AbortSignal.timeout(0.02)
+    a.add_listener(record)
+    b.add_listener(record)
+    assert done.wait(5)
+    assert idents[0] == idents[1] != threading.get_ident()
+    assert names == ["dshtools-timer"] * 2
+
+
+@pytest.mark.timeout(30)
+def test_derived_signal_of_a_timeout_aborts_on_the_timer_thread_with_its_reason() -> None:
+    t = AbortSignal.timeout(0.01)
+    d = AbortSignal.any_of([AbortController().signal, t])
+    threads: list[str] = []
+    d.add_listener(lambda s: threads.append(threading.current_thread().name))
+    assert d.wait(5)
+    assert d.reason is t.reason
+    assert threads == ["dshtools-timer"]
+
+
+@pytest.mark.timeout(60)
+def test_10000_pending_timeouts_add_at_most_one_thread() -> None:
+    baseline_threads = threading.active_count()
+    baseline_pending = pending_baseline()
+    signals = [AbortSignal.timeout(60) for _ in range(10_000)]
+    assert threading.active_count() - baseline_threads <= 1
+    assert _timer.pending_count() - baseline_pending == 10_000
+    for s in signals:
+        s.close()
+    assert _timer.pending_count() == baseline_pending
+    assert threading.active_count() - baseline_threads <= 1
+
+
+@pytest.mark.timeout(30)
+def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
+    order: list[float] = []
+    done = threading.Event()
+    signals = [AbortSignal.timeout(d) for d in (0.15, 0.05, 0.10)]
+    for s, d in zip(signals, (0.15, 0.05, 0.10)):
+        s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))
+    assert done.wait(5)
+    assert order == [0.05, 0.10, 0.15]
+
+
+@pytest.mark.timeout(30)
+def test_an_earlier_timeout_scheduled_after_a_long_one_still_fires_on_time() -> None:
+    # The timer thread is parked until the 30 s deadline; a new, earlier entry
+    # must wake it.
+    long = AbortSignal.timeout(30)
+    try:
+        start = time.monotonic()
+        short = AbortSignal.timeout(0.05)
+        assert short.wait(5)
+        assert time.monotonic() - start < 1.0
+        assert long.aborted is False
+    finally:
+        long.close()
+
+
+@pytest.mark.timeout(30)
+def test_timer_thread_survives_a_raising_listener(unraisable: list[Any]) -> None:
+    first = AbortSignal.timeout(0)
+    err = RuntimeError("listener on the timer thread")
+
+    def bad(s: AbortSignal) -> None:
+        raise err
+
+    first.add_listener(bad)
+    assert first.wait(5)
+    second = AbortSignal.timeout(0.01)
+    ran: list[str] = []
+    second.add_listener(lambda s: ran.append(threading.current_thread().name))
+    assert second.wait(5)
+    assert ran == ["dshtools-timer"]
+    assert [u.exc_value for u in unraisable] == [err]
+
+
+@pytest.mark.timeout(30)
+def test_timer_thread_survives_a_failing_timer_callback(
+    unraisable: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = AbortSignal._on_timer
+    doomed: list[AbortSignal] = []
+
+    def on_timer(self: AbortSignal) -> None:
+        if self in doomed:
+            raise MemoryError("simulated failure inside the timer callback")
+        original(self)
+
+    monkeypatch.setattr(AbortSignal, "_on_timer", on_timer)
+    doomed.append(AbortSignal.timeout(0))
+    ok = AbortSignal.timeout(0.02)
+    assert ok.wait(5)
+    assert [type(u.exc_value) for u in unraisable] == [MemoryError]
+    assert doomed[0].aborted is False
+
+
+def test_closed_timeout_never_fires_and_its_timer_is_dropped() -> None:
+    baseline = pending_baseline()
+    s = AbortSignal.timeout(60)
+    calls: list[AbortSignal] = []
+    s.add_listener(calls.append)
+    assert _timer.pending_count() == baseline + 1
+    s.close()
+    s.close()
+    assert _timer.pending_count() == baseline
+    assert s.aborted is False and calls == []
+
+
+def test_released_timeout_timer_is_dropped() -> None:
+    baseline = pending_baseline()
+    s = AbortSignal.timeout(60)
+    ref = weakref.ref(s)
+    assert _timer.pending_count() == baseline + 1
+    del s
+    gc.collect()
+    assert ref() is None
+    assert _timer.pending_count() == baseline
+
+
+def test_timeout_whose_listener_was_removed_is_released() -> None:
+    baseline = pending_baseline()
+    s = AbortSignal.timeout(60)
+    with s.add_listener(lambda s: None):
+        pass
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
+    assert _timer.pending_count() == baseline
+
+
+@pytest.mark.timeout(30)
+def test_dropped_timeout_with_a_listener_stays_armed_and_fires() -> None:
+    fired = threading.Event()
+    s = AbortSignal.timeout(0.05)
+    s.add_listener(lambda s: fired.set())
+    del s
+    gc.collect()
+    assert fired.wait(5)
+
+
+@pytest.mark.timeout(30)
+def test_timeout_that_fired_is_no_longer_pending() -> None:
+    baseline = pending_baseline()
+    s = AbortSignal.timeout(0)
+    assert s.wait(5)
+    assert _timer.pending_count() == baseline
+
+
+@pytest.mark.timeout(30)
+def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression. Interleaving forced: the timer thread has popped the entry
+    # and is about to call _on_timer when close() runs and returns.
+    original = AbortSignal._on_timer
+    entered = threading.Event()
+    go = threading.Event()
+    done = threading.Event()
+
+    def gated(self: AbortSignal) -> None:
+        entered.set()
+        go.wait(10)
+        try:
+            original(self)
+        finally:
+            done.set()
+
+    monkeypatch.setattr(AbortSignal, "_on_timer", gated)
+    s = AbortSignal.timeout(0)
+    calls: list[AbortSignal] = []
+    s.add_listener(calls.append)
+    assert entered.wait(5)
+    s.close()
+    go.set()
+    assert done.wait(5)
+    assert s.aborted is False
+    assert calls == []
+
+
+@pytest.mark.timeout(60)
+def test_close_racing_the_timer_either_fires_once_or_never() -> None:
+    for _ in range(300):
+        s = AbortSignal.timeout(0)
+        calls: list[int] = []
+        s.add_listener(lambda s: calls.append(1))
+        s.close()
+        aborted_after_close = s.aborted
+        # A sentinel scheduled later fires later: once it has, any firing of
+        # `s` would have happened.
+        assert AbortSignal.timeout(0).wait(5)
+        assert s.aborted is aborted_after_close
+        assert calls == ([1] if aborted_after_close else [])
