@@ -1,0 +1,959 @@
+"""``ToolRegistry``: the policy pipeline of one call (DESIGN.md §3, §7).
+
+Guarantees:
+
+* ``execute`` publishes **exactly one** result per call, to the caller and
+  to every result observer, and only after the body (if it ever started)
+  has returned: a started body is joined however long it takes, never
+  raced or abandoned. Tool, policy and input faults become failure
+  results; ``execute`` raises only for misuse (a non-call argument,
+  ``RuntimeError`` after ``close()``) and re-raises ``KeyboardInterrupt``
+  after publishing.
+* "Body invoked" is decided at one point: the worker, after
+  ``Future.set_running_or_notify_cancel()`` moved the work item from queued
+  to running, re-checks the dispatch-scoped signal and only then records
+  the invocation and calls the body. A call still queued when that signal
+  aborts is withdrawn (``Future.cancel()`` from the abort listener) and
+  reports ``ABORTED_BEFORE_DISPATCH``.
+* The dispatch-scoped signal is ``any_of(caller, wrapper's exec.signal)``;
+  it is closed as soon as the body settles, so no link stays on the
+  caller's long-lived signal (``listener_count`` back to its value before
+  the call, field case B03).
+* A nested call made from a registry worker thread (any registry's) runs
+  its body inline in that worker, so a full pool cannot deadlock (B17).
+* The registry never injects exceptions into worker threads and uses no
+  process signals; cancellation is cooperative, through the signal only.
+
+Threads: ``execute`` runs steps 1-3 and 6-7 and the around-dispatch
+waterfall in the calling thread; bodies run on the executor (default: an
+own ``ThreadPoolExecutor`` of 32 workers, suited to I/O-bound tools).
+Waits are sliced (0.25 s) so ``KeyboardInterrupt`` reaches a main thread
+blocked in ``execute`` promptly on every platform (B19).
+
+Private phase API (used by ``execute_batch``): ``execute(call)`` is
+``_complete(_dispatch(_begin(call)))``, where a ``KeyboardInterrupt``
+raised by ``_dispatch`` leaves the run holding its ``ABORTED`` (or
+``ABORTED_BEFORE_DISPATCH``) result, so ``_complete`` can still publish it
+before the interrupt is re-raised; see ``execute``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from types import TracebackType
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+
+from ._errors import AbortError, report_unraisable
+from ._freeze import FreezeError, FrozenDict, dumps, freeze_with_height
+from ._hooks import (
+    Accept,
+    Allow,
+    ApprovalRequest,
+    Approver,
+    AroundDispatch,
+    Ask,
+    Block,
+    Deny,
+    Guard,
+    PostExecuteDecision,
+    PostExecuteHook,
+    PreExecuteDecision,
+    PreExecuteHook,
+    ResultObserver,
+    ToolDefinition,
+)
+from ._signal import AbortSignal, _derive
+from ._types import (
+    DENIED,
+    INVALID_ARGS,
+    INVALID_TOOL_OUTPUT,
+    UNKNOWN_TOOL,
+    ContentBlock,
+    ErrorDetail,
+    ErrorInfo,
+    ExecutionToken,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolRunContext,
+    ToolSuccess,
+    _SignalSlot,
+    aborted,
+    exception_failure,
+    failure,
+    text_content,
+)
+
+__all__ = [
+    "ToolRegistry",
+    "DEFAULT_MAX_WORKERS",
+    # defined in _hooks, re-exported here (the registry's vocabulary)
+    "ToolDefinition",
+    "Allow",
+    "Deny",
+    "Ask",
+    "Accept",
+    "Block",
+    "ApprovalRequest",
+]
+
+DEFAULT_MAX_WORKERS: Final = 32
+_SLICE: Final = 0.25
+_T = TypeVar("_T")
+
+# Threads currently running registry work (a body, or a function given to
+# _submit): nested dispatch from such a thread runs inline.
+_tls = threading.local()
+
+
+def _on_worker() -> bool:
+    return getattr(_tls, "depth", 0) > 0
+
+
+def _enter_worker() -> None:
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def _leave_worker() -> None:
+    _tls.depth -= 1
+
+
+class _HookReturnError(Exception):
+    """A hook returned a value of the wrong type."""
+
+
+_ALLOW: Final = Allow()
+_ACCEPT: Final = Accept()
+_NOT_INVOKED: Final = object()
+
+
+def _describe(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _denied(message: str) -> ToolFailure:
+    return failure(message, name="ToolDeniedError", code=DENIED)
+
+
+def _invalid_output(name: str, problem: str) -> ToolFailure:
+    return failure(f'tool "{name}" returned invalid output: {problem}', name="InvalidToolOutputError", code=INVALID_TOOL_OUTPUT)
+
+
+@attrs.frozen
+class _Hooks:
+    pre_execute: tuple[PreExecuteHook, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    around: tuple[AroundDispatch, ...] = ()
+    post_execute: tuple[PostExecuteHook, ...] = ()
+    observers: tuple[ResultObserver, ...] = ()
+
+
+class _Run:
+    """The private, mutable state of one call. The lead's batch reads
+    ``call``, ``definition``, ``result``, ``body_invoked`` and
+    ``interrupt``."""
+
+    __slots__ = (
+        "registry",
+        "call",
+        "definition",
+        "hooks",
+        "token",
+        "root_call_id",
+        "arguments",
+        "view",
+        "result",
+        "body_invoked",
+        "skip_post",
+        "interrupt",
+        "cancel_signal",
+        "tool_contexts",
+        "drop_tool_contexts",
+        "body_success",
+        "body_abort",
+        "settled",
+        "published",
+        "_children",
+    )
+
+    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput, hooks: _Hooks) -> None:
+        self.registry = registry
+        self.call = call
+        self.definition: ToolDefinition | None = registry._definitions.get(call.name)
+        self.hooks = hooks
+        self.token = ExecutionToken()
+        self.root_call_id = call.root_call_id if call.root_call_id is not None else call.call_id
+        self.arguments: Any = None
+        self.view: ToolExecution | None = None
+        self.result: ToolExecutionResult | None = None
+        self.body_invoked = False
+        self.skip_post = False
+        self.interrupt: KeyboardInterrupt | None = None
+        self.cancel_signal: AbortSignal = call.signal
+        self.tool_contexts: list[FrozenDict] = []
+        self.drop_tool_contexts = False
+        self.body_success: ToolSuccess | None = None
+        self.body_abort: ToolFailure | None = None
+        self.settled = False
+        self.published = False
+        self._children = itertools.count(1)
+
+    def settle(self, result: ToolExecutionResult, *, skip_post: bool) -> None:
+        self.result = result
+        self.skip_post = skip_post
+
+    # -- used by ToolRunContext (the body's thread) --
+
+    def defer_context(self, context: object) -> None:
+        if self.settled:
+            raise RuntimeError("defer_context() after the tool body settled")
+        if not isinstance(context, dict):
+            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
+        frozen, _ = freeze_with_height(context)
+        self.tool_contexts.append(frozen)
+
+    def dispatch(
+        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
+    ) -> ToolExecutionResult:
+        child_id = call_id if call_id is not None else f"{self.call.call_id}:{next(self._children)}"
+        child = ToolExecutionInput(
+            child_id, name, arguments, signal, agent=self.call.agent, parent=parent, root_call_id=self.root_call_id
+        )
+        return self.registry.execute(child)
+
+
+class ToolRegistry:
+    """Registered tools, their policies, and the executor their bodies run on.
+
+    ``ToolRegistry(*, max_workers=None, executor=None, approver=None)``:
+    without ``executor`` the registry owns a ``ThreadPoolExecutor`` of
+    ``max_workers`` (default ``DEFAULT_MAX_WORKERS`` = 32) and shuts it down
+    in ``close()``; a supplied executor is used as is and never shut down
+    (``close()`` then waits for this registry's in-flight bodies only).
+    Giving both raises ``ValueError``. Hook registration and ``execute`` are
+    thread-safe; each call snapshots the hooks at its start. Source:
+    DESIGN.md §3.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_workers: int | None = None,
+        executor: Executor | None = None,
+        approver: Approver | None = None,
+    ) -> None:
+        if executor is not None and max_workers is not None:
+            raise ValueError("give max_workers or executor, not both")
+        if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
+            raise TypeError(f"max_workers must be an int, not {type(max_workers).__name__}")
+        if max_workers is not None and max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        if executor is not None and not isinstance(executor, Executor):
+            raise TypeError(f"executor must be a concurrent.futures.Executor, not {type(executor).__name__}")
+        if approver is not None and not callable(approver):
+            raise TypeError(f"approver must be callable, not {type(approver).__name__}")
+        self._owns_executor = executor is None
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=max_workers or DEFAULT_MAX_WORKERS, thread_name_prefix="dshtools-tool"
+        )
+        self._approver = approver
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._closed = False
+        self._definitions: dict[str, ToolDefinition] = {}
+        self._hooks = _Hooks()
+
+    # ------------------------------------------------------------ registration
+
+    def register(self, definition: ToolDefinition) -> Callable[[], None]:
+        """Add a tool. Returns an idempotent ``unregister()``. Raises
+        ``TypeError`` for a non-``ToolDefinition``, ``ValueError`` for a name
+        already registered."""
+        if not isinstance(definition, ToolDefinition):
+            raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
+        with self._lock:
+            if definition.name in self._definitions:
+                raise ValueError(f"a tool named {definition.name!r} is already registered")
+            # Copy-on-write: a call's definition lookup never sees a half-update.
+            defs = dict(self._definitions)
+            defs[definition.name] = definition
+            self._definitions = defs
+
+        def unregister() -> None:
+            with self._lock:
+                if self._definitions.get(definition.name) is definition:
+                    defs = dict(self._definitions)
+                    del defs[definition.name]
+                    self._definitions = defs
+
+        return unregister
+
+    def get(self, name: str) -> ToolDefinition | None:
+        """The definition registered under ``name``, or ``None``."""
+        return self._definitions.get(name)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """``[{"name", "description", "parameters"}, ...]`` in registration
+        order, as fresh mutable data."""
+        return [d.schema() for d in self._definitions.values()]
+
+    def _add(self, kind: str, fn: object) -> Callable[[], None]:
+        if not callable(fn):
+            raise TypeError(f"{kind} hook must be callable, not {type(fn).__name__}")
+        with self._lock:
+            added: dict[str, Any] = {kind: getattr(self._hooks, kind) + (fn,)}
+            self._hooks = attrs.evolve(self._hooks, **added)
+        removed = False
+
+        def unregister() -> None:
+            nonlocal removed
+            with self._lock:
+                if removed:
+                    return
+                removed = True
+                current: tuple[object, ...] = getattr(self._hooks, kind)
+                for i in range(len(current) - 1, -1, -1):
+                    if current[i] is fn:
+                        changes: dict[str, Any] = {kind: current[:i] + current[i + 1 :]}
+                        self._hooks = attrs.evolve(self._hooks, **changes)
+                        return
+
+        return unregister
+
+    def add_pre_execute(self, fn: PreExecuteHook) -> Callable[[], None]:
+        """``fn(exec, next) -> Allow() | Deny(reason) | Ask(reason=None)``;
+        first registered runs outermost. Returns ``unregister()``."""
+        return self._add("pre_execute", fn)
+
+    def add_guard(self, fn: Guard) -> Callable[[], None]:
+        """``fn(exec) -> str | None``: a string denies (final)."""
+        return self._add("guards", fn)
+
+    def add_around_dispatch(self, fn: AroundDispatch) -> Callable[[], None]:
+        """``fn(exec: ToolDispatchExecution, next) -> result``; may replace
+        ``exec.signal`` (and must restore it) or return without ``next()``."""
+        return self._add("around", fn)
+
+    def add_post_execute(self, fn: PostExecuteHook) -> Callable[[], None]:
+        """``fn(exec, result, next) -> Accept(...) | Block(...)``."""
+        return self._add("post_execute", fn)
+
+    def add_result_observer(self, fn: ResultObserver) -> Callable[[], None]:
+        """``fn(exec, result) -> None``: sees each call's frozen final result
+        exactly once; an exception goes to ``sys.unraisablehook``."""
+        return self._add("observers", fn)
+
+    def execution_mode(self, call: ToolExecutionInput) -> Literal["parallel", "exclusive"]:
+        """``"parallel"`` when the tool's ``is_concurrency_safe(args)``
+        returns exactly ``True`` for the frozen arguments, else
+        ``"exclusive"`` (unknown tool, bad arguments, a raising predicate)."""
+        definition = self._definitions.get(call.name)
+        if definition is None or definition.is_concurrency_safe is None:
+            return "exclusive"
+        try:
+            args, _ = freeze_with_height(call.arguments)
+            return "parallel" if definition.is_concurrency_safe(args) is True else "exclusive"
+        except Exception:
+            return "exclusive"
+
+    # ------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Refuse new calls, then wait for every in-flight body to return
+        (and shut the own executor down). Idempotent. A nested call made by
+        a body still running is allowed to finish."""
+        with self._lock:
+            already = self._closed
+            self._closed = True
+            if not already:
+                while self._in_flight:
+                    self._idle.wait(_SLICE)
+        if not already and self._owns_executor:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> ToolRegistry:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- execute
+
+    def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """Run one call through the pipeline of DESIGN.md §3 and return its
+        frozen result (blocks the calling thread). Raises ``TypeError`` for a
+        non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
+        ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
+        the body, publishes the ``ABORTED`` result, then is re-raised."""
+        run = self._begin(call)
+        try:
+            self._dispatch(run)
+        except KeyboardInterrupt:
+            # The run holds its cancellation result; publish it, then re-raise.
+            self._complete(run)
+            raise
+        result = self._complete(run)
+        if run.interrupt is not None:  # arrived during post-execute/observers
+            raise run.interrupt
+        return result
+
+    # -- phase 1: steps 1-3 -------------------------------------------------
+
+    def _begin(self, call: ToolExecutionInput) -> _Run:
+        """Steps 1-3. Never raises for faults; a ``KeyboardInterrupt`` during
+        step 3 is recorded on ``run.interrupt`` (with an
+        ``ABORTED_BEFORE_DISPATCH`` result) and re-raised by ``_dispatch``."""
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"execute() takes a ToolExecutionInput, not {type(call).__name__}")
+        self._check_open()
+        run = _Run(self, call, self._hooks)
+        definition = run.definition
+        # Step 1: snapshot, freeze, validate. Wins over an aborted signal.
+        height = 0
+        try:
+            run.arguments, height = freeze_with_height(call.arguments)
+        except FreezeError as exc:
+            run.view = self._view(run)
+            run.settle(failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True)
+            return run
+        run.view = self._view(run)
+        if definition is not None:
+            problems = definition._parameters_validator.problems(run.arguments, height)
+            if problems:
+                run.settle(
+                    failure("invalid arguments: " + "; ".join(problems), name="InvalidArgumentsError", code=INVALID_ARGS),
+                    skip_post=True,
+                )
+                return run
+        # Step 2: pre-aborted.
+        if call.signal.aborted:
+            run.settle(aborted(call.signal.reason, invoked=False), skip_post=True)
+            return run
+        # Step 3.
+        try:
+            self._admit(run)
+        except KeyboardInterrupt as ki:
+            run.interrupt = ki
+            run.settle(aborted(ki, invoked=False), skip_post=True)
+        return run
+
+    def _view(self, run: _Run) -> ToolExecution:
+        call = run.call
+        return ToolExecution(
+            token=run.token,
+            call_id=call.call_id,
+            root_call_id=run.root_call_id,
+            name=call.name,
+            arguments=run.arguments,
+            agent=call.agent,
+            parent=call.parent,
+            definition=run.definition,
+            signal=call.signal,
+        )
+
+    def _cancelled_in_admission(self, run: _Run) -> bool:
+        signal = run.call.signal
+        if signal.aborted:
+            run.settle(aborted(signal.reason, invoked=False), skip_post=False)
+            return True
+        return False
+
+    def _hook_fault(self, run: _Run, what: str, exc: Exception) -> None:
+        # An AbortError while the caller is aborted is cancellation observed;
+        # anything else fails closed (a broken policy never lets a call through).
+        if isinstance(exc, AbortError) and self._cancelled_in_admission(run):
+            return
+        run.settle(_denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
+
+    def _admit(self, run: _Run) -> None:
+        view = run.view
+        assert view is not None
+        hooks = run.hooks
+        # Pre-execute waterfall.
+        pre = hooks.pre_execute
+        decision: PreExecuteDecision = _ALLOW
+        if pre:
+            def call_at(i: int) -> PreExecuteDecision:
+                if i == len(pre):
+                    return _ALLOW
+                fn = pre[i]
+                d = fn(view, lambda: call_at(i + 1))
+                if not isinstance(d, (Allow, Deny, Ask)):
+                    raise _HookReturnError(
+                        f"pre-execute hook {_describe(fn)} returned {type(d).__name__}, expected Allow, Deny or Ask"
+                    )
+                return d
+
+            try:
+                decision = call_at(0)
+            except _HookReturnError as exc:
+                run.settle(_denied(str(exc)), skip_post=False)
+                return
+            except Exception as exc:
+                self._hook_fault(run, "pre-execute hook", exc)
+                return
+        if isinstance(decision, Deny):
+            run.settle(_denied(decision.reason), skip_post=False)
+            return
+        if self._cancelled_in_admission(run):
+            return
+        if isinstance(decision, Ask):
+            if not self._approve(run, view, decision):
+                return
+            if self._cancelled_in_admission(run):
+                return
+        for guard in hooks.guards:
+            try:
+                verdict = guard(view)
+            except Exception as exc:
+                self._hook_fault(run, f"guard {_describe(guard)}", exc)
+                return
+            if verdict is None:
+                continue
+            if isinstance(verdict, str):
+                run.settle(_denied(verdict or f"denied by guard {_describe(guard)}"), skip_post=False)
+            else:
+                run.settle(
+                    _denied(f"guard {_describe(guard)} returned {type(verdict).__name__}, expected str or None"),
+                    skip_post=False,
+                )
+            return
+        if self._cancelled_in_admission(run):
+            return
+        if run.definition is None:
+            run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
+
+    def _approve(self, run: _Run, view: ToolExecution, ask: Ask) -> bool:
+        """Ask the approver; True to proceed, else the run is settled."""
+        approver = self._approver
+        if approver is None:
+            run.settle(_denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
+            return False
+        request = ApprovalRequest(view, ask.reason, run.call.signal)
+        try:
+            answer = approver(request)
+        except Exception as exc:
+            self._hook_fault(run, "approver", exc)
+            return False
+        if type(answer) is str:
+            if answer == "allowed-once":
+                return True
+            if answer == "cancelled":
+                if not self._cancelled_in_admission(run):
+                    run.settle(_denied("approval was cancelled"), skip_post=False)
+                return False
+            if answer == "rejected":
+                run.settle(_denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
+                return False
+            if answer == "unavailable":
+                run.settle(_denied("approval is unavailable"), skip_post=False)
+                return False
+        run.settle(
+            _denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
+            skip_post=False,
+        )
+        return False
+
+    # -- phase 2: steps 4-5 -------------------------------------------------
+
+    def _dispatch(self, run: _Run) -> _Run:
+        """Steps 4-5 (a no-op when ``run.result`` is set, except that a
+        recorded interrupt is re-raised). Blocks until the body, if started,
+        returned. On ``KeyboardInterrupt`` the run is left holding
+        ``ABORTED`` (body invoked) or ``ABORTED_BEFORE_DISPATCH`` and the
+        interrupt is re-raised; ``_complete(run)`` still publishes it."""
+        if run.result is not None:
+            if run.interrupt is not None:
+                raise run.interrupt
+            return run
+        call = run.call
+        view = ToolDispatchExecution(
+            token=run.token,
+            call_id=call.call_id,
+            root_call_id=run.root_call_id,
+            name=call.name,
+            arguments=run.arguments,
+            agent=call.agent,
+            parent=call.parent,
+            definition=run.definition,
+            slot=_SignalSlot(call.signal),
+        )
+        around = run.hooks.around
+
+        def call_at(i: int) -> ToolExecutionResult:
+            if i == len(around):
+                return self._invoke(run, view)
+            fn = around[i]
+            r = fn(view, lambda: call_at(i + 1))
+            if not isinstance(r, (ToolSuccess, ToolFailure)):
+                raise _HookReturnError(
+                    f"around-dispatch hook {_describe(fn)} returned {type(r).__name__}, expected ToolSuccess or ToolFailure"
+                )
+            return r
+
+        try:
+            result = call_at(0)
+        except KeyboardInterrupt as ki:
+            if run.interrupt is None:
+                run.interrupt = ki
+            signal = run.cancel_signal
+            reason = signal.reason if signal.aborted else ki
+            run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
+            raise
+        except _HookReturnError as exc:
+            run.settle(_invalid_output(call.name, str(exc)), skip_post=False)
+            return run
+        except Exception as exc:
+            # A wrapper raised: a wrapper failure (no post-execute). An
+            # AbortError while cancellation is in force is cancellation.
+            cancel = self._cancellation(run)
+            if isinstance(exc, AbortError) and cancel is not None:
+                run.settle(aborted(cancel.reason, invoked=run.body_invoked), skip_post=True)
+            else:
+                run.settle(exception_failure(exc), skip_post=True)
+            return run
+        finally:
+            run.settled = True
+            view._slot.signal = call.signal  # unconditionally, whatever a wrapper left
+        # Step 5: classification.
+        if result is not run.body_success:
+            result = self._check_result(run, result)
+        cancel = self._cancellation(run)
+        if cancel is not None and (isinstance(result, ToolSuccess) or result is run.body_abort):
+            result = aborted(cancel.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
+        run.settle(result, skip_post=False)
+        return run
+
+    def _cancellation(self, run: _Run) -> AbortSignal | None:
+        """The signal whose abort is "cancellation in force", if any."""
+        if run.cancel_signal.aborted:
+            return run.cancel_signal
+        if run.call.signal.aborted:
+            return run.call.signal
+        return None
+
+    def _invoke(self, run: _Run, view: ToolDispatchExecution) -> ToolExecutionResult:
+        """The innermost ``next()``: fuse, submit (or run inline), join."""
+        caller = run.call.signal
+        outer = view._slot.signal
+        fused = _derive([caller] if outer is caller else [caller, outer])
+        run.cancel_signal = fused
+        if fused.aborted:
+            return aborted(fused.reason, invoked=False)
+        definition = run.definition
+        assert definition is not None
+        ctx = ToolRunContext(
+            token=run.token,
+            call_id=run.call.call_id,
+            root_call_id=run.root_call_id,
+            name=run.call.name,
+            arguments=run.arguments,
+            agent=run.call.agent,
+            parent=run.call.parent,
+            definition=definition,
+            signal=fused,
+            run=run,
+        )
+        view._slot.signal = fused
+        with self._lock:
+            self._in_flight += 1
+        try:
+            if _on_worker():
+                outcome = self._body(run, definition, ctx, fused)
+            else:
+                outcome = self._submit_and_join(run, definition, ctx, fused)
+        finally:
+            fused.close()
+            view._slot.signal = outer
+            with self._lock:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.notify_all()
+        return self._to_result(run, definition, outcome, fused)
+
+    def _body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
+        # Runs on the worker, after set_running_or_notify_cancel(): the one
+        # point where "queued" became "running".
+        if fused.aborted:
+            return _NOT_INVOKED
+        run.body_invoked = True
+        try:
+            return (True, definition.execute(run.arguments, ctx))
+        except BaseException as exc:  # every body fault is a result, never a crash
+            return (False, exc)
+
+    def _worker_body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
+        _enter_worker()
+        try:
+            return self._body(run, definition, ctx, fused)
+        finally:
+            _leave_worker()
+
+    def _submit_and_join(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
+        fut = self._executor.submit(self._worker_body, run, definition, ctx, fused)
+        interrupt: KeyboardInterrupt | None = None
+        handle = None
+        while True:
+            try:
+                if handle is None:
+                    # Withdraw the call if the signal aborts while it is
+                    # queued. cancel() fails once the worker has set the
+                    # future running; the worker then sees `fused` aborted
+                    # (marked before listeners run) or the body does.
+                    handle = fused.add_listener(lambda _s: fut.cancel())
+                if interrupt is not None and not fused.aborted:
+                    fused._abort(interrupt)
+                outcome = fut.result(timeout=_SLICE)
+                break
+            except FutureTimeout:
+                continue
+            except CancelledError:
+                outcome = _NOT_INVOKED
+                break
+            except KeyboardInterrupt as ki:
+                # Abort the dispatch signal and keep joining: never abandon.
+                if interrupt is None:
+                    interrupt = ki
+        if handle is not None:
+            handle.remove()
+        if interrupt is not None:
+            run.interrupt = interrupt
+            raise interrupt
+        return outcome
+
+    def _to_result(self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal) -> ToolExecutionResult:
+        if outcome is _NOT_INVOKED:
+            return aborted(fused.reason, invoked=False)
+        ok, payload = outcome
+        if not ok:
+            result = exception_failure(payload)
+            if isinstance(payload, AbortError):
+                run.body_abort = result
+            return result
+        checked = self._success(run, definition, payload, None)
+        if isinstance(checked, ToolSuccess):
+            run.body_success = checked
+        return checked
+
+    # -- result checking ----------------------------------------------------
+
+    def _success(
+        self, run: _Run, definition: ToolDefinition | None, value: Any, content: Any, base: ToolSuccess | None = None
+    ) -> ToolExecutionResult:
+        """Freeze and validate a success's ``value``; render content when
+        ``content`` is None. INVALID_TOOL_OUTPUT on any problem."""
+        name = run.call.name
+        try:
+            frozen, height = freeze_with_height(value)
+        except FreezeError as exc:
+            return _invalid_output(name, str(exc))
+        if definition is not None and definition._output_validator is not None:
+            problems = definition._output_validator.problems(frozen, height)
+            if problems:
+                return _invalid_output(name, "; ".join(problems))
+        if content is None:
+            try:
+                if definition is not None and definition.render is not None:
+                    content = definition.render(frozen)
+                else:
+                    content = frozen if isinstance(frozen, str) else dumps(frozen)
+            except Exception as exc:
+                return exception_failure(exc)
+        blocks = _content_blocks(content)
+        if isinstance(blocks, str):
+            return _invalid_output(name, blocks)
+        if base is None:
+            return ToolSuccess(frozen, blocks)
+        return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
+
+    def _check_result(self, run: _Run, result: ToolExecutionResult) -> ToolExecutionResult:
+        """Validate a result built outside the registry (a wrapper's)."""
+        contexts = _contexts(result.additional_contexts)
+        if isinstance(contexts, str):
+            return _invalid_output(run.call.name, contexts)
+        if isinstance(result, ToolSuccess):
+            blocks = _content_blocks(result.content)
+            if isinstance(blocks, str):
+                return _invalid_output(run.call.name, blocks)
+            base = ToolSuccess(None, (), result.meta, contexts)
+            return self._success(run, run.definition, result.value, blocks, base)
+        blocks = _content_blocks(result.content)
+        if isinstance(blocks, str):
+            return _invalid_output(run.call.name, blocks)
+        if blocks is result.content and contexts is result.additional_contexts:
+            return result
+        return ToolFailure(result.error, blocks, result.meta, contexts)
+
+    # -- phase 3: steps 6-7 -------------------------------------------------
+
+    def _complete(self, run: _Run) -> ToolExecutionResult:
+        """Steps 6-7: post-execute (unless skipped), caller cancellation over
+        a success, ``finalize_content``, freezing, observers (once).
+        Returns the final result; never raises for hook faults. A
+        ``KeyboardInterrupt`` here is recorded on ``run.interrupt``."""
+        if run.published:
+            assert run.result is not None
+            return run.result
+        result = run.result
+        if result is None:  # pragma: no cover - defensive: a phase was skipped
+            result = failure("internal error: the call has no result", name="RuntimeError", code=None)
+        view = run.view
+        assert view is not None
+        try:
+            if not run.skip_post and run.hooks.post_execute:
+                result = self._post_execute(run, view, result)
+            signal = run.call.signal
+            if isinstance(result, ToolSuccess) and signal.aborted:
+                result = aborted(signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
+            definition = run.definition
+            if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
+                result = self._finalize(run, definition, view, result)
+        except KeyboardInterrupt as ki:
+            if run.interrupt is None:
+                run.interrupt = ki
+            assert result is not None
+        if run.tool_contexts and not run.drop_tool_contexts:
+            result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
+        run.result = result
+        run.published = True
+        for observer in run.hooks.observers:
+            try:
+                observer(view, result)
+            except KeyboardInterrupt as ki:
+                if run.interrupt is None:
+                    run.interrupt = ki
+            except BaseException as exc:
+                report_unraisable(exc, f"Exception in result observer {observer!r}", result)
+        return result
+
+    def _post_execute(self, run: _Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
+        hooks = run.hooks.post_execute
+
+        def call_at(i: int) -> PostExecuteDecision:
+            if i == len(hooks):
+                return _ACCEPT
+            fn = hooks[i]
+            d = fn(view, result, lambda: call_at(i + 1))
+            if not isinstance(d, (Accept, Block)):
+                raise _HookReturnError(
+                    f"post-execute hook {_describe(fn)} returned {type(d).__name__}, expected Accept or Block"
+                )
+            return d
+
+        try:
+            decision = call_at(0)
+        except _HookReturnError as exc:
+            return attrs.evolve(_invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
+        except Exception as exc:
+            return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)
+        extra = _contexts(decision.additional_contexts)
+        if isinstance(extra, str):
+            return attrs.evolve(_invalid_output(run.call.name, extra), additional_contexts=result.additional_contexts)
+        contexts = result.additional_contexts + extra
+        if isinstance(decision, Block):
+            blocks = _content_blocks(decision.feedback)
+            if isinstance(blocks, str):
+                return attrs.evolve(_invalid_output(run.call.name, blocks), additional_contexts=result.additional_contexts)
+            run.drop_tool_contexts = True
+            text = "\n".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
+            return ToolFailure(ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)), blocks, None, contexts)
+        if isinstance(result, ToolFailure):
+            return attrs.evolve(result, additional_contexts=contexts) if extra else result
+        if decision.has_value:
+            base = ToolSuccess(None, (), result.meta, contexts)
+            return self._success(run, run.definition, decision.value, None, base)
+        if decision.content is not None:
+            blocks = _content_blocks(decision.content)
+            if isinstance(blocks, str):
+                return attrs.evolve(_invalid_output(run.call.name, blocks), additional_contexts=contexts)
+            return attrs.evolve(result, content=blocks, additional_contexts=contexts)
+        return attrs.evolve(result, additional_contexts=contexts) if extra else result
+
+    def _finalize(
+        self, run: _Run, definition: ToolDefinition, view: ToolExecution, result: ToolSuccess
+    ) -> ToolExecutionResult:
+        fn = definition.finalize_content
+        assert fn is not None
+        try:
+            content = fn(view, result)
+        except Exception as exc:
+            return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)
+        blocks = _content_blocks(content)
+        if isinstance(blocks, str):
+            return attrs.evolve(
+                _invalid_output(run.call.name, f"finalize_content: {blocks}"), additional_contexts=result.additional_contexts
+            )
+        return attrs.evolve(result, content=blocks)
+
+    # -- batch support --------------------------------------------------------
+
+    def _check_open(self) -> None:
+        """Raise ``RuntimeError`` when the registry is closed (and the caller
+        is not one of its in-flight bodies)."""
+        if self._closed and not _on_worker():
+            raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
+
+    def _submit(self, fn: Callable[[], _T]) -> Future[_T]:
+        """Run ``fn`` on the registry's executor with the worker thread marked
+        as a registry worker (so ``_dispatch`` there runs bodies inline)."""
+
+        def marked() -> _T:
+            _enter_worker()
+            try:
+                return fn()
+            finally:
+                _leave_worker()
+
+        return self._executor.submit(marked)
+
+
+def _content_blocks(content: Any) -> tuple[ContentBlock, ...] | str:
+    """Normalise content to a tuple of frozen blocks, or a problem string."""
+    if isinstance(content, str):
+        return text_content(content)
+    if not isinstance(content, (list, tuple)):
+        return f"content must be a str or a sequence of content blocks, not {type(content).__name__}"
+    out: list[ContentBlock] = []
+    for i, block in enumerate(content):
+        if type(block) is not FrozenDict:
+            if not isinstance(block, dict):
+                return f"content block {i} must be a JSON object, not {type(block).__name__}"
+            try:
+                block, _ = freeze_with_height(block)
+            except FreezeError as exc:
+                return f"content block {i}: {exc}"
+        kind = block.get("type")
+        if not isinstance(kind, str):
+            return f'content block {i} has no string "type"'
+        if kind == "text" and not isinstance(block.get("text"), str):
+            return f'text content block {i} has no string "text"'
+        out.append(block)
+    return tuple(out)
+
+
+def _contexts(contexts: Any) -> tuple[Any, ...] | str:
+    """Freeze additional contexts (JSON objects), or a problem string."""
+    if not contexts:
+        return ()
+    out = []
+    for i, ctx in enumerate(contexts):
+        if type(ctx) is not FrozenDict:
+            if not isinstance(ctx, dict):
+                return f"additional context {i} must be a JSON object, not {type(ctx).__name__}"
+            try:
+                ctx, _ = freeze_with_height(ctx)
+            except FreezeError as exc:
+                return f"additional context {i}: {exc}"
+        out.append(ctx)
+    return tuple(out)

@@ -1,0 +1,115 @@
+"""JSON Schema compilation and validation with ``jsonschema-rs`` (DESIGN.md §3).
+
+Guarantees:
+
+* A schema is checked against its meta-schema and compiled **once**
+  (``CompiledSchema``); validating a value never compiles anything.
+* Validation never crashes the process on deep values. ``jsonschema-rs``
+  recurses natively, and a native stack overflow is a segfault, not a
+  ``RecursionError``. Values nested at most ``INLINE_DEPTH`` levels are
+  validated in the calling thread; deeper values (up to ``MAX_DEPTH``)
+  are validated on a short-lived helper thread whose stack is sized for
+  the depth. Deeper than ``MAX_DEPTH`` is reported as a problem, never
+  attempted. The helper's creation sets ``threading.stack_size`` briefly
+  (process-global); it is serialised by a lock and restored at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Final
+
+import jsonschema_rs
+
+from ._freeze import json_path
+
+__all__ = ["CompiledSchema", "INLINE_DEPTH", "MAX_DEPTH"]
+
+INLINE_DEPTH: Final = 200
+MAX_DEPTH: Final = 200_000
+_MAX_ERRORS: Final = 5
+_MAX_MESSAGE: Final = 300
+# Measured: jsonschema-rs uses roughly 0.4-1 KiB of native stack per level
+# for a recursive ($ref/anyOf) schema; 4 KiB per level leaves ample slack.
+_STACK_PER_LEVEL: Final = 4096
+_STACK_BASE: Final = 16 * 1024 * 1024
+_STACK_LOCK: Final = threading.Lock()
+_SLICE: Final = 0.25
+
+
+class CompiledSchema:
+    """A compiled JSON Schema (2020-12 unless ``$schema`` says otherwise).
+
+    ``CompiledSchema(schema, what)`` raises ``ValueError`` naming ``what``
+    when ``schema`` is not a valid JSON Schema."""
+
+    __slots__ = ("_validator",)
+
+    def __init__(self, schema: Any, what: str) -> None:
+        try:
+            jsonschema_rs.meta.validate(schema)
+        except jsonschema_rs.ValidationError as exc:
+            raise ValueError(f"{what} is not a valid JSON Schema: {_short(exc.message)}") from None
+        except Exception as exc:  # e.g. an unknown $schema draft
+            raise ValueError(f"{what} is not a valid JSON Schema: {_short(str(exc))}") from None
+        try:
+            self._validator = jsonschema_rs.validator_for(schema)
+        except Exception as exc:
+            raise ValueError(f"{what} could not be compiled: {_short(str(exc))}") from None
+
+    def problems(self, value: Any, height: int) -> list[str]:
+        """Violations of ``value`` (a frozen JSON value nested ``height``
+        levels), each ``"<message> at <JSON path>"``; empty when valid.
+        Blocks; runs in the calling thread unless the value is deep."""
+        if height <= INLINE_DEPTH:
+            return self._problems(value)
+        if height > MAX_DEPTH:
+            return [f"value nests {height} levels deep, more than the {MAX_DEPTH} that can be validated"]
+        return self._problems_on_big_stack(value, height)
+
+    def _problems(self, value: Any) -> list[str]:
+        out: list[str] = []
+        try:
+            for err in self._validator.iter_errors(value):
+                out.append(f"{_short(err.message)} at {json_path(list(err.instance_path))}")
+                if len(out) >= _MAX_ERRORS:
+                    break
+        except ValueError:
+            # jsonschema-rs refuses to describe some deep values ("Recursion
+            # limit reached" while formatting a message): fall back to a
+            # yes/no answer.
+            try:
+                ok = self._validator.is_valid(value)
+            except ValueError as exc:
+                return [f"value could not be validated: {_short(str(exc))}"]
+            return [] if ok else ["value does not match the schema (too deeply nested to describe)"]
+        return out
+
+    def _problems_on_big_stack(self, value: Any, height: int) -> list[str]:
+        box: list[list[str] | BaseException] = []
+
+        def work() -> None:
+            try:
+                box.append(self._problems(value))
+            except BaseException as exc:  # pragma: no cover - reported below
+                box.append(exc)
+
+        size = _STACK_BASE + height * _STACK_PER_LEVEL
+        with _STACK_LOCK:
+            old = threading.stack_size(size)
+            try:
+                thread = threading.Thread(target=work, name="dshtools-deep-validate", daemon=True)
+                thread.start()
+            finally:
+                threading.stack_size(old)
+        while thread.is_alive():
+            thread.join(_SLICE)
+        result = box[0] if box else RuntimeError("validation thread died")
+        if isinstance(result, BaseException):
+            return [f"value could not be validated: {type(result).__name__}: {_short(str(result))}"]
+        return result
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
