@@ -153,7 +153,7 @@ def freeze_with_height(value: object) -> tuple[Any, int]:
             raise FreezeError(f"non-finite number {value!r} is not JSON", "$")
         return value, 0
     if not isinstance(value, (dict, list, tuple)):
-        raise FreezeError(f"unsupported type {t.__name__!r} (not a JSON value)", "$")
+        raise FreezeError(_own_problem(value) or f"unsupported type {t.__name__!r} (not a JSON value)", "$")
     # Fast path for the common small, shallow, well-formed value; anything
     # unusual (depth, size, a bad value, a shared container) falls back to
     # the iterative walk, which also produces the precise error.
@@ -162,6 +162,18 @@ def freeze_with_height(value: object) -> tuple[Any, int]:
         return _fast(value, 0, budget)
     except _Fallback:
         return _freeze_container(value)
+
+
+def _own_problem(value: object) -> str | None:
+    """The ``__json_problem__`` text of a placeholder that knows why it is
+    not JSON (``dshtools.openai.MalformedArguments``: the model's arguments
+    string did not parse), so INVALID_ARGS can tell the model what it got
+    wrong. Never raises."""
+    try:
+        problem = getattr(value, "__json_problem__", None)
+    except Exception:
+        return None
+    return problem if isinstance(problem, str) else None
 
 
 _FAST_DEPTH = 32

@@ -90,7 +90,9 @@ class MalformedArguments:
 
     Not a JSON value, so the registry rejects it at materialization
     (DESIGN.md §3 step 1) and the call's result is an ``INVALID_ARGS``
-    failure, with precedence over everything else (DESIGN.md §7).
+    failure, with precedence over everything else (DESIGN.md §7), whose
+    text is ``Error: invalid arguments: arguments are not valid JSON:
+    <error> at $`` (the freeze step reads ``__json_problem__``).
     """
 
     raw: str
@@ -101,6 +103,12 @@ class MalformedArguments:
         """``arguments are not valid JSON: <error>`` -- the text the model
         should see."""
         return f"arguments are not valid JSON: {self.error}"
+
+    @property
+    def __json_problem__(self) -> str:
+        """Read by the registry's materialization (``dshtools._freeze``) to
+        word the ``INVALID_ARGS`` message."""
+        return self.message
 
     def __str__(self) -> str:
         return self.message

@@ -132,11 +132,11 @@ def test_malformed_json_arguments_execute_to_invalid_args_through_a_real_registr
     assert bad.error.info is not None and bad.error.info.code == INVALID_ARGS
     text = bad.content[0]["text"]
     assert text.startswith("Error: invalid arguments")
-    # The model is told its arguments were malformed JSON (the sentinel's
-    # name, or the JSON error itself where the registry reports it).
+    # The model is told what is wrong with its JSON, with line and column.
     sentinel = calls[0].arguments
     assert isinstance(sentinel, doa.MalformedArguments)
-    assert "MalformedArguments" in text or sentinel.error in text
+    assert text == f"Error: invalid arguments: arguments are not valid JSON: {sentinel.error} at $"
+    assert "line 1 column" in text
     assert isinstance(ok, ToolSuccess) and ok.value == {"sum": 5}
     assert len(ran) == 1  # INVALID_ARGS skips every later phase (DESIGN §3 step 1)
     msgs = doa.tool_messages(calls, [bad, ok])
