@@ -627,7 +627,9 @@ class ToolRegistry:
             run.settled = True
             view._slot.signal = call.signal  # unconditionally, whatever a wrapper left
         # Step 5: classification.
-        if result is not run.body_success:
+        # Registry-built body results are valid already; re-checking would
+        # copy them and lose the identity test against run.body_abort below.
+        if result is not run.body_success and result is not run.body_abort:
             result = self._check_result(run, result)
         cancel = self._cancellation(run)
         if cancel is not None and (isinstance(result, ToolSuccess) or result is run.body_abort):
