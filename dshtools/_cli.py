@@ -1,0 +1,659 @@
+"""The command line: ``python -m dshtools demo`` and ``python -m dshtools
+replay`` (DESIGN.md §6).
+
+Guarantees:
+
+* Every assistant message's ``tool_calls`` run as one ``execute_batch``, in
+  transcript order, with one caller-owned ``AbortController`` for the whole
+  run. ``--cancel-after S`` arms ``AbortSignal.timeout(S)`` whose listener
+  (on the shared timer thread) aborts that controller mid-turn.
+* Exactly one row per call: results are collected by a result observer, so
+  a run interrupted by Ctrl-C still prints every call that was published
+  (``execute_batch`` publishes every result before it re-raises
+  ``KeyboardInterrupt``). Batches after an interruption still run, with the
+  controller already aborted, so their calls are reported as
+  ``ABORTED_BEFORE_DISPATCH``.
+* Before exiting, quiescence is checked and printed: no live child
+  process, no dispatch (demo: no tool body) in flight, and no listener left
+  on the caller's signal. A failed check exits 1.
+* Progress (calls in flight and for how long) goes to stderr only while
+  stderr is a terminal; the ticker thread is stopped and joined before the
+  table is printed.
+
+Exit codes: 0 success; 1 a quiescence check failed; 2 usage error (one line
+on stderr); 130 interrupted by Ctrl-C (SIGINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from importlib import resources
+from typing import IO, Any
+
+import attrs
+
+from . import openai as dopenai
+from ._batch import execute_batch
+from ._registry import ToolRegistry
+from ._signal import AbortController, AbortSignal
+from ._types import (
+    DENIED,
+    INVALID_ARGS,
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    UNKNOWN_TOOL,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+)
+
+__all__ = ["main", "UsageError", "load_transcript", "load_registry"]
+
+EXIT_OK = 0
+EXIT_QUIESCENCE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+DEFAULT_CANCEL_AFTER = 1.5
+_TICK = 0.25  # progress refresh period (seconds), TTY only
+
+
+class UsageError(Exception):
+    """A user error reported as one line on stderr with exit status 2."""
+
+
+# ---------------------------------------------------------------------------
+# Transcript
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"transcript not found: {path}") from None
+    except IsADirectoryError:
+        raise UsageError(f"transcript is a directory, not a file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read transcript {path}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"transcript {path} is not valid JSON: {exc}") from None
+
+
+def transcript_batches(data: object, source: str = "transcript") -> list[list[Any]]:
+    """The ``tool_calls`` lists of ``data``'s assistant messages, in order.
+
+    ``data`` is an OpenAI Chat Completions message list, a ``{"messages":
+    [...]}`` object, or one assistant message. Messages of other roles
+    (including earlier ``role: "tool"`` answers) are ignored. Raises
+    ``UsageError`` when the shape is none of these or no assistant message
+    has a non-empty ``tool_calls`` list."""
+    if isinstance(data, dict) and "messages" in data:
+        messages = data["messages"]
+        if not isinstance(messages, list):
+            raise UsageError(f'{source}: "messages" must be a list of messages')
+    elif isinstance(data, dict):
+        messages = [data]
+    elif isinstance(data, list):
+        messages = data
+    else:
+        raise UsageError(
+            f"{source}: expected a message list, a {{\"messages\": [...]}} object or an assistant message, "
+            f"not a JSON {type(data).__name__}"
+        )
+    batches: list[list[Any]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise UsageError(f"{source}: message {index} is not a JSON object")
+        if message.get("role", "assistant") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if calls is None or calls == []:
+            continue
+        if not isinstance(calls, list):
+            raise UsageError(f'{source}: message {index}: "tool_calls" must be a list')
+        batches.append(calls)
+    if not batches:
+        raise UsageError(f"{source}: no assistant message with tool_calls")
+    return batches
+
+
+def load_transcript(path: str) -> list[list[Any]]:
+    """Read ``path`` and return its batches (see ``transcript_batches``)."""
+    return transcript_batches(_read_json(path), path)
+
+
+def _to_inputs(batches: list[list[Any]], signal: AbortSignal, source: str) -> list[list[ToolExecutionInput]]:
+    converted: list[list[ToolExecutionInput]] = []
+    for number, calls in enumerate(batches, 1):
+        try:
+            converted.append(dopenai.calls_from_message({"role": "assistant", "tool_calls": calls}, signal=signal))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise UsageError(f"{source}: assistant message #{number}: bad tool_calls: {exc}") from None
+    return converted
+
+
+# ---------------------------------------------------------------------------
+# --tools MODULE:ATTRIBUTE
+
+
+def load_registry(spec: str) -> tuple[ToolRegistry, bool]:
+    """Resolve ``MODULE:ATTRIBUTE`` (the attribute may be dotted) to a
+    ``ToolRegistry``: the attribute itself, or the result of calling it with
+    no arguments. Returns ``(registry, created)`` where ``created`` says the
+    registry came from a factory call. The current directory is importable
+    (as with ``python -m``). Raises ``UsageError``."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise UsageError(f"--tools must look like MODULE:ATTRIBUTE, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--tools: cannot import module {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"--tools: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    target: object = module
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(f"--tools: module {module_name!r} has no attribute {attr_path!r}") from None
+    if isinstance(target, ToolRegistry):
+        return target, False
+    if callable(target):
+        try:
+            made = target()
+        except Exception as exc:
+            raise UsageError(f"--tools: calling {spec}() failed: {type(exc).__name__}: {exc}") from None
+        if isinstance(made, ToolRegistry):
+            return made, True
+        raise UsageError(f"--tools: {spec}() returned {type(made).__name__}, not a ToolRegistry")
+    raise UsageError(f"--tools: {spec} is {type(target).__name__}, not a ToolRegistry or a factory returning one")
+
+
+# ---------------------------------------------------------------------------
+# Instrumentation: dispatch meter, result collector, progress ticker
+
+
+@attrs.define
+class _Row:
+    batch: int
+    call_id: str
+    name: str
+    result: ToolExecutionResult | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+class _Meter:
+    """An around-dispatch wrapper that times each dispatch and knows what
+    is in flight. Runs on the thread that runs the around-dispatch
+    waterfall (a registry worker or the batch's calling thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, tuple[str, str, float]] = {}
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    def __call__(self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        key = id(execution)
+        start = time.monotonic()
+        with self._lock:
+            self._in_flight[key] = (execution.call_id, execution.name, start)
+        try:
+            return next()
+        finally:
+            end = time.monotonic()
+            with self._lock:
+                del self._in_flight[key]
+                self.spans[execution.call_id] = (start, end)
+
+    def in_flight(self) -> list[tuple[str, str, float]]:
+        with self._lock:
+            return sorted(self._in_flight.values(), key=lambda item: item[2])
+
+
+class _Collector:
+    """A result observer that keeps every published result, in publication
+    order (model order within a batch; DESIGN.md §4)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.published: list[tuple[str, ToolExecutionResult]] = []
+
+    def __call__(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        with self._lock:
+            self.published.append((execution.call_id, result))
+
+    def take(self) -> list[tuple[str, ToolExecutionResult]]:
+        with self._lock:
+            out, self.published = self.published, []
+            return out
+
+
+class _Ticker:
+    """Writes the calls in flight to ``stream`` every _TICK seconds while
+    ``stream`` is a terminal; ``stop()`` joins the thread and clears the
+    line. Never started when ``stream`` is not a TTY."""
+
+    def __init__(self, meter: _Meter, stream: IO[str]) -> None:
+        self._meter = meter
+        self._stream = stream
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        isatty = getattr(stream, "isatty", None)
+        if isatty is not None and isatty():
+            self._thread = threading.Thread(target=self._run, name="dshtools-progress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(_TICK):
+            now = time.monotonic()
+            items = self._meter.in_flight()
+            text = ", ".join(f"{cid} {name} {now - t0:.1f}s" for cid, name, t0 in items) or "-"
+            self._stream.write(f"\r\x1b[K  in flight: {text}"[:200])
+            self._stream.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+# ---------------------------------------------------------------------------
+# Running a transcript
+
+
+@attrs.define
+class _Run:
+    rows: list[_Row]
+    interrupted: bool
+    cancelled_at: float | None
+    elapsed: float
+    listener_count: int
+    tool_messages: list[dict[str, Any]]
+
+
+def _run_batches(
+    registry: ToolRegistry,
+    batches: list[list[Any]],
+    *,
+    source: str,
+    cancel_after: float | None,
+    max_parallel: int,
+    meter: _Meter,
+) -> _Run:
+    """Run every batch through ``execute_batch`` on this (the main) thread."""
+    controller = AbortController()
+    inputs = _to_inputs(batches, controller.signal, source)
+    collector = _Collector()
+    rows: list[_Row] = []
+    tool_messages: list[dict[str, Any]] = []
+    cancelled_at: list[float] = []
+    interrupted = False
+    t0 = time.monotonic()
+    with ExitStack() as stack:
+        stack.callback(registry.add_around_dispatch(meter))
+        stack.callback(registry.add_result_observer(collector))
+        if cancel_after is not None:
+            timer = AbortSignal.timeout(cancel_after)
+            stack.callback(timer.close)
+
+            def cancel(_signal: AbortSignal) -> None:
+                cancelled_at.append(time.monotonic() - t0)
+                controller.abort(f"--cancel-after {cancel_after:g}s elapsed")
+
+            stack.callback(timer.add_listener(cancel).remove)
+        ticker = _Ticker(meter, sys.stderr)
+        stack.callback(ticker.stop)
+        for number, calls in enumerate(inputs, 1):
+            try:
+                try:
+                    execute_batch(registry, calls, signal=controller.signal, max_parallel=max_parallel)
+                except KeyboardInterrupt:
+                    # execute_batch published every result before re-raising.
+                    interrupted = True
+                    controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+            except KeyboardInterrupt:  # a second Ctrl-C between batches
+                interrupted = True
+                controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+            # Observers also see nested calls (run.dispatch); match the
+            # batch's own calls by id, in publication order.
+            published = collector.take()
+            for call in calls:
+                row = _Row(number, call.call_id, call.name)
+                for index, (call_id, result) in enumerate(published):
+                    if call_id == call.call_id:
+                        row.result = result
+                        del published[index]
+                        break
+                span = meter.spans.pop(call.call_id, None)
+                if span is not None:
+                    row.started, row.ended = span[0] - t0, span[1] - t0
+                rows.append(row)
+                if row.result is not None:
+                    tool_messages.append(dopenai.tool_message(call.call_id, row.result))
+    elapsed = time.monotonic() - t0
+    return _Run(
+        rows=rows,
+        interrupted=interrupted,
+        cancelled_at=cancelled_at[0] if cancelled_at else None,
+        elapsed=elapsed,
+        listener_count=controller.signal.listener_count,
+        tool_messages=tool_messages,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Output
+
+
+def outcome_of(result: ToolExecutionResult | None) -> str:
+    """``SUCCESS``, the failure's code, ``ERROR(<info name>)`` for a failure
+    without a code, or ``NO RESULT``."""
+    if result is None:
+        return "NO RESULT"
+    if not result.is_error:
+        return "SUCCESS"
+    code = result.code
+    if code is not None:
+        return code
+    info = result.error.info  # type: ignore[union-attr]
+    return f"ERROR({info.name if info is not None else '?'})"
+
+
+def _inferred_invoked(result: ToolExecutionResult | None) -> str:
+    if result is None:
+        return "?"
+    code = result.code
+    if code == TOOL_ABORTED or not result.is_error:
+        return "yes"
+    if code in (TOOL_ABORTED_BEFORE_DISPATCH, UNKNOWN_TOOL, INVALID_ARGS, DENIED):
+        return "no"
+    return "?"
+
+
+def _detail(result: ToolExecutionResult | None) -> str:
+    if result is None:
+        return ""
+    texts = [str(block.get("text", "")) for block in result.content if block.get("type") == "text"]
+    text = " ".join(" ".join(texts).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[str]) -> None:
+    header = ("BATCH", "CALL ID", "TOOL", "OUTCOME", "BODY", "DURATION", "DETAIL")
+    lines: list[tuple[str, ...]] = [header]
+    for row in rows:
+        if row.started is not None and row.ended is not None:
+            duration = f"{row.ended - row.started:.3f}s"
+        else:
+            duration = "-"
+        lines.append(
+            (str(row.batch), row.call_id, row.name, outcome_of(row.result), invoked(row), duration, _detail(row.result))
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    for line in lines:
+        cells = [cell.ljust(widths[i]) if i != 5 else cell.rjust(widths[i]) for i, cell in enumerate(line[:-1])]
+        print("  ".join(cells + [line[-1]]).rstrip(), file=out)
+
+
+def live_children() -> list[int]:
+    """PIDs of live (non-zombie) descendants of this process: psutil when
+    installed, else ``/proc`` (direct children only)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        alive = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(child.pid)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+    me = str(os.getpid()).encode()
+    found = []
+    if os.path.isdir("/proc/self"):
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            fields = data[data.rfind(b")") + 2 :].split()
+            if len(fields) >= 2 and fields[1] == me and fields[0] not in (b"Z", b"X"):
+                found.append(int(name))
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+def _finite_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _report(run: _Run, invoked: Callable[[_Row], str], extra_checks: list[tuple[str, bool]], json_out: bool) -> int:
+    """Print the table (stdout, or stderr under --json) and the quiescence
+    lines; return the exit status."""
+    out = sys.stderr if json_out else sys.stdout
+    if json_out:
+        json.dump(run.tool_messages, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    print_table(run.rows, invoked, out)
+    if run.interrupted:
+        print("interrupted (Ctrl-C): running calls were cancelled and joined", file=out)
+    elif run.cancelled_at is not None:
+        print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
+    print(f"finished in {run.elapsed:.2f}s", file=out)
+    print("quiescence:", file=out)
+    ok = True
+    checks = extra_checks + [("caller signal listener_count == 0", run.listener_count == 0)]
+    for label, passed in checks:
+        ok = ok and passed
+        print(f"  {'ok  ' if passed else 'FAIL'} {label}", file=out)
+    out.flush()
+    if run.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if ok else EXIT_QUIESCENCE
+
+
+def _child_check() -> tuple[str, bool]:
+    children = live_children()
+    if children:
+        return (f"no child process alive (alive: {', '.join(map(str, children))})", False)
+    return ("no child process alive", True)
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from ._demo import DemoServer, DemoTools, group_alive
+
+    cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
+    source = "demo_transcript.json"
+    data = json.loads(resources.files("dshtools").joinpath("data").joinpath("demo_transcript.json").read_text("utf-8"))
+    batches = transcript_batches(data, source)
+    meter = _Meter()
+    with ExitStack() as stack:
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="dshtools-demo-"))
+        with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
+            f.write("TODO: ship the cancellable registry\n")
+        server = stack.enter_context(DemoServer())
+        tools = stack.enter_context(DemoTools(server.base_url, workdir))
+        out = sys.stderr if ns.json else sys.stdout
+        ncalls = sum(len(b) for b in batches)
+        print(
+            f"dshtools demo: {ncalls} calls in {len(batches)} batches from {source}; "
+            f"local server {server.base_url}; "
+            + ("no cancellation" if cancel_after is None else f"cancel after {cancel_after:g}s"),
+            file=out,
+            flush=True,
+        )
+        run = _run_batches(
+            tools.registry,
+            batches,
+            source=source,
+            cancel_after=cancel_after,
+            max_parallel=ns.max_parallel,
+            meter=meter,
+        )
+        # Quiescence is checked right after the batches returned, before the
+        # registry is closed: execute_batch itself must have joined every body.
+        pgids = tools.process_groups
+        alive = [pgid for pgid in pgids if group_alive(pgid)]
+        listed = ", ".join(map(str, pgids)) or "none"
+        checks = [
+            (
+                f"no process left in the {len(pgids)} process groups the shell tool created "
+                f"(pgids: {listed}; alive: {', '.join(map(str, alive)) or 'none'})",
+                not alive,
+            ),
+            _child_check(),
+            (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
+        ]
+        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def cmd_replay(ns: argparse.Namespace) -> int:
+    batches = load_transcript(ns.transcript)
+    registry, created = load_registry(ns.tools)
+    meter = _Meter()
+    try:
+        run = _run_batches(
+            registry,
+            batches,
+            source=ns.transcript,
+            cancel_after=ns.cancel_after,
+            max_parallel=ns.max_parallel,
+            meter=meter,
+        )
+        in_flight = len(meter.in_flight())
+        checks = [
+            _child_check(),
+            (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
+        ]
+        return _report(run, lambda row: _inferred_invoked(row.result), checks, ns.json)
+    finally:
+        registry.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dshtools",
+        description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
+        epilog="Exit status: 0 success, 1 a quiescence check failed, 2 usage error, 130 interrupted (Ctrl-C). "
+        "Without a command, runs the demo.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser, cancel_default: float | None) -> None:
+        p.add_argument(
+            "--cancel-after",
+            type=_finite_seconds,
+            default=cancel_default,
+            metavar="S",
+            help="abort the run's caller signal after S seconds (mid-turn cancellation)"
+            + (f"; default {cancel_default:g}" if cancel_default is not None else "; default: never"),
+        )
+        p.add_argument(
+            "--max-parallel",
+            type=_positive_int,
+            default=10,
+            metavar="N",
+            help="how many parallel-safe calls may overlap (default 10)",
+        )
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help='print the role "tool" messages as a JSON list on stdout (the table goes to stderr)',
+        )
+
+    demo = sub.add_parser(
+        "demo",
+        help="replay the bundled transcript against real blocking tools and a local HTTP server",
+        description="Replay the bundled transcript (shell, http_get, read_file, sleep against a local "
+        "server) with TimeoutPolicy and a mid-run cancellation, then prove quiescence.",
+    )
+    common(demo, DEFAULT_CANCEL_AFTER)
+    demo.add_argument("--no-cancel", action="store_true", help="do not cancel; every call runs to its end or timeout")
+    demo.set_defaults(func=cmd_demo)
+
+    replay = sub.add_parser(
+        "replay",
+        help="replay a transcript's tool calls against your own registry",
+        description="Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {\"messages\": [...]} "
+        "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
+        "against the registry named by --tools. Ctrl-C cancels cooperatively and exits 130.",
+    )
+    replay.add_argument("transcript", metavar="TRANSCRIPT.json")
+    replay.add_argument(
+        "--tools",
+        required=True,
+        metavar="MODULE:ATTRIBUTE",
+        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+    )
+    common(replay, None)
+    replay.set_defaults(func=cmd_replay)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m dshtools`` and the ``dshtools`` script.
+    Returns the exit status (see the module docstring)."""
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns = parser.parse_args(args or ["demo"])
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        status: int = ns.func(ns)
+        return status
+    except UsageError as exc:
+        print(f"dshtools: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C outside a batch (e.g. while loading): nothing was running.
+        print("dshtools: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

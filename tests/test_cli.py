@@ -1,0 +1,398 @@
+"""The command line end to end (DESIGN.md §6): ``python -m dshtools demo``
+and ``replay`` run as real subprocesses.
+
+Synchronisation with the child never sleeps: the SIGINT test reads the line
+the tool body prints when it starts and a FIFO its shell writes once its
+grandchildren exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+TOOLS_MODULE = '''
+import sys
+
+from dshtools import ToolDefinition, ToolError, ToolRegistry
+from dshtools import io as dio
+
+OBJ = {"type": "object"}
+
+
+def _echo(args, run):
+    return {"echo": args["text"]}
+
+
+def _fail(args, run):
+    raise ToolError("nope", "E_NOPE")
+
+
+def _wait(args, run):
+    print(f"BODY STARTED {run.call_id}", file=sys.stderr, flush=True)
+    dio.sleep(args["seconds"], run.signal)
+    return {"waited": args["seconds"]}
+
+
+def _spawn(args, run):
+    print(f"BODY STARTED {run.call_id}", file=sys.stderr, flush=True)
+    script = 'sleep 30 & sleep 30 & echo ready > "$0"; wait'
+    dio.run_process(["/bin/sh", "-c", script, args["fifo"]], run.signal, grace=1.0)
+    return {}
+
+
+def make():
+    r = ToolRegistry()
+    r.register(ToolDefinition("echo", "echo text", OBJ, _echo, is_concurrency_safe=lambda a: True))
+    r.register(ToolDefinition("fail", "always fails", OBJ, _fail, is_concurrency_safe=lambda a: True))
+    r.register(ToolDefinition("wait", "sleep cooperatively", OBJ, _wait))
+    r.register(ToolDefinition("spawn", "shell with children", OBJ, _spawn))
+    return r
+
+
+registry = make()
+not_a_registry = 42
+
+
+def bad_factory():
+    return "nope"
+'''
+
+TIMEOUT_S = 30
+
+
+def _call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _run(args: list[str], tmp_path: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dshtools", *args],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=TIMEOUT_S,
+        **kw,
+    )
+
+
+@pytest.fixture
+def tools_dir(tmp_path: Path) -> Path:
+    (tmp_path / "cli_tools_mod.py").write_text(TOOLS_MODULE)
+    return tmp_path
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    """call id -> [batch, call id, tool, outcome, body, duration, ...] for
+    every table row."""
+    rows: dict[str, list[str]] = {}
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("BATCH"))
+    for line in lines[start + 1 :]:
+        parts = line.split()
+        if len(parts) < 6 or not parts[0].isdigit():
+            break
+        rows[parts[1]] = parts
+    return rows
+
+
+def _outcomes(stdout: str) -> dict[str, str]:
+    return {cid: parts[3] for cid, parts in _rows(stdout).items()}
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
+
+
+# ---------------------------------------------------------------------- demo
+
+
+@pytest.mark.timeout(40)
+def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dshtools", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, checked below
+    )
+    stdout, stderr = child.communicate(timeout=TIMEOUT_S)
+    elapsed = time.monotonic() - t0
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert elapsed < 10
+    rows = _rows(proc.stdout)
+    outcomes = {cid: parts[3] for cid, parts in rows.items()}
+    assert outcomes == {
+        "call_01": "SUCCESS",
+        "call_02": "SUCCESS",
+        "call_03": "SUCCESS",
+        "call_04": "SUCCESS",
+        "call_05": "TOOL_TIMEOUT",
+        "call_06": "ERROR(FileNotFoundError)",
+        "call_07": "ABORTED",
+        "call_08": "ABORTED_BEFORE_DISPATCH",
+        "call_09": "ABORTED_BEFORE_DISPATCH",
+        "call_10": "ABORTED_BEFORE_DISPATCH",
+    }
+    bodies = {cid: parts[4] for cid, parts in rows.items()}
+    assert bodies["call_07"] == "yes" and bodies["call_05"] == "yes"
+    assert [bodies[f"call_{i:02d}"] for i in (8, 9, 10)] == ["no", "no", "no"]
+    assert "cancelled mid-run at" in proc.stdout
+    quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
+    assert len(quiescence) == 4
+    assert all(line.strip().startswith("ok") for line in quiescence), proc.stdout
+    assert any("process groups the shell tool created" in line for line in quiescence)
+    assert any("bodies in flight: 0" in line for line in quiescence)
+    assert any("listener_count == 0" in line for line in quiescence)
+    # Field case flavour: nothing of the demo's process group survives it,
+    # nor of any process group its shell tool created.
+    assert _group_members(child.pid) == []
+    pgids_line = next(line for line in quiescence if "pgids:" in line)
+    pgids = [int(p) for p in pgids_line.split("pgids:", 1)[1].split(";")[0].split(",")]
+    assert len(pgids) >= 2  # the read-only shell of turn 1 and the cancelled soak test
+    for pgid in pgids:
+        assert _group_members(pgid) == []
+
+
+@pytest.mark.timeout(40)
+def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(tmp_path: Path) -> None:
+    proc = _run(["demo", "--no-cancel"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    outcomes = _outcomes(proc.stdout)
+    assert outcomes["call_07"] == "TOOL_TIMEOUT"  # the soak test meets the shell's timeout
+    assert [outcomes[f"call_{i:02d}"] for i in (8, 9, 10)] == ["SUCCESS"] * 3
+    assert not {"ABORTED", "ABORTED_BEFORE_DISPATCH"} & set(outcomes.values())
+    assert "cancelled mid-run" not in proc.stdout
+    quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
+    assert all(line.strip().startswith("ok") for line in quiescence), proc.stdout
+
+
+# -------------------------------------------------------------------- replay
+
+
+def _write_transcript(tmp_path: Path, data: object, name: str = "t.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+TWO_TURNS = [
+    {"role": "user", "content": "go"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            _call("a1", "echo", {"text": "one"}),
+            _call("a2", "fail", {}),
+            _call("a3", "echo", {"text": "three"}),
+        ],
+    },
+    {"role": "tool", "tool_call_id": "a1", "content": "ignored"},
+    {"role": "assistant", "content": None, "tool_calls": [_call("b1", "nosuch", {}), _call("b2", "echo", {"text": "x"})]},
+]
+
+
+@pytest.mark.timeout(40)
+def test_replay_runs_each_assistant_message_as_one_batch(tools_dir: Path) -> None:
+    path = _write_transcript(tools_dir, TWO_TURNS)
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _rows(proc.stdout)
+    assert list(rows) == ["a1", "a2", "a3", "b1", "b2"]
+    assert [rows[c][0] for c in rows] == ["1", "1", "1", "2", "2"]
+    assert {c: r[3] for c, r in rows.items()} == {
+        "a1": "SUCCESS",
+        "a2": "E_NOPE",  # a sibling's failure cancels nothing (B32)
+        "a3": "SUCCESS",
+        "b1": "UNKNOWN_TOOL",
+        "b2": "SUCCESS",
+    }
+    assert "listener_count == 0" in proc.stdout
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize(
+    "shape",
+    ["message-list", "messages-object", "one-assistant-message"],
+)
+def test_replay_json_prints_parsable_tool_messages_for_every_transcript_shape(tools_dir: Path, shape: str) -> None:
+    message = {"role": "assistant", "content": None, "tool_calls": [_call("c1", "echo", {"text": "hi"}), _call("c2", "fail", {})]}
+    data: object = {
+        "message-list": [{"role": "user", "content": "hi"}, message],
+        "messages-object": {"messages": [message]},
+        "one-assistant-message": message,
+    }[shape]
+    path = _write_transcript(tools_dir, data)
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:make", "--json"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    messages = json.loads(proc.stdout)
+    assert [m["role"] for m in messages] == ["tool", "tool"]
+    assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]
+    assert "hi" in json.dumps(messages[0]["content"])
+    assert "Error: nope" in json.dumps(messages[1]["content"])
+    assert "SUCCESS" in proc.stderr  # the table went to stderr
+
+
+@pytest.mark.timeout(40)
+def test_replay_cancel_after_aborts_the_running_call_and_skips_the_rest(tools_dir: Path) -> None:
+    data = {
+        "role": "assistant",
+        "tool_calls": [
+            _call("d1", "echo", {"text": "fast"}),
+            _call("d2", "wait", {"seconds": 20}),
+            _call("d3", "echo", {"text": "never"}),
+        ],
+    }
+    path = _write_transcript(tools_dir, data)
+    t0 = time.monotonic()
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry", "--cancel-after", "0.3"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 10
+    assert _outcomes(proc.stdout) == {"d1": "SUCCESS", "d2": "ABORTED", "d3": "ABORTED_BEFORE_DISPATCH"}
+    assert "cancelled mid-run at" in proc.stdout
+
+
+@pytest.mark.timeout(40)
+def test_sigint_during_replay_cancels_joins_and_exits_130(tools_dir: Path) -> None:
+    fifo = tools_dir / "ready.fifo"
+    os.mkfifo(fifo)
+    data = {
+        "role": "assistant",
+        "tool_calls": [
+            _call("e1", "echo", {"text": "before"}),
+            _call("e2", "spawn", {"fifo": str(fifo)}),
+            _call("e3", "echo", {"text": "after"}),
+        ],
+    }
+    path = _write_transcript(tools_dir, data)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dshtools", "replay", str(path), "--tools", "cli_tools_mod:registry"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tools_dir),
+        cwd=tools_dir,
+        # The child must see SIGINT as Ctrl-C even if this runner ignores it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.strip() == "BODY STARTED e2", line
+        with open(fifo, encoding="ascii") as f:  # the shell's children exist now
+            assert f.read().strip() == "ready"
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        sleeps = [p for p in descendants if p.name() == "sleep"]
+        assert len(sleeps) == 2
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stdout + stderr
+    assert _outcomes(stdout) == {"e1": "SUCCESS", "e2": "ABORTED", "e3": "ABORTED_BEFORE_DISPATCH"}
+    assert "interrupted (Ctrl-C)" in stdout
+    for p in descendants:
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, p
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_cases(tmp: Path) -> dict[str, list[str]]:
+    (tmp / "bad.json").write_text("{not json")
+    (tmp / "none.json").write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]))
+    (tmp / "scalar.json").write_text("42")
+    good = _write_transcript(tmp, TWO_TURNS, "good.json")
+    return {
+        "missing-file": ["replay", str(tmp / "nope.json"), "--tools", "cli_tools_mod:registry"],
+        "malformed-json": ["replay", str(tmp / "bad.json"), "--tools", "cli_tools_mod:registry"],
+        "no-tool-calls": ["replay", str(tmp / "none.json"), "--tools", "cli_tools_mod:registry"],
+        "not-a-transcript": ["replay", str(tmp / "scalar.json"), "--tools", "cli_tools_mod:registry"],
+        "unimportable-module": ["replay", str(good), "--tools", "no_such_module_xyz:registry"],
+        "missing-attribute": ["replay", str(good), "--tools", "cli_tools_mod:nothing_here"],
+        "attribute-not-a-registry": ["replay", str(good), "--tools", "cli_tools_mod:not_a_registry"],
+        "factory-returns-non-registry": ["replay", str(good), "--tools", "cli_tools_mod:bad_factory"],
+        "tools-without-colon": ["replay", str(good), "--tools", "cli_tools_mod"],
+        "usage-missing-tools": ["replay", str(good)],
+        "usage-unknown-option": ["demo", "--frobnicate"],
+        "usage-bad-cancel-after": ["demo", "--cancel-after", "-1"],
+    }
+
+
+BAD_CASES = [
+    "missing-file",
+    "malformed-json",
+    "no-tool-calls",
+    "not-a-transcript",
+    "unimportable-module",
+    "missing-attribute",
+    "attribute-not-a-registry",
+    "factory-returns-non-registry",
+    "tools-without-colon",
+    "usage-missing-tools",
+    "usage-unknown-option",
+    "usage-bad-cancel-after",
+]
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_exits_2_with_one_line_on_stderr(tools_dir: Path, case: str) -> None:
+    args = _bad_cases(tools_dir)[case]
+    proc = _run(args, tools_dir)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    if case.startswith("usage-"):
+        # argparse prints its usage, then exactly one error line.
+        assert lines[-1].startswith("dshtools") and "error:" in lines[-1]
+    else:
+        assert len(lines) == 1, proc.stderr
+        assert lines[0].startswith("dshtools: error: ")
+
+
+@pytest.mark.timeout(10)
+def test_no_tool_calls_error_names_the_problem(tools_dir: Path) -> None:
+    args = _bad_cases(tools_dir)["no-tool-calls"]
+    proc = _run(args, tools_dir)
+    assert "no assistant message with tool_calls" in proc.stderr
+
+
+def test_transcript_shapes_parse_in_process() -> None:
+    from dshtools._cli import UsageError, transcript_batches
+
+    msg = {"role": "assistant", "tool_calls": [_call("x", "echo", {})]}
+    assert transcript_batches([msg, {"role": "tool", "content": "r"}, msg]) == [msg["tool_calls"]] * 2
+    assert transcript_batches({"messages": [msg]}) == [msg["tool_calls"]]
+    assert transcript_batches(msg) == [msg["tool_calls"]]
+    for bad in ([], {"messages": "x"}, "str", [1], [{"role": "assistant", "tool_calls": "x"}]):
+        with pytest.raises(UsageError):
+            transcript_batches(bad)
+
