@@ -25,6 +25,8 @@ from ._hooks import (
     ToolDefinition,
 )
 from ._registry import ToolRegistry
+from ._policies import TimeoutPolicy
+from ._batch import execute_batch
 from ._types import (
     DENIED,
     INVALID_ARGS,
@@ -55,6 +57,9 @@ __all__ = [
     "TimeoutReason",
     "deadline",
     "timeout_of",
+    # policies and scheduling (DESIGN.md §4)
+    "TimeoutPolicy",
+    "execute_batch",
     # registry (DESIGN.md §2, §3)
     "Accept",
     "Allow",

@@ -1,0 +1,312 @@
+"""Batch execution of one model turn's tool calls (DESIGN.md §4).
+
+Guarantees:
+
+* Exactly one result per call, returned in model order, and exactly one
+  publication per call to the result observers — also for calls that never
+  started because the batch was cancelled (field cases B14, B16).
+* Only dispatch overlaps. Pre-execute/approval/guards (``_begin``) and
+  post-execute/observers (``_complete``) run on the calling thread, in model
+  order. A run of consecutive calls whose ``execution_mode`` is
+  ``"parallel"`` dispatches up to ``max_parallel`` at a time on registry
+  workers; an ``"exclusive"`` call waits until everything before it has
+  completed, runs alone, and holds later calls back until its own result is
+  published.
+* Cancellation (the batch ``signal``, or a ``KeyboardInterrupt`` in the
+  calling thread) starts nothing new: queued dispatches are withdrawn,
+  started bodies are signalled through their call's fused signal and
+  drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
+  A ``KeyboardInterrupt`` is re-raised once every result is published.
+* A tool's failure never cancels its siblings (B32).
+* An internal fault of the scheduler (never a tool or policy fault, which
+  the registry turns into results) stops new dispatch, drains started work,
+  closes every signal it created, and then raises: no result is invented.
+
+Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
+interrupt])`` where ``interrupt`` is private to this batch; every such
+fused signal is closed before ``execute_batch`` returns, so the caller's
+signals end with no listener left by the batch.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._signal import AbortController, AbortSignal
+from ._types import ToolExecutionInput, ToolExecutionResult
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry, _Run
+
+__all__ = ["execute_batch"]
+
+# Slice for the calling thread's waits so that KeyboardInterrupt is seen
+# promptly on every platform (B19).
+_WAIT_SLICE = 0.25
+
+
+def _check_max_parallel(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_parallel must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_parallel must be >= 1, got {value}")
+    return value
+
+
+class _Slot:
+    """One call's progress through the batch."""
+
+    __slots__ = ("index", "call", "run", "future", "done", "error")
+
+    def __init__(self, index: int, call: ToolExecutionInput) -> None:
+        self.index = index
+        self.call = call
+        self.run: _Run | None = None
+        self.future: Future[None] | None = None
+        self.done = False  # dispatch finished, or never needed
+        self.error: BaseException | None = None
+
+
+class _Batch:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        calls: list[ToolExecutionInput],
+        signal: AbortSignal,
+        max_parallel: int,
+    ) -> None:
+        self.registry = registry
+        self.calls = calls
+        self.signal = signal
+        self.max_parallel = max_parallel
+        self.interrupt = AbortController()
+        self.results: list[ToolExecutionResult | None] = [None] * len(calls)
+        self.fused: list[AbortSignal] = []
+        self.window: list[_Slot] = []  # begun, not yet completed, model order
+        self.begun = 0  # calls [0, begun) have been begun
+        self.in_flight = 0
+        # Worker -> calling thread: a finished slot, or None as a wake-up
+        # when the batch signal aborts.
+        self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
+        self.interrupted: KeyboardInterrupt | None = None
+
+    def cancelled(self) -> bool:
+        return self.signal.aborted or self.interrupt.signal.aborted
+
+    # ------------------------------------------------------------- per call
+
+    def begin(self, index: int) -> _Slot:
+        call = self.calls[index]
+        fused = AbortSignal.any_of([call.signal, self.signal, self.interrupt.signal])
+        self.fused.append(fused)
+        slot = _Slot(index, attrs.evolve(call, signal=fused))
+        # After cancellation the fused signal is already aborted, so _begin
+        # settles the call as ABORTED_BEFORE_DISPATCH and runs no hook
+        # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
+        # The slot is recorded only once _begin returned: a call whose
+        # _begin was interrupted counts as never begun and is settled again.
+        slot.run = run = self.registry._begin(slot.call)
+        slot.done = run.result is not None
+        if run.interrupt is not None:
+            # A KeyboardInterrupt inside pre-execute/approval: the registry
+            # settled the call as ABORTED_BEFORE_DISPATCH and recorded it.
+            self.on_interrupt(run.interrupt)
+        self.window.append(slot)
+        self.begun = index + 1
+        return slot
+
+    def submit(self, slot: _Slot) -> None:
+        run = slot.run
+        assert run is not None
+        events = self.events
+        dispatch = self.registry._dispatch
+
+        def work() -> None:
+            try:
+                dispatch(run)
+            except BaseException as exc:  # a fault of the pipeline itself
+                slot.error = exc
+            finally:
+                events.put(slot)
+
+        slot.future = self.registry._submit(work)
+        self.in_flight += 1
+
+    def dispatch_here(self, slot: _Slot) -> None:
+        assert slot.run is not None
+        try:
+            self.registry._dispatch(slot.run)
+        finally:
+            # Even when a KeyboardInterrupt comes out of _dispatch the
+            # registry has joined the body and recorded ABORTED first, so
+            # the run can still be completed and published.
+            slot.done = True
+
+    def complete_ready(self) -> None:
+        """Publish results from the head of the window while they are ready
+        (post-execute and observers in model order, on this thread)."""
+        while self.window and self.window[0].done:
+            slot = self.window[0]
+            assert slot.run is not None
+            self.results[slot.index] = self.registry._complete(slot.run)
+            self.window.pop(0)
+            if slot.run.interrupt is not None:
+                # Recorded (not raised) by _complete; _complete is
+                # idempotent, so a repeated call cannot publish twice.
+                self.on_interrupt(slot.run.interrupt)
+
+    # -------------------------------------------------------------- waiting
+
+    def wait_one(self) -> None:
+        """Block (in slices) until a dispatch finished or the batch signal
+        aborted; account for what happened."""
+        while True:
+            try:
+                slot = self.events.get(timeout=_WAIT_SLICE)
+                break
+            except queue.Empty:
+                continue
+        if slot is None:
+            return
+        self.in_flight -= 1
+        slot.done = True
+        if slot.error is not None:
+            raise slot.error
+
+    def wait_until_below(self, limit: int) -> bool:
+        """Wait until fewer than ``limit`` dispatches are in flight,
+        publishing what becomes ready. False when cancelled meanwhile."""
+        while self.in_flight >= limit:
+            if self.cancelled():
+                return False
+            self.wait_one()
+            self.complete_ready()
+        return not self.cancelled()
+
+    # ------------------------------------------------------------- schedule
+
+    def schedule(self) -> None:
+        registry = self.registry
+        for index, call in enumerate(self.calls):
+            if self.cancelled():
+                return
+            parallel = registry.execution_mode(call) == "parallel"
+            if not parallel:
+                # Exclusive: everything before it completes first.
+                if not self.wait_until_below(1):
+                    return
+                self.complete_ready()
+            slot = self.begin(index)
+            if not slot.done:
+                if not parallel:
+                    self.dispatch_here(slot)
+                elif self.wait_until_below(self.max_parallel):
+                    self.submit(slot)
+                else:
+                    return
+            self.complete_ready()
+        self.wait_until_below(1)
+        self.complete_ready()
+
+    def settle_rest(self) -> None:
+        """After cancellation (or at the end): withdraw queued dispatches,
+        join started ones, settle begun-but-undispatched runs, give every
+        call never begun its ABORTED_BEFORE_DISPATCH, publish in order."""
+        for slot in self.window:
+            fut = slot.future
+            if fut is not None and not slot.done and fut.cancel():
+                # Never left the queue: the body was not invoked. The fused
+                # signal is aborted, so dispatching here reports
+                # ABORTED_BEFORE_DISPATCH without touching the executor.
+                self.in_flight -= 1
+                slot.future = None
+        while self.in_flight:
+            try:
+                self.wait_one()
+            except KeyboardInterrupt as exc:  # keep joining; abort once
+                self.on_interrupt(exc)
+        for slot in self.window:
+            if not slot.done:
+                self.dispatch_here(slot)
+        self.complete_ready()
+        for index in range(self.begun, len(self.calls)):
+            self.begin(index)
+            self.complete_ready()
+        self.complete_ready()
+
+    def on_interrupt(self, exc: KeyboardInterrupt) -> None:
+        if self.interrupted is None:
+            self.interrupted = exc
+        self.interrupt.abort(exc)
+
+    def run_all(self) -> list[ToolExecutionResult]:
+        wake = self.signal.add_listener(lambda _s: self.events.put(None), run_if_aborted=False)
+        try:
+            try:
+                self.schedule()
+            except KeyboardInterrupt as exc:
+                self.on_interrupt(exc)
+            except BaseException:
+                # Internal fault: start nothing new, join what started, raise.
+                for slot in self.window:
+                    if slot.future is not None and not slot.done and slot.future.cancel():
+                        self.in_flight -= 1
+                while self.in_flight:
+                    try:
+                        self.wait_one()
+                    except Exception:
+                        pass
+                raise
+            while True:
+                try:
+                    self.settle_rest()
+                    break
+                except KeyboardInterrupt as exc:
+                    self.on_interrupt(exc)
+        finally:
+            wake.remove()
+            for fused in self.fused:
+                fused.close()
+        if self.interrupted is not None:
+            raise self.interrupted
+        results: list[ToolExecutionResult] = []
+        for result in self.results:
+            assert result is not None
+            results.append(result)
+        return results
+
+
+def execute_batch(
+    registry: ToolRegistry,
+    calls: Iterable[ToolExecutionInput],
+    *,
+    signal: AbortSignal,
+    max_parallel: int = 10,
+) -> list[ToolExecutionResult]:
+    """Execute one model turn's tool calls; returns one result per call, in
+    model order.
+
+    ``calls``: ``ToolExecutionInput`` objects (each with its own signal).
+    ``signal``: the batch's caller-owned ``AbortSignal`` (required).
+    ``max_parallel``: how many parallel-safe dispatches may overlap (>= 1).
+    Blocks the calling thread, which runs every pre-execute, post-execute
+    and observer hook in model order; bodies run on registry workers.
+    Raises ``TypeError`` for a non-signal ``signal`` or a non-input call,
+    ``ValueError`` for ``max_parallel < 1``, ``RuntimeError`` when the
+    registry is closed; re-raises ``KeyboardInterrupt`` after every result
+    was published. Source: DESIGN.md §4.
+    """
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    limit = _check_max_parallel(max_parallel)
+    items = list(calls)
+    for call in items:
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    registry._check_open()
+    return _Batch(registry, items, signal, limit).run_all()

@@ -1,0 +1,82 @@
+"""Around-dispatch policies (DESIGN.md §4).
+
+``TimeoutPolicy`` is the *classification* half of a tool timeout: it arms a
+``Deadline`` over the dispatch signal, hands the deadline's signal to the
+inner wrappers and the body, and afterwards says whether **its own** timer
+fired. Termination stays with the body (cooperative) and quiescence with the
+registry, which joins the body however long it takes.
+
+Guarantees:
+
+* A tool whose definition has no ``timeout`` passes through untouched: no
+  timer is armed, no signal is swapped.
+* ``exec.signal`` is restored to the upstream signal on every exit path, and
+  the timer is cancelled as soon as the inner waterfall settles (no pending
+  timer outlives a fast call).
+* The outcome is ``TOOL_TIMEOUT`` exactly when this wrapper's timer aborted
+  the deadline signal *before* anything upstream did. The check is by
+  identity of the reason object (``Deadline.timed_out``), not by code, so
+  nested timeout wrappers each report only their own budget and a caller
+  abort that won the race stays a cancellation (field cases B28, B31).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ._deadline import deadline
+from ._types import TOOL_TIMEOUT, ToolDispatchExecution, ToolExecutionResult, failure
+
+__all__ = ["TimeoutPolicy"]
+
+
+def _format_ms(seconds: float) -> str:
+    return f"{seconds * 1000:g}"
+
+
+class TimeoutPolicy:
+    """Around-dispatch wrapper enforcing ``ToolDefinition.timeout`` (seconds).
+
+    Install with ``registry.add_around_dispatch(TimeoutPolicy())``. Runs in
+    the thread that runs the around-dispatch waterfall; the timer fires on
+    the shared timer thread. When its own timer fired it returns a
+    ``ToolFailure`` with code ``TOOL_TIMEOUT``, info name
+    ``ToolTimeoutError``, text ``Error: tool call timed out after <ms>ms``
+    and ``meta["reason"]`` the ``TimeoutReason`` — whatever the body
+    returned or raised. Source: DESIGN.md §4.
+    """
+
+    __slots__ = ()
+
+    def __call__(
+        self,
+        execution: ToolDispatchExecution,
+        next: Callable[[], ToolExecutionResult],
+    ) -> ToolExecutionResult:
+        definition = execution.definition
+        seconds = definition.timeout if definition is not None else None
+        if seconds is None:
+            return next()
+        upstream = execution.signal
+        with deadline(upstream, seconds, TOOL_TIMEOUT) as dl:
+            execution.signal = dl.signal
+            try:
+                result = next()
+            except Exception:
+                if not dl.timed_out:
+                    raise
+                result = None
+            finally:
+                execution.signal = upstream
+            if dl.timed_out:
+                return failure(
+                    f"tool call timed out after {_format_ms(seconds)}ms",
+                    name="ToolTimeoutError",
+                    code=TOOL_TIMEOUT,
+                    meta={"reason": dl.signal.reason},
+                )
+            assert result is not None
+            return result
+
+    def __repr__(self) -> str:
+        return "TimeoutPolicy()"
