@@ -695,27 +695,47 @@ class ToolRegistry:
         except BaseException as exc:  # every body fault is a result, never a crash
             return (False, exc)
 
-    def _worker_body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
+    def _trampoline(
+        self, fut: Future[Any], run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
+    ) -> None:
+        # Runs on an executor worker. set_running_or_notify_cancel() is the
+        # single point where the call goes from queued to running: if the
+        # call was withdrawn (cancelled) first, nothing runs.
+        if not fut.set_running_or_notify_cancel():
+            return
+        outcome: Any = _NOT_INVOKED
         _enter_worker()
         try:
-            return self._body(run, definition, ctx, fused)
+            outcome = self._body(run, definition, ctx, fused)
         finally:
             _leave_worker()
+            fut.set_result(outcome)
 
     def _submit_and_join(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
-        fut = self._executor.submit(self._worker_body, run, definition, ctx, fused)
+        # The registry owns the Future it joins (the executor only runs the
+        # trampoline), so a KeyboardInterrupt landing anywhere - even inside
+        # executor.submit() - cannot lose the handle on the call: the retry
+        # below cancels it if it is still queued (or never got queued) and
+        # otherwise joins the running body.
+        fut: Future[Any] = Future()
         interrupt: KeyboardInterrupt | None = None
         handle = None
+        submitted = False
         while True:
             try:
+                if not submitted:
+                    submitted = True
+                    self._executor.submit(self._trampoline, fut, run, definition, ctx, fused)
                 if handle is None:
                     # Withdraw the call if the signal aborts while it is
-                    # queued. cancel() fails once the worker has set the
-                    # future running; the worker then sees `fused` aborted
-                    # (marked before listeners run) or the body does.
+                    # queued. cancel() fails once the worker set the future
+                    # running; the worker then sees `fused` aborted (it is
+                    # marked before listeners run) or the body does.
                     handle = fused.add_listener(lambda _s: fut.cancel())
-                if interrupt is not None and not fused.aborted:
-                    fused._abort(interrupt)
+                if interrupt is not None:
+                    if not fused.aborted:
+                        fused._abort(interrupt)
+                    fut.cancel()
                 outcome = fut.result(timeout=_SLICE)
                 break
             except FutureTimeout:
