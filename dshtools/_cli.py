@@ -20,8 +20,10 @@ Guarantees:
   stderr is a terminal; the ticker thread is stopped and joined before the
   table is printed.
 
-Exit codes: 0 success; 1 a quiescence check failed; 2 usage error (one line
-on stderr); 130 interrupted by Ctrl-C (SIGINT).
+Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
+cancellation are outcomes, not errors); 1 a quiescence check failed, or
+stdout was closed early; 2 usage error (one line on stderr); 130
+interrupted by Ctrl-C (SIGINT).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from ._types import (
 __all__ = ["main", "UsageError", "load_transcript", "load_registry"]
 
 EXIT_OK = 0
-EXIT_QUIESCENCE = 1
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -283,7 +285,7 @@ class _Ticker:
 
 
 @attrs.define
-class _Run:
+class _Replay:
     rows: list[_Row]
     interrupted: bool
     cancelled_at: float | None
@@ -300,7 +302,7 @@ def _run_batches(
     cancel_after: float | None,
     max_parallel: int,
     meter: _Meter,
-) -> _Run:
+) -> _Replay:
     """Run every batch through ``execute_batch`` on this (the main) thread."""
     controller = AbortController()
     inputs = _to_inputs(batches, controller.signal, source)
@@ -352,7 +354,7 @@ def _run_batches(
                 if row.result is not None:
                     tool_messages.append(dopenai.tool_message(call.call_id, row.result))
     elapsed = time.monotonic() - t0
-    return _Run(
+    return _Replay(
         rows=rows,
         interrupted=interrupted,
         cancelled_at=cancelled_at[0] if cancelled_at else None,
@@ -473,7 +475,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _report(run: _Run, invoked: Callable[[_Row], str], extra_checks: list[tuple[str, bool]], json_out: bool) -> int:
+def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tuple[str, bool]], json_out: bool) -> int:
     """Print the table (stdout, or stderr under --json) and the quiescence
     lines; return the exit status."""
     out = sys.stderr if json_out else sys.stdout
@@ -496,7 +498,7 @@ def _report(run: _Run, invoked: Callable[[_Row], str], extra_checks: list[tuple[
     out.flush()
     if run.interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_OK if ok else EXIT_QUIESCENCE
+    return EXIT_OK if ok else EXIT_FAILURE
 
 
 def _child_check() -> tuple[str, bool]:
@@ -507,7 +509,15 @@ def _child_check() -> tuple[str, bool]:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from ._demo import DemoServer, DemoTools, group_alive
+    from ._demo import (
+        HTTP_TIMEOUT,
+        READ_TIMEOUT,
+        SHELL_TIMEOUT,
+        SLEEP_TIMEOUT,
+        DemoServer,
+        DemoTools,
+        group_alive,
+    )
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
     source = "demo_transcript.json"
@@ -526,6 +536,12 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             f"dshtools demo: {ncalls} calls in {len(batches)} batches from {source}; "
             f"local server {server.base_url}; "
             + ("no cancellation" if cancel_after is None else f"cancel after {cancel_after:g}s"),
+            file=out,
+        )
+        print(
+            f"tools: shell (exclusive unless read_only, timeout {SHELL_TIMEOUT:g}s), "
+            f"http_get (parallel, timeout {HTTP_TIMEOUT:g}s), read_file (parallel, timeout {READ_TIMEOUT:g}s), "
+            f"sleep (parallel, timeout {SLEEP_TIMEOUT:g}s); TimeoutPolicy installed",
             file=out,
             flush=True,
         )
@@ -653,6 +669,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"dshtools: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # stdout closed early (``| head``): the run itself finished cleanly;
+        # silence the interpreter's final flush and exit like other tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         # Ctrl-C outside a batch (e.g. while loading): nothing was running.
         print("dshtools: interrupted", file=sys.stderr)

@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +215,15 @@ TWO_TURNS = [
         ],
     },
     {"role": "tool", "tool_call_id": "a1", "content": "ignored"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("b1", "nosuch", {}), _call("b2", "echo", {"text": "x"})]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            _call("b1", "nosuch", {}),
+            _call("b2", "echo", {"text": "x"}),
+            {"id": "b3", "type": "function", "function": {"name": "echo", "arguments": '{"text": '}},
+        ],
+    },
 ]
 
 
@@ -223,14 +233,15 @@ def test_replay_runs_each_assistant_message_as_one_batch(tools_dir: Path) -> Non
     proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
-    assert list(rows) == ["a1", "a2", "a3", "b1", "b2"]
-    assert [rows[c][0] for c in rows] == ["1", "1", "1", "2", "2"]
+    assert list(rows) == ["a1", "a2", "a3", "b1", "b2", "b3"]
+    assert [rows[c][0] for c in rows] == ["1", "1", "1", "2", "2", "2"]
     assert {c: r[3] for c, r in rows.items()} == {
         "a1": "SUCCESS",
         "a2": "E_NOPE",  # a sibling's failure cancels nothing (B32)
         "a3": "SUCCESS",
         "b1": "UNKNOWN_TOOL",
         "b2": "SUCCESS",
+        "b3": "INVALID_ARGS",  # broken model JSON is a result, not a usage error
     }
     assert "listener_count == 0" in proc.stdout
 
@@ -329,12 +340,14 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
     (tmp / "bad.json").write_text("{not json")
     (tmp / "none.json").write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]))
     (tmp / "scalar.json").write_text("42")
+    (tmp / "noid.json").write_text(json.dumps({"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}))
     good = _write_transcript(tmp, TWO_TURNS, "good.json")
     return {
         "missing-file": ["replay", str(tmp / "nope.json"), "--tools", "cli_tools_mod:registry"],
         "malformed-json": ["replay", str(tmp / "bad.json"), "--tools", "cli_tools_mod:registry"],
         "no-tool-calls": ["replay", str(tmp / "none.json"), "--tools", "cli_tools_mod:registry"],
         "not-a-transcript": ["replay", str(tmp / "scalar.json"), "--tools", "cli_tools_mod:registry"],
+        "tool-call-without-id": ["replay", str(tmp / "noid.json"), "--tools", "cli_tools_mod:registry"],
         "unimportable-module": ["replay", str(good), "--tools", "no_such_module_xyz:registry"],
         "missing-attribute": ["replay", str(good), "--tools", "cli_tools_mod:nothing_here"],
         "attribute-not-a-registry": ["replay", str(good), "--tools", "cli_tools_mod:not_a_registry"],
@@ -351,6 +364,7 @@ BAD_CASES = [
     "malformed-json",
     "no-tool-calls",
     "not-a-transcript",
+    "tool-call-without-id",
     "unimportable-module",
     "missing-attribute",
     "attribute-not-a-registry",
@@ -396,3 +410,66 @@ def test_transcript_shapes_parse_in_process() -> None:
         with pytest.raises(UsageError):
             transcript_batches(bad)
 
+
+
+class _FakeTty:
+    def __init__(self, tty: bool, wanted: str) -> None:
+        self.tty = tty
+        self.wanted = wanted
+        self.text = ""
+        self.seen = threading.Event()
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        self.text += text
+        if self.wanted in self.text:
+            self.seen.set()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
+    from dshtools._cli import _Meter, _Ticker
+
+    meter = _Meter()
+    release = threading.Event()
+    entered = threading.Event()
+
+    def next_() -> Any:
+        entered.set()
+        release.wait()
+        return None
+
+    view = types.SimpleNamespace(call_id="call_77", name="slowtool")
+    worker = threading.Thread(target=meter, args=(view, next_))
+    worker.start()
+    entered.wait()
+    stream = _FakeTty(tty, "call_77 slowtool")
+    ticker = _Ticker(meter, stream)  # type: ignore[arg-type]
+    try:
+        if tty:
+            assert stream.seen.wait(5)
+    finally:
+        ticker.stop()
+        release.set()
+        worker.join()
+    assert ticker._thread is None  # stopped and joined
+    if tty:
+        assert stream.text.endswith("\r\x1b[K")  # the progress line is cleared
+    else:
+        assert stream.text == ""
+    assert meter.in_flight() == [] and "call_77" in meter.spans
+
+
+def test_help_exits_0_and_names_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from dshtools.__main__ import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "replay" in out and "130" in out
