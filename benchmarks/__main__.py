@@ -1,0 +1,83 @@
+"""``python -m benchmarks [--quick] [--only SECTION ...] [--out PATH] [--update-docs]``
+
+Runs every section (under 60 s on 2 cores), prints a Markdown table and
+writes the figures to ``benchmarks/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import batch, dispatch, latency, leaks, peers, report, signals
+
+SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "dispatch": dispatch.run,
+    "signals": signals.run,
+    "peers": peers.run,
+    "latency": latency.run,
+    "leaks": leaks.run,
+    "batch": batch.run,
+}
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results.json"
+DOCS_PAGE = HERE.parent / "docs" / "benchmarks.md"
+
+
+def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    t0 = time.monotonic()
+    for name, fn in SECTIONS.items():
+        if only and name not in only:
+            continue
+        if progress:
+            print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
+        s0 = time.monotonic()
+        results[name] = fn(quick=quick)
+        if progress:
+            print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+    results["meta"] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpus": os.cpu_count(),
+        "quick": quick,
+        "seconds": time.monotonic() - t0,
+        "command": "python -m benchmarks" + (" --quick" if quick else ""),
+    }
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few rounds of everything (smoke use; rough figures)")
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
+    parser.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    parser.add_argument("--update-docs", action="store_true", help=f"also rewrite the table in {DOCS_PAGE}")
+    args = parser.parse_args(argv)
+    results = run_all(quick=args.quick, only=args.only)
+    table = report.render(results)
+    print(table)
+    if not args.no_write:
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.update_docs:
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        DOCS_PAGE.write_text(report.replace_between_markers(page, table), encoding="utf-8")
+        print(f"updated {DOCS_PAGE}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Timing helpers shared by the benchmark modules.
+
+A *case* is a factory ``make(number) -> run`` where ``make`` does the
+untimed setup for ``number`` operations (fresh controllers, pre-registered
+listeners, ...) and ``run()`` performs exactly ``number`` operations. Only
+``run()`` is timed. A round's figure is its time divided by ``number``;
+the reported figure is the median over rounds.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Case = Callable[[int], Callable[[], Any]]
+
+__all__ = ["Case", "median", "time_case", "paired", "percentile"]
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile, ``q`` in [0, 100]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return float(ordered[rank - 1])
+
+
+def _one_round(case: Case, number: int) -> float:
+    run = case(number)
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    run()
+    t1 = time.perf_counter_ns()
+    del run
+    return (t1 - t0) / number
+
+
+def time_case(case: Case, *, number: int, rounds: int, warmup: int = 1) -> list[float]:
+    """ns per operation, one figure per round."""
+    for _ in range(warmup):
+        _one_round(case, max(1, number // 4))
+    return [_one_round(case, number) for _ in range(rounds)]
+
+
+def paired(cases: Sequence[Case], *, number: int, rounds: int, warmup: int = 1) -> list[float]:
+    """Median ns per operation of each case, rounds interleaved (A B A B ...)
+    so that drift in machine load affects every case alike."""
+    for case in cases:
+        for _ in range(warmup):
+            _one_round(case, max(1, number // 4))
+    samples: list[list[float]] = [[] for _ in cases]
+    for _ in range(rounds):
+        for i, case in enumerate(cases):
+            samples[i].append(_one_round(case, number))
+    return [median(s) for s in samples]

@@ -1,0 +1,234 @@
+"""Target 3: the signal operations on peer libraries, where they have them.
+
+Peers are installed only through the optional ``bench`` extra
+(``pip install -e ".[bench]"``); a peer that is not importable is skipped
+with a note. Each peer operation is paired, in interleaved rounds, with the
+same dshtools operation measured in the same run; ``ratio`` is
+``dshtools / peer`` (below 1: dshtools is faster).
+
+Operation mapping (only what a peer really has):
+
+==================  ==========================  ==========================  ==============================
+operation           cantok                      cancelscope                 autogen-core
+==================  ==========================  ==========================  ==============================
+create              ``SimpleToken()``           ``CancelScope()``           ``CancellationToken()``
+check               ``token.cancelled``         ``scope.cancelled``         ``token.is_cancelled()``
+abort_0             ``token.cancel()``          ``scope.cancel()``          ``token.cancel()``
+abort_1/100         (no callbacks)              ``on_cancel`` x N           ``add_callback`` x N
+any_of_N_abort      ``SimpleToken(*tokens)``    (nesting only, no any-of)   (none)
+add_remove          (no callbacks)              ``on_cancel(cb)()``         (no removal)
+==================  ==========================  ==========================  ==============================
+
+cantok has no callbacks and evaluates composite tokens lazily on each
+check, so its ``any_of`` operation includes the read of the derived token
+(so does ours). cancelscope links scopes by entering them inside each other
+in one thread (a parent, not an any-of), so it has no ``any_of`` entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from . import signals
+from ._timing import Case, paired
+
+__all__ = ["run", "PEERS"]
+
+
+def _cantok() -> dict[str, Case]:
+    from cantok import SimpleToken
+
+    def create(n: int) -> Callable[[], None]:
+        r = range(n)
+
+        def go() -> None:
+            for _ in r:
+                SimpleToken()
+
+        return go
+
+    def check(n: int) -> Callable[[], None]:
+        r = range(n)
+        token = SimpleToken()
+
+        def go() -> None:
+            for _ in r:
+                token.cancelled
+
+        return go
+
+    def abort_0(n: int) -> Callable[[], None]:
+        tokens = [SimpleToken() for _ in range(n)]
+
+        def go() -> None:
+            for t in tokens:
+                t.cancel()
+
+        return go
+
+    def any_of(width: int) -> Case:
+        def case(n: int) -> Callable[[], None]:
+            items = [[SimpleToken() for _ in range(width)] for _ in range(n)]
+
+            def go() -> None:
+                for sources in items:
+                    derived = SimpleToken(*sources)
+                    sources[0].cancel()
+                    derived.cancelled
+
+            return go
+
+        return case
+
+    return {
+        "create": create,
+        "check": check,
+        "abort_0": abort_0,
+        "any_of_2_abort": any_of(2),
+        "any_of_100_abort": any_of(100),
+    }
+
+
+def _cancelscope() -> dict[str, Case]:
+    from cancelscope import CancelScope
+
+    def create(n: int) -> Callable[[], None]:
+        r = range(n)
+
+        def go() -> None:
+            for _ in r:
+                CancelScope()
+
+        return go
+
+    def check(n: int) -> Callable[[], None]:
+        r = range(n)
+        scope = CancelScope()
+
+        def go() -> None:
+            for _ in r:
+                scope.cancelled
+
+        return go
+
+    def abort(listeners: int) -> Case:
+        def case(n: int) -> Callable[[], None]:
+            scopes = [CancelScope() for _ in range(n)]
+            for s in scopes:
+                for _ in range(listeners):
+                    s.on_cancel(signals.cb)
+
+            def go() -> None:
+                for s in scopes:
+                    s.cancel()
+
+            return go
+
+        return case
+
+    def add_remove(n: int) -> Callable[[], None]:
+        r = range(n)
+        on_cancel = CancelScope().on_cancel
+
+        def go() -> None:
+            for _ in r:
+                on_cancel(signals.cb)()
+
+        return go
+
+    return {
+        "create": create,
+        "check": check,
+        "abort_0": abort(0),
+        "abort_1": abort(1),
+        "abort_100": abort(100),
+        "add_remove_listener": add_remove,
+    }
+
+
+def _autogen() -> dict[str, Case]:
+    from autogen_core import CancellationToken
+
+    def create(n: int) -> Callable[[], None]:
+        r = range(n)
+
+        def go() -> None:
+            for _ in r:
+                CancellationToken()
+
+        return go
+
+    def check(n: int) -> Callable[[], None]:
+        r = range(n)
+        token = CancellationToken()
+
+        def go() -> None:
+            for _ in r:
+                token.is_cancelled()
+
+        return go
+
+    def abort(listeners: int) -> Case:
+        def case(n: int) -> Callable[[], None]:
+            tokens = [CancellationToken() for _ in range(n)]
+            for t in tokens:
+                for _ in range(listeners):
+                    t.add_callback(signals.cb0)
+
+            def go() -> None:
+                for t in tokens:
+                    t.cancel()
+
+            return go
+
+        return case
+
+    return {"create": create, "check": check, "abort_0": abort(0), "abort_1": abort(1), "abort_100": abort(100)}
+
+
+# library name (as on PyPI) -> (import name, factory of its cases)
+PEERS: dict[str, tuple[str, Callable[[], dict[str, Case]]]] = {
+    "cantok": ("cantok", _cantok),
+    "cancelscope": ("cancelscope", _cancelscope),
+    "autogen-core": ("autogen_core", _autogen),
+}
+
+_NUMBER = {
+    "create": 10000,
+    "check": 50000,
+    "abort_0": 10000,
+    "abort_1": 5000,
+    "abort_100": 200,
+    "any_of_2_abort": 2000,
+    "any_of_100_abort": 100,
+    "add_remove_listener": 10000,
+}
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    rounds = 3 if quick else 7
+    out: dict[str, Any] = {}
+    for dist, (module, factory) in PEERS.items():
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            out[dist] = {"skipped": f'not installed ({exc}); pip install -e ".[bench]"'}
+            continue
+        entry: dict[str, Any] = {"version": _version(dist)}
+        for op, case in factory().items():
+            number = max(1, _NUMBER[op] // (20 if quick else 1))
+            ours_ns, peer_ns = paired([signals.OURS[op], case], number=number, rounds=rounds)
+            entry[op] = {"ns_per_op": peer_ns, "dshtools_ns_per_op": ours_ns, "ratio": ours_ns / peer_ns}
+        out[dist] = entry
+    return out

@@ -1,0 +1,106 @@
+"""Smoke test of the benchmark package: every case runs, with a handful of
+operations, and produces the figures and keys the results file promises.
+No timing is asserted here: speed lives only in ``python -m benchmarks``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import __main__ as bench_main
+from benchmarks import _timing, latency, leaks, peers, report, signals
+
+pytestmark = pytest.mark.timeout(120)
+
+REQUIRED_KEYS = [
+    "dispatch.ratio",
+    "dispatch.with_hooks_ratio",
+    "dispatch.overhead_us",
+    "latency.wait_p99_ms",
+    "latency.execute_p99_ms",
+    "leaks.listener_count_after",
+    "leaks.rss_growth_mb",
+    "leaks.threads_with_10k_timeouts",
+    "batch.ratio_to_ideal",
+]
+
+
+def _lookup(results: dict, dotted: str) -> object:
+    node: object = results
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"missing {dotted}"
+        node = node[part]
+    return node
+
+
+def test_every_signal_case_and_its_baseline_run_a_few_operations() -> None:
+    for name, case in signals.OURS.items():
+        base, label = signals.BASELINE[name]
+        ours_ns, base_ns = _timing.paired([case, base], number=3, rounds=1, warmup=0)
+        assert ours_ns > 0 and base_ns > 0 and label
+
+
+def test_every_installed_peer_case_runs_a_few_operations() -> None:
+    ran = 0
+    for module, factory in peers.PEERS.values():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        for op, case in factory().items():
+            assert op in signals.OURS, f"peer operation {op} has no dshtools counterpart"
+            _timing.paired([signals.OURS[op], case], number=2, rounds=1, warmup=0)
+            ran += 1
+    if not ran:
+        pytest.skip("no peer library installed (optional bench extra)")
+
+
+def test_latency_cases_wake_every_waiter_and_abort_every_execute() -> None:
+    assert len(latency.wait_latency(5)) == 5
+    samples, aborted = latency.execute_latency(5)
+    assert len(samples) == 5
+    assert aborted == 5
+
+
+def test_dispatch_leak_case_leaves_no_listener_on_the_shared_signal() -> None:
+    figures = leaks.dispatch_leak(200)
+    assert figures["listener_count_after"] == 0
+    assert figures["errors"] == 0
+
+
+def test_quick_run_writes_every_required_key_and_renders_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results.json"
+    assert bench_main.main(["--quick", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    for key in REQUIRED_KEYS:
+        assert isinstance(_lookup(results, key), (int, float)), key
+    for name in signals.OURS:
+        entry = results["signals"][name]
+        assert {"ns_per_op", "ratio"} <= entry.keys()
+    for lib, entry in results["peers"].items():
+        if "skipped" in entry:
+            continue
+        for op, figures in entry.items():
+            if op != "version":
+                assert {"ns_per_op", "ratio"} <= figures.keys(), (lib, op)
+    printed = capsys.readouterr().out
+    assert "Dispatch overhead" in printed and "Batch throughput" in printed
+
+
+def test_committed_results_file_has_every_required_key() -> None:
+    path = Path(bench_main.DEFAULT_OUT)
+    if not path.exists():
+        pytest.skip("benchmarks/results.json not generated yet")
+    results = json.loads(path.read_text())
+    for key in REQUIRED_KEYS:
+        _lookup(results, key)
+    assert results["meta"]["quick"] is False
+
+
+def test_docs_table_is_replaced_between_the_markers_only() -> None:
+    page = f"intro\n{report.START}\nold table\n{report.END}\noutro\n"
+    new = report.replace_between_markers(page, "| new |\n")
+    assert new == f"intro\n{report.START}\n| new |\n{report.END}\noutro\n"
