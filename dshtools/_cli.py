@@ -20,6 +20,20 @@ Guarantees:
   stderr is a terminal; the ticker thread is stopped and joined before the
   table is printed.
 
+Command line::
+
+    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
+    dshtools replay TRANSCRIPT.json --tools MODULE:ATTRIBUTE
+                    [--cancel-after S] [--max-parallel N] [--json]
+
+``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
+one (``MODULE`` is imported with the current directory on ``sys.path``;
+``ATTRIBUTE`` may be dotted). The table (stdout; stderr under ``--json``,
+where stdout carries the ``role: "tool"`` messages as one JSON list) has
+one row per call: batch, call id, tool, outcome (``SUCCESS``, the code, or
+``ERROR(<exception name>)`` for a failure without a code), whether the body
+was invoked, the dispatch duration, and the start of the model text.
+
 Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
 cancellation are outcomes, not errors); 1 a quiescence check failed, or
 stdout was closed early; 2 usage error (one line on stderr); 130
@@ -598,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dshtools",
         description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
-        epilog="Exit status: 0 success, 1 a quiescence check failed, 2 usage error, 130 interrupted (Ctrl-C). "
+        epilog="Exit status: 0 success, 1 a quiescence check failed (or stdout closed early), 2 usage error, "
+        "130 interrupted (Ctrl-C). "
         "Without a command, runs the demo.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -632,15 +647,22 @@ def build_parser() -> argparse.ArgumentParser:
         "server) with TimeoutPolicy and a mid-run cancellation, then prove quiescence.",
     )
     common(demo, DEFAULT_CANCEL_AFTER)
-    demo.add_argument("--no-cancel", action="store_true", help="do not cancel; every call runs to its end or timeout")
-    demo.set_defaults(func=cmd_demo)
+    demo.add_argument(
+        "--no-cancel",
+        action="store_true",
+        help="do not cancel; every call runs to its end or its timeout (not with --cancel-after)",
+    )
+    demo.set_defaults(func=cmd_demo, subparser=demo)
 
     replay = sub.add_parser(
         "replay",
         help="replay a transcript's tool calls against your own registry",
         description="Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {\"messages\": [...]} "
         "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
-        "against the registry named by --tools. Ctrl-C cancels cooperatively and exits 130.",
+        "against the registry named by --tools. Hooks already on that registry apply; no policy is added "
+        "(install TimeoutPolicy yourself for per-tool timeouts). The registry is closed at the end. "
+        "BODY in the table is inferred from the outcome ('?' when it cannot be told). "
+        "Ctrl-C cancels cooperatively, waits for running bodies, prints the results and exits 130.",
     )
     replay.add_argument("transcript", metavar="TRANSCRIPT.json")
     replay.add_argument(
@@ -650,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
     )
     common(replay, None)
-    replay.set_defaults(func=cmd_replay)
+    replay.set_defaults(func=cmd_replay, subparser=replay)
     return parser
 
 
@@ -659,8 +681,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns the exit status (see the module docstring)."""
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+        args = ["demo", *args]  # the demo is the default command
     try:
-        ns = parser.parse_args(args or ["demo"])
+        ns = parser.parse_args(args)
+        if ns.command == "demo" and ns.no_cancel and any(a.split("=", 1)[0] == "--cancel-after" for a in args):
+            ns.subparser.error("--no-cancel and --cancel-after exclude each other")
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:

@@ -356,6 +356,7 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
         "usage-missing-tools": ["replay", str(good)],
         "usage-unknown-option": ["demo", "--frobnicate"],
         "usage-bad-cancel-after": ["demo", "--cancel-after", "-1"],
+        "usage-no-cancel-with-cancel-after": ["--no-cancel", "--cancel-after", "1"],
     }
 
 
@@ -373,6 +374,7 @@ BAD_CASES = [
     "usage-missing-tools",
     "usage-unknown-option",
     "usage-bad-cancel-after",
+    "usage-no-cancel-with-cancel-after",
 ]
 
 
