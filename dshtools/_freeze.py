@@ -12,8 +12,10 @@ Guarantees:
   ``FrozenDict`` (a read-only ``dict`` subclass, so JSON Schema validators
   that need a real mapping accept it), sequences become ``tuple``.
 * Iterative, never recursive: depth 100 000 works. The same container
-  reached twice (a DAG, not a cycle) is valid and frozen once (memoised),
-  so a crafted DAG cannot blow up exponentially.
+  reached twice (a DAG, not a cycle) is valid. The bounded fast path for
+  small values (at most 512 containers) copies shared parts; the
+  iterative walk memoises them, so a crafted DAG cannot blow up
+  exponentially.
 * A ``FrozenDict`` is produced only by ``freeze``; one met inside a value
   is trusted as already frozen and reused without a walk.
 * ``thaw(value)`` is the inverse: plain ``dict``/``list``, also iterative.

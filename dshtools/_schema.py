@@ -82,7 +82,7 @@ class CompiledSchema:
                 ok = self._validator.is_valid(value)
             except ValueError as exc:
                 return [f"value could not be validated: {_short(str(exc))}"]
-            return [] if ok else ["value does not match the schema (too deeply nested to describe)"]
+            return [] if ok else ["value does not match the schema (nested too deeply to locate the violation)"]
         return out
 
     def _problems_on_big_stack(self, value: Any, height: int) -> list[str]:

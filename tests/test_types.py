@@ -1,0 +1,241 @@
+"""Calls, views, results, codes and the deep freeze (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import types
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dshtools
+from dshtools import (
+    DENIED,
+    INVALID_ARGS,
+    INVALID_TOOL_OUTPUT,
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_TIMEOUT,
+    UNKNOWN_TOOL,
+    AbortController,
+    AbortSignal,
+    ErrorDetail,
+    ErrorInfo,
+    ExecutionToken,
+    ToolError,
+    ToolExecutionInput,
+    ToolFailure,
+    ToolRegistry,
+    ToolSuccess,
+    thaw,
+)
+from dshtools._freeze import FreezeError, FrozenDict, dumps, freeze, freeze_with_height
+from dshtools._types import aborted, exception_failure, failure
+
+
+def test_code_constants_have_the_contract_values() -> None:
+    assert (TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, TOOL_TIMEOUT) == ("ABORTED_BEFORE_DISPATCH", "ABORTED", "TOOL_TIMEOUT")
+    assert (UNKNOWN_TOOL, INVALID_ARGS, INVALID_TOOL_OUTPUT, DENIED) == ("UNKNOWN_TOOL", "INVALID_ARGS", "INVALID_TOOL_OUTPUT", "DENIED")
+
+
+# ----------------------------------------------------------------- the call
+
+
+def test_call_requires_a_signal_at_runtime() -> None:
+    with pytest.raises(TypeError):
+        ToolExecutionInput("c", "t", {})  # type: ignore[call-arg]
+    for bad in (None, AbortController(), "signal", object()):
+        with pytest.raises(TypeError, match="AbortSignal"):
+            ToolExecutionInput("c", "t", {}, bad)  # type: ignore[arg-type]
+
+
+def test_call_is_frozen_and_evolvable() -> None:
+    s1, s2 = AbortController().signal, AbortController().signal
+    c = ToolExecutionInput("c", "t", {"a": 1}, s1, agent="x")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        c.signal = s2  # type: ignore[misc]
+    d = attrs.evolve(c, signal=s2)
+    assert d.signal is s2 and d.call_id == "c" and d.agent == "x"
+    with pytest.raises(TypeError):
+        attrs.evolve(c, signal=None)
+
+
+def test_execution_token_compares_by_identity_only() -> None:
+    a, b = ExecutionToken(), ExecutionToken()
+    assert a == a and a != b and len({a, b, a}) == 2
+
+
+# ------------------------------------------------------------------ results
+
+
+def test_success_and_failure_shapes() -> None:
+    s = ToolSuccess({"v": 1}, "text")
+    assert not s.is_error and s.code is None and s.content[0]["text"] == "text" and s.meta is None
+    f = failure("boom", name="X", code="C", meta={"k": 1})
+    assert f.is_error and f.code == "C" and f.error == ErrorDetail("boom", ErrorInfo("X", "C"))
+    assert [dict(b) for b in f.content] == [{"type": "text", "text": "Error: boom"}]
+    assert isinstance(f.meta, types.MappingProxyType)
+    with pytest.raises(TypeError):
+        f.meta["k"] = 2  # type: ignore[index]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        f.content = ()  # type: ignore[misc]
+    assert ToolFailure(ErrorDetail("m", None), "Error: m").code is None
+
+
+def test_exception_failure_classification() -> None:
+    assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
+    plain = exception_failure(KeyError("k"))
+    assert plain.code is None and plain.error.info == ErrorInfo("KeyError", None)
+
+
+def test_aborted_results_carry_the_reason_object() -> None:
+    reason = object()
+    a = aborted(reason, invoked=True)
+    b = aborted(reason, invoked=False)
+    assert a.code == TOOL_ABORTED and a.content[0]["text"] == "Error: tool call aborted"
+    assert b.code == TOOL_ABORTED_BEFORE_DISPATCH and b.content[0]["text"] == "Error: tool call aborted before dispatch"
+    assert a.meta is not None and a.meta["reason"] is reason
+    assert a.error.info == ErrorInfo("AbortError", TOOL_ABORTED)
+
+
+def test_tool_error_validates() -> None:
+    e = ToolError("msg", "CODE")
+    assert str(e) == "msg" and e.code == "CODE"
+    with pytest.raises(TypeError):
+        ToolError(5)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- freeze
+
+
+def test_freeze_makes_read_only_mappings_and_tuples() -> None:
+    f = freeze({"a": [1, {"b": 2}], "c": (3,)})
+    assert f == {"a": (1, {"b": 2}), "c": (3,)}
+    for mutate in (lambda: f.__setitem__("x", 1), lambda: f.pop("a"), lambda: f.update(x=1), lambda: f.clear(),
+                   lambda: f["a"][1].setdefault("z", 0), lambda: f.__delitem__("a"), lambda: f.popitem()):
+        with pytest.raises(TypeError):
+            mutate()
+    assert copy.deepcopy(f) is f and pickle.loads(pickle.dumps(f)) == f
+
+
+def test_thaw_returns_plain_mutable_data() -> None:
+    t = thaw(freeze({"a": [1, {"b": (2,)}]}))
+    assert t == {"a": [1, {"b": [2]}]} and type(t) is dict and type(t["a"]) is list and type(t["a"][1]) is dict
+    assert thaw(5) == 5 and thaw(types.MappingProxyType({"x": (1,)})) == {"x": [1]}
+
+
+@pytest.mark.parametrize(
+    "value, where",
+    [
+        ({"a": {1, 2}}, "$.a"),
+        ({"a": b"x"}, "$.a"),
+        ({"a": {1: 2}}, "$.a"),
+        ({"a": [0, float("nan")]}, "$.a[1]"),
+        ({"a": [float("-inf")]}, "$.a[0]"),
+        ({"a b": object()}, '$["a b"]'),
+        (bytearray(b"x"), "$"),
+    ],
+)
+def test_freeze_rejects_non_json_with_a_path(value: object, where: str) -> None:
+    with pytest.raises(FreezeError) as info:
+        freeze(value)
+    assert info.value.path == where
+
+
+def test_freeze_rejects_cycles_but_accepts_dags() -> None:
+    loop: list[Any] = [1]
+    loop.append({"back": loop})
+    with pytest.raises(FreezeError, match="cycle"):
+        freeze(loop)
+    shared = {"k": [1]}
+    f = freeze([shared, shared, {"again": shared}])
+    assert thaw(f) == [{"k": [1]}, {"k": [1]}, {"again": {"k": [1]}}]
+
+
+def test_freeze_dag_that_would_explode_if_unshared_is_linear() -> None:
+    node: Any = [1]
+    for _ in range(60):  # 2**60 paths, 60 containers
+        node = [node, node]
+    f, height = freeze_with_height(node)
+    assert height == 61
+
+
+def test_freeze_and_thaw_work_at_depth_100000() -> None:
+    value: Any = "leaf"
+    for i in range(100_000):
+        value = {"k": value} if i % 2 else [value]
+    f, height = freeze_with_height(value)
+    assert height == 100_000
+    back = thaw(f)
+    for i in range(100_000 - 1, -1, -1):
+        back = back["k"] if i % 2 else back[0]
+    assert back == "leaf"
+    assert dumps(f).count("[") == 50_000
+
+
+def test_freeze_reuses_already_frozen_mappings() -> None:
+    inner = freeze({"x": [1, 2, 3]})
+    outer = freeze({"inner": inner})
+    assert outer["inner"] is inner
+    assert freeze(inner) is inner
+
+
+def test_scalar_subclasses_are_not_json() -> None:
+    class MyInt(int):
+        pass
+
+    with pytest.raises(FreezeError):
+        freeze({"n": MyInt(1)})
+    assert freeze({"t": True, "n": None, "f": 1.5})["t"] is True
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_thaw_of_freeze_is_the_identity_on_json(value: Any) -> None:
+    frozen = freeze(value)
+    assert thaw(frozen) == value
+    assert thaw(freeze(thaw(frozen))) == value
+
+
+# ------------------------------------------------------ deep arguments, end to end
+
+
+@pytest.mark.timeout(60)
+def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"node": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/node"}}]}},
+        "properties": {"tree": {"$ref": "#/$defs/node"}},
+    }
+    depth: list[int] = []
+
+    def body(args: Any, run: Any) -> Any:
+        node, d = args["tree"], 0
+        while not isinstance(node, str):
+            node, d = node[0], d + 1
+        depth.append(d)
+        return d
+
+    tree: Any = "leaf"
+    for _ in range(100_000):
+        tree = [tree]
+    with ToolRegistry() as registry:
+        registry.register(dshtools.ToolDefinition("deep", "", schema, body))
+        result = registry.execute(ToolExecutionInput("c", "deep", {"tree": tree}, AbortSignal()))
+    assert not result.is_error and result.value == 100_000 and depth == [100_000]
+
+
+def test_float_edge_values_are_kept() -> None:
+    f = freeze({"z": -0.0, "big": 1e308})
+    assert math.copysign(1, f["z"]) == -1 and f["big"] == 1e308
