@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 import weakref
@@ -59,6 +60,12 @@ _cond = threading.Condition(threading.Lock())
 _heap: list[TimerEntry] = []
 _seq = itertools.count()
 _thread: threading.Thread | None = None
+# When the timer thread will wake on its own: the deadline it sleeps until,
+# +inf while it sleeps with nothing to wait for, -inf while it is awake (it
+# rescans the heap under the lock before sleeping again). ``schedule``
+# notifies only for an entry due before that, so arming and cancelling a
+# long timeout per call (TimeoutPolicy) does not wake the thread each time.
+_wake_at = math.inf
 # Entries known to be dead (cancelled or target released) but still in the
 # heap. Only a heuristic for compaction: written racily by weakref callbacks.
 _garbage = 0
@@ -97,7 +104,7 @@ def schedule(delay: float, target: _Target) -> TimerEntry:
         if _thread is None:
             _thread = threading.Thread(target=_run, name="dshtools-timer", daemon=True)
             _thread.start()
-        elif _heap[0] is entry:
+        elif entry.when < _wake_at:
             _cond.notify()
     return entry
 
@@ -121,18 +128,23 @@ def pending_count() -> int:
 
 
 def _run() -> None:
+    global _wake_at
     while True:
         with _cond:
             while True:
                 while _heap and not _heap[0].live():
                     heapq.heappop(_heap)
                 if not _heap:
+                    _wake_at = math.inf
                     _cond.wait()
+                    _wake_at = -math.inf
                     continue
                 delay = _heap[0].when - time.monotonic()
                 if delay <= 0:
                     break
+                _wake_at = _heap[0].when
                 _cond.wait(delay)
+                _wake_at = -math.inf
             entry = heapq.heappop(_heap)
             # Read `strong` once: a listener removal on another thread clears
             # it under the signal lock (not this one). Reading it twice
