@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import io as dio
+from .io import _group_alive
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 from ._hooks import ToolDefinition
@@ -153,29 +154,11 @@ class DemoServer:
 
 def group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` still has a member that is not a
-    zombie. ``os.killpg(pgid, 0)`` raising ``ProcessLookupError`` proves the
-    group is empty; otherwise, on Linux, ``/proc`` is consulted so that a
-    zombie waiting for init to reap it does not count as alive."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not os.path.isdir("/proc/self"):
-        return True
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) >= 3 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    zombie: ``os.killpg(pgid, 0)`` raising ``ProcessLookupError`` proves it
+    empty; otherwise (Linux) ``/proc`` is consulted so that a zombie waiting
+    for init to reap it does not count. The same test ``run_process`` uses
+    before it returns (``dshtools.io``)."""
+    return _group_alive(pgid)
 
 
 # ---------------------------------------------------------------------------

@@ -475,3 +475,44 @@ def test_help_exits_0_and_names_both_commands(capsys: pytest.CaptureFixture[str]
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "demo" in out and "replay" in out and "130" in out
+
+
+@pytest.mark.timeout(10)
+def test_group_alive_sees_a_live_process_group_and_not_a_reaped_one() -> None:
+    from dshtools._demo import group_alive
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not group_alive(child.pid)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("with_psutil", [True, False])
+def test_live_children_lists_a_running_child_with_or_without_psutil(
+    monkeypatch: pytest.MonkeyPatch, with_psutil: bool
+) -> None:
+    from dshtools._cli import live_children
+
+    if not with_psutil:
+        monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil -> ImportError
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in live_children()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in live_children()
+
+
+def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    from dshtools._cli import _report, _Replay
+
+    run = _Replay(rows=[], interrupted=False, cancelled_at=None, elapsed=0.0, listener_count=1, tool_messages=[])
+    assert _report(run, lambda row: "yes", [("no tool body running", True)], False) == 1
+    out = capsys.readouterr().out
+    assert "FAIL caller signal listener_count == 0" in out
+    assert "ok   no tool body running" in out
