@@ -166,12 +166,13 @@ def _to_inputs(batches: list[list[Any]], signal: AbortSignal, source: str) -> li
 # --tools MODULE:ATTRIBUTE
 
 
-def load_registry(spec: str) -> tuple[ToolRegistry, bool]:
+def load_registry(spec: str) -> ToolRegistry:
     """Resolve ``MODULE:ATTRIBUTE`` (the attribute may be dotted) to a
     ``ToolRegistry``: the attribute itself, or the result of calling it with
-    no arguments. Returns ``(registry, created)`` where ``created`` says the
-    registry came from a factory call. The current directory is importable
-    (as with ``python -m``). Raises ``UsageError``."""
+    no arguments. The current directory is importable (as with ``python
+    -m``). Raises ``UsageError`` for a malformed spec, a module that cannot
+    be imported (or raises while importing), a missing attribute, a factory
+    that raises, or anything that is not a ``ToolRegistry``."""
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError(f"--tools must look like MODULE:ATTRIBUTE, got {spec!r}")
@@ -190,14 +191,14 @@ def load_registry(spec: str) -> tuple[ToolRegistry, bool]:
         except AttributeError:
             raise UsageError(f"--tools: module {module_name!r} has no attribute {attr_path!r}") from None
     if isinstance(target, ToolRegistry):
-        return target, False
+        return target
     if callable(target):
         try:
             made = target()
         except Exception as exc:
             raise UsageError(f"--tools: calling {spec}() failed: {type(exc).__name__}: {exc}") from None
         if isinstance(made, ToolRegistry):
-            return made, True
+            return made
         raise UsageError(f"--tools: {spec}() returned {type(made).__name__}, not a ToolRegistry")
     raise UsageError(f"--tools: {spec} is {type(target).__name__}, not a ToolRegistry or a factory returning one")
 
@@ -587,7 +588,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 def cmd_replay(ns: argparse.Namespace) -> int:
     batches = load_transcript(ns.transcript)
-    registry, created = load_registry(ns.tools)
+    registry = load_registry(ns.tools)
     meter = _Meter()
     try:
         run = _run_batches(
@@ -693,7 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = ns.func(ns)
         return status
     except UsageError as exc:
-        print(f"dshtools: error: {exc}", file=sys.stderr)
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"dshtools: error: {text}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         # stdout closed early (``| head``): the run itself finished cleanly;

@@ -67,6 +67,10 @@ not_a_registry = 42
 
 def bad_factory():
     return "nope"
+
+
+def raising_factory():
+    raise RuntimeError("no tools today")
 '''
 
 TIMEOUT_S = 30
@@ -341,6 +345,7 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
     (tmp / "none.json").write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]))
     (tmp / "scalar.json").write_text("42")
     (tmp / "noid.json").write_text(json.dumps({"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}))
+    (tmp / "cli_broken_mod.py").write_text('raise RuntimeError("line one\\nline two")\n')
     good = _write_transcript(tmp, TWO_TURNS, "good.json")
     return {
         "missing-file": ["replay", str(tmp / "nope.json"), "--tools", "cli_tools_mod:registry"],
@@ -349,6 +354,8 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
         "not-a-transcript": ["replay", str(tmp / "scalar.json"), "--tools", "cli_tools_mod:registry"],
         "tool-call-without-id": ["replay", str(tmp / "noid.json"), "--tools", "cli_tools_mod:registry"],
         "unimportable-module": ["replay", str(good), "--tools", "no_such_module_xyz:registry"],
+        "module-raises-multiline-on-import": ["replay", str(good), "--tools", "cli_broken_mod:registry"],
+        "factory-raises": ["replay", str(good), "--tools", "cli_tools_mod:raising_factory"],
         "missing-attribute": ["replay", str(good), "--tools", "cli_tools_mod:nothing_here"],
         "attribute-not-a-registry": ["replay", str(good), "--tools", "cli_tools_mod:not_a_registry"],
         "factory-returns-non-registry": ["replay", str(good), "--tools", "cli_tools_mod:bad_factory"],
@@ -367,6 +374,8 @@ BAD_CASES = [
     "not-a-transcript",
     "tool-call-without-id",
     "unimportable-module",
+    "module-raises-multiline-on-import",
+    "factory-raises",
     "missing-attribute",
     "attribute-not-a-registry",
     "factory-returns-non-registry",
