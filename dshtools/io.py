@@ -700,7 +700,7 @@ class _SocketGuard:
 
 
 class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int | None, guard: _SocketGuard, signal: AbortSignal) -> None:
+    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
         super().__init__(host, port)
         self._guard = guard
         self._signal = signal
@@ -710,7 +710,7 @@ class _HTTPConnection(http.client.HTTPConnection):
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int | None, guard: _SocketGuard, signal: AbortSignal) -> None:
+    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
         self._ssl_ctx = ssl.create_default_context()
         super().__init__(host, port, context=self._ssl_ctx)
         self._guard = guard
@@ -770,7 +770,9 @@ def http_request(
     host = parts.hostname
     if not host:
         raise ValueError(f"URL has no host: {url!r}")
-    port = parts.port
+    # An explicit port: http.client would otherwise parse "::1" as host "::"
+    # and port 1.
+    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query

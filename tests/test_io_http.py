@@ -464,3 +464,51 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
     # The deadline really races the data (typically ~1/3 data, ~2/3 timeout).
     assert outcomes["timeout"] > 0
     assert threading.active_count() == threads
+
+
+# ------------------------------------------------------------ https, IPv6
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["deadline", "abort"])
+def test_https_request_blocked_in_the_tls_handshake_is_unblocked(serve: Callable[..., Server], how: str) -> None:
+    # The server accepts and never answers the ClientHello: the client
+    # blocks inside the TLS handshake, on the socket the guard shuts down.
+    server = serve(silent)
+    url = f"https://127.0.0.1:{server.port}/"
+    c = AbortController()
+    if how == "deadline":
+        t0 = time.monotonic()
+        with pytest.raises(AbortError) as info:
+            dio.http_request("GET", url, c.signal, timeout=0.1)
+        assert time.monotonic() - t0 < 0.1 + PROMPT
+        assert isinstance(info.value.reason, TimeoutReason)
+    else:
+        later = AbortLater(c, 0.05, "user")
+        with pytest.raises(AbortError) as info:
+            dio.http_request("GET", url, c.signal)
+        assert later.at is not None and time.monotonic() - later.at < PROMPT
+        assert info.value.reason == "user"
+    assert c.signal.listener_count == 0
+    assert server.wait_closes(1, 1.0)
+
+
+class _V6Server(HTTPServer):
+    address_family = socket.AF_INET6
+
+
+@pytest.mark.timeout(30)
+def test_http_request_to_an_ipv6_literal_host() -> None:
+    try:
+        srv = _V6Server(("::1", 0), _Handler)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    t = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    t.start()
+    try:
+        r = dio.http_request("GET", f"http://[::1]:{srv.server_port}/v6", AbortController().signal, timeout=10)
+        assert (r.status, r.body) == (200, b"path=/v6")
+    finally:
+        srv.shutdown()
+        t.join()
+        srv.server_close()
