@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterable
-from concurrent.futures import Future
+import threading
 from typing import TYPE_CHECKING
 
 import attrs
@@ -61,13 +61,19 @@ def _check_max_parallel(value: object) -> int:
 class _Slot:
     """One call's progress through the batch."""
 
-    __slots__ = ("index", "call", "run", "future", "done", "error")
+    __slots__ = ("index", "call", "run", "submitted", "started", "withdrawn", "finished", "done", "error")
 
     def __init__(self, index: int, call: ToolExecutionInput) -> None:
         self.index = index
         self.call = call
         self.run: _Run | None = None
-        self.future: Future[None] | None = None
+        # Dispatch on a worker: `submitted` is set *before* the executor is
+        # asked, `started`/`withdrawn` are decided under the batch lock, and
+        # `finished` is set by the worker when its dispatch returned.
+        self.submitted = False
+        self.started = False
+        self.withdrawn = False
+        self.finished = threading.Event()
         self.done = False  # dispatch finished, or never needed
         self.error: BaseException | None = None
 
@@ -89,7 +95,8 @@ class _Batch:
         self.fused: list[AbortSignal] = []
         self.window: list[_Slot] = []  # begun, not yet completed, model order
         self.begun = 0  # calls [0, begun) have been begun
-        self.in_flight = 0
+        self.in_flight = 0  # for max_parallel; not trusted when draining
+        self.lock = threading.Lock()
         # Worker -> calling thread: a finished slot, or None as a wake-up
         # when the batch signal aborts.
         self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
@@ -125,17 +132,31 @@ class _Batch:
         assert run is not None
         events = self.events
         dispatch = self.registry._dispatch
+        lock = self.lock
 
         def work() -> None:
+            with lock:
+                if slot.withdrawn:
+                    return
+                slot.started = True
             try:
                 dispatch(run)
             except BaseException as exc:  # a fault of the pipeline itself
                 slot.error = exc
             finally:
+                slot.finished.set()
                 events.put(slot)
 
-        slot.future = self.registry._submit(work)
+        # The race written down: a KeyboardInterrupt can land anywhere in the
+        # calling thread, including inside executor.submit() (it blocks while
+        # starting a worker thread) after the work item was queued but before
+        # the Future is returned. So nothing here depends on receiving the
+        # Future: `submitted` is set first, and draining (join_started) either
+        # withdraws the work under the lock before it starts or waits for
+        # `finished` after it did.
         self.in_flight += 1
+        slot.submitted = True
+        self.registry._submit(work)
 
     def dispatch_here(self, slot: _Slot) -> None:
         assert slot.run is not None
@@ -213,23 +234,36 @@ class _Batch:
         self.wait_until_below(1)
         self.complete_ready()
 
+    def join_started(self) -> None:
+        """Withdraw every submitted dispatch that has not started and join
+        every one that has. A KeyboardInterrupt meanwhile aborts (once) and
+        the join goes on: started work is never abandoned."""
+        for slot in self.window:
+            if not slot.submitted or slot.done:
+                continue
+            with self.lock:
+                if not slot.started:
+                    # Still queued: it will never run. Settled below on this
+                    # thread; its fused signal is aborted, so the registry
+                    # reports ABORTED_BEFORE_DISPATCH without the executor.
+                    slot.withdrawn = True
+                    continue
+            while not slot.finished.is_set():
+                try:
+                    slot.finished.wait(_WAIT_SLICE)
+                except KeyboardInterrupt as exc:
+                    self.on_interrupt(exc)
+            slot.done = True
+        self.in_flight = 0
+
     def settle_rest(self) -> None:
         """After cancellation (or at the end): withdraw queued dispatches,
         join started ones, settle begun-but-undispatched runs, give every
         call never begun its ABORTED_BEFORE_DISPATCH, publish in order."""
+        self.join_started()
         for slot in self.window:
-            fut = slot.future
-            if fut is not None and not slot.done and fut.cancel():
-                # Never left the queue: the body was not invoked. The fused
-                # signal is aborted, so dispatching here reports
-                # ABORTED_BEFORE_DISPATCH without touching the executor.
-                self.in_flight -= 1
-                slot.future = None
-        while self.in_flight:
-            try:
-                self.wait_one()
-            except KeyboardInterrupt as exc:  # keep joining; abort once
-                self.on_interrupt(exc)
+            if slot.error is not None:
+                raise slot.error
         for slot in self.window:
             if not slot.done:
                 self.dispatch_here(slot)
@@ -253,14 +287,7 @@ class _Batch:
                 self.on_interrupt(exc)
             except BaseException:
                 # Internal fault: start nothing new, join what started, raise.
-                for slot in self.window:
-                    if slot.future is not None and not slot.done and slot.future.cancel():
-                        self.in_flight -= 1
-                while self.in_flight:
-                    try:
-                        self.wait_one()
-                    except Exception:
-                        pass
+                self.join_started()
                 raise
             while True:
                 try:
