@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -230,13 +230,3 @@ def tool_messages(
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
     return [tool_message(call.call_id, result) for call, result in zip(calls, results)]
 
-
-# Spellings used by the command line module; same functions.
-def to_execution_inputs(
-    message: Mapping[str, Any], signal: AbortSignal, *, agent: str | None = None
-) -> list[ToolExecutionInput]:
-    """Alias of ``calls_from_message`` with ``signal`` positional."""
-    return calls_from_message(message, signal=signal, agent=agent)
-
-
-to_tool_message: Final = tool_message
