@@ -68,6 +68,7 @@ from ._types import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     UNKNOWN_TOOL,
+    ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
@@ -225,7 +226,7 @@ class _Meter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._in_flight: dict[int, tuple[str, str, float]] = {}
-        self.spans: dict[str, tuple[float, float]] = {}
+        self.spans: dict[ExecutionToken, tuple[float, float]] = {}
 
     def __call__(self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         key = id(execution)
@@ -238,7 +239,7 @@ class _Meter:
             end = time.monotonic()
             with self._lock:
                 del self._in_flight[key]
-                self.spans[execution.call_id] = (start, end)
+                self.spans[execution.token] = (start, end)
 
     def in_flight(self) -> list[tuple[str, str, float]]:
         with self._lock:
@@ -251,13 +252,13 @@ class _Collector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.published: list[tuple[str, ToolExecutionResult]] = []
+        self.published: list[tuple[str, ExecutionToken, ToolExecutionResult]] = []
 
     def __call__(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         with self._lock:
-            self.published.append((execution.call_id, result))
+            self.published.append((execution.call_id, execution.token, result))
 
-    def take(self) -> list[tuple[str, ToolExecutionResult]]:
+    def take(self) -> list[tuple[str, ExecutionToken, ToolExecutionResult]]:
         with self._lock:
             out, self.published = self.published, []
             return out
@@ -322,8 +323,6 @@ def _run_batches(
     controller = AbortController()
     inputs = _to_inputs(batches, controller.signal, source)
     collector = _Collector()
-    rows: list[_Row] = []
-    tool_messages: list[dict[str, Any]] = []
     cancelled_at: list[float] = []
     interrupted = False
     t0 = time.monotonic()
@@ -341,7 +340,7 @@ def _run_batches(
             stack.callback(timer.add_listener(cancel).remove)
         ticker = _Ticker(meter, sys.stderr)
         stack.callback(ticker.stop)
-        for number, calls in enumerate(inputs, 1):
+        for calls in inputs:
             try:
                 try:
                     execute_batch(registry, calls, signal=controller.signal, max_parallel=max_parallel)
@@ -349,25 +348,32 @@ def _run_batches(
                     # execute_batch published every result before re-raising.
                     interrupted = True
                     controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
-            except KeyboardInterrupt:  # a second Ctrl-C between batches
+            except KeyboardInterrupt:  # a second Ctrl-C, or one between batches
                 interrupted = True
                 controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
-            # Observers also see nested calls (run.dispatch); match the
-            # batch's own calls by id, in publication order.
-            published = collector.take()
-            for call in calls:
-                row = _Row(number, call.call_id, call.name)
-                for index, (call_id, result) in enumerate(published):
-                    if call_id == call.call_id:
-                        row.result = result
-                        del published[index]
-                        break
-                span = meter.spans.pop(call.call_id, None)
-                if span is not None:
-                    row.started, row.ended = span[0] - t0, span[1] - t0
-                rows.append(row)
-                if row.result is not None:
-                    tool_messages.append(dopenai.tool_message(call.call_id, row.result))
+    # Rows are built once everything ran, so a Ctrl-C between batches
+    # cannot lose one. Observers also see nested calls (run.dispatch), and
+    # ids may repeat across turns: each call takes the first unused result
+    # published under its id (publication follows model order).
+    published = collector.take()
+    rows: list[_Row] = []
+    tool_messages: list[dict[str, Any]] = []
+    for number, calls in enumerate(inputs, 1):
+        for call in calls:
+            row = _Row(number, call.call_id, call.name)
+            for index, (call_id, token, result) in enumerate(published):
+                if call_id == call.call_id:
+                    row.result = result
+                    del published[index]
+                    # The dispatch view and the observer's view of one
+                    # execution carry the same token.
+                    span = meter.spans.get(token)
+                    if span is not None:
+                        row.started, row.ended = span[0] - t0, span[1] - t0
+                    break
+            rows.append(row)
+            if row.result is not None:
+                tool_messages.append(dopenai.tool_message(call.call_id, row.result))
     elapsed = time.monotonic() - t0
     return _Replay(
         rows=rows,

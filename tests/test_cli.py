@@ -457,7 +457,7 @@ def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
         release.wait()
         return None
 
-    view = types.SimpleNamespace(call_id="call_77", name="slowtool")
+    view = types.SimpleNamespace(call_id="call_77", name="slowtool", token=object())
     worker = threading.Thread(target=meter, args=(view, next_))
     worker.start()
     entered.wait()
@@ -475,7 +475,7 @@ def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
         assert stream.text.endswith("\r\x1b[K")  # the progress line is cleared
     else:
         assert stream.text == ""
-    assert meter.in_flight() == [] and "call_77" in meter.spans
+    assert meter.in_flight() == [] and view.token in meter.spans
 
 
 def test_help_exits_0_and_names_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -525,3 +525,21 @@ def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "FAIL caller signal listener_count == 0" in out
     assert "ok   no tool body running" in out
+
+
+@pytest.mark.timeout(40)
+def test_replay_keeps_results_apart_when_turns_reuse_a_call_id(tools_dir: Path) -> None:
+    data = [
+        {"role": "assistant", "tool_calls": [_call("same", "echo", {"text": "first"})]},
+        {"role": "tool", "tool_call_id": "same", "content": "first"},
+        {"role": "assistant", "tool_calls": [_call("same", "fail", {})]},
+    ]
+    path = _write_transcript(tools_dir, data)
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry", "--json"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    messages = json.loads(proc.stdout)
+    assert [m["tool_call_id"] for m in messages] == ["same", "same"]
+    assert "first" in messages[0]["content"] and "Error: nope" in messages[1]["content"]
+    table = [line.split() for line in proc.stderr.splitlines() if line.split()[:2] in (["1", "same"], ["2", "same"])]
+    assert [(row[0], row[3]) for row in table] == [("1", "SUCCESS"), ("2", "E_NOPE")]
+    assert all(row[5].endswith("s") and row[5] != "-" for row in table)  # each row has its own duration
