@@ -458,6 +458,17 @@ class _Supervisor:
             if self.pidfd is not None:
                 sel.register(self.pidfd, selectors.EVENT_READ)
 
+        # No lost wake-up: abort() sets signal.aborted *before* the listener
+        # writes its byte, and the loop head re-reads the flag after every
+        # select(); so either the flag is already visible at the loop head, or
+        # the byte is still to come and will end the select().
+        #
+        # No stranger killed: the group id is the leader's pid, which the
+        # kernel does not hand out again while the group has any member
+        # (zombies included). Signals go to the group only while the loop
+        # still believes it has members; the one window left (the last
+        # member dies and the pid is reused between a liveness check and a
+        # killpg a few microseconds later) needs a full pid wrap-around.
         aborted = False
         term_at: float | None = None  # monotonic time SIGTERM went out
         killed = False
