@@ -180,7 +180,6 @@ class DemoTools:
         self._in_flight = 0
         self._invoked: set[str] = set()
         self._pgids: list[int] = []
-        self._body_started: list[Callable[[str, str], None]] = []
         self.registry = ToolRegistry()
         self.registry.add_around_dispatch(TimeoutPolicy())
         for definition in self._definitions():
@@ -205,18 +204,12 @@ class DemoTools:
         with self._lock:
             return list(self._pgids)
 
-    def on_body_started(self, fn: Callable[[str, str], None]) -> None:
-        """Call ``fn(call_id, name)`` on the worker thread as a body starts."""
-        self._body_started.append(fn)
-
-    def _tracked(self, name: str, fn: Callable[[Any, ToolRunContext], object]) -> Callable[[Any, ToolRunContext], object]:
+    def _tracked(self, fn: Callable[[Any, ToolRunContext], object]) -> Callable[[Any, ToolRunContext], object]:
         def body(args: Any, run: ToolRunContext) -> object:
             with self._lock:
                 self._in_flight += 1
                 self._invoked.add(run.call_id)
             try:
-                for hook in self._body_started:
-                    hook(run.call_id, name)
                 return fn(args, run)
             finally:
                 with self._lock:
@@ -281,7 +274,7 @@ class DemoTools:
                 "required": ["command"],
                 "additionalProperties": False,
             },
-            self._tracked("shell", self._shell),
+            self._tracked(self._shell),
             timeout=SHELL_TIMEOUT,
             is_concurrency_safe=lambda args: args.get("read_only") is True,
         )
@@ -294,7 +287,7 @@ class DemoTools:
                 "required": ["url"],
                 "additionalProperties": False,
             },
-            self._tracked("http_get", self._http_get),
+            self._tracked(self._http_get),
             timeout=HTTP_TIMEOUT,
             is_concurrency_safe=lambda args: True,
         )
@@ -307,7 +300,7 @@ class DemoTools:
                 "required": ["path"],
                 "additionalProperties": False,
             },
-            self._tracked("read_file", self._read_file),
+            self._tracked(self._read_file),
             timeout=READ_TIMEOUT,
             is_concurrency_safe=lambda args: True,
         )
@@ -320,7 +313,7 @@ class DemoTools:
                 "required": ["seconds"],
                 "additionalProperties": False,
             },
-            self._tracked("sleep", self._sleep),
+            self._tracked(self._sleep),
             timeout=SLEEP_TIMEOUT,
             is_concurrency_safe=lambda args: True,
         )
