@@ -305,16 +305,24 @@ def test_sigint_during_replay_cancels_joins_and_exits_130(tools_dir: Path) -> No
         ],
     }
     path = _write_transcript(tools_dir, data)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "replay", str(path), "--tools", "cli_tools_mod:registry"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(tools_dir),
-        cwd=tools_dir,
-        # The child must see SIGINT as Ctrl-C even if this runner ignores it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # The child must see SIGINT as Ctrl-C even if this runner ignores it
+    # (an ignored signal stays ignored across exec; a handled one does not).
+    # Not preexec_fn: forking with the timer thread alive makes it unsafe.
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dshtools", "replay", str(path), "--tools", "cli_tools_mod:registry"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(tools_dir),
+            cwd=tools_dir,
+        )
+    finally:
+        if previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
