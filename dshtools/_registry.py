@@ -370,7 +370,10 @@ class ToolRegistry:
     def close(self) -> None:
         """Refuse new calls, then wait for every in-flight body to return
         (and shut the own executor down). Idempotent. A nested call made by
-        a body still running is allowed to finish."""
+        a body still running is allowed to finish. Raises ``RuntimeError``
+        when called from a registry worker (it would wait for itself)."""
+        if _on_worker():
+            raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
         with self._lock:
             already = self._closed
             self._closed = True
@@ -755,16 +758,25 @@ class ToolRegistry:
         return outcome
 
     def _to_result(self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal) -> ToolExecutionResult:
+        """The body's outcome as the result the innermost ``next()`` returns.
+        Classified already here (step 5), so wrappers see ``ABORTED`` for a
+        success or ``AbortError`` while the fused signal is aborted; a tool
+        failure (``ToolError``, other exceptions, invalid output) stays."""
         if outcome is _NOT_INVOKED:
             return aborted(fused.reason, invoked=False)
         ok, payload = outcome
         if not ok:
-            result = exception_failure(payload)
             if isinstance(payload, AbortError):
+                if fused.aborted:
+                    return aborted(fused.reason, invoked=True)
+                result = exception_failure(payload)
                 run.body_abort = result
-            return result
+                return result
+            return exception_failure(payload)
         checked = self._success(run, definition, payload, None)
         if isinstance(checked, ToolSuccess):
+            if fused.aborted:
+                return aborted(fused.reason, invoked=True)
             run.body_success = checked
         return checked
 
