@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from importlib import resources
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import attrs
 
@@ -615,8 +615,16 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         registry.close()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (DESIGN.md §6: one line on
+    stderr, exit 2); ``--help`` still prints the full usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dshtools",
         description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
         epilog="Exit status: 0 success, 1 a quiescence check failed (or stdout closed early), 2 usage error, "

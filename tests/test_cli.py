@@ -403,11 +403,10 @@ def test_bad_input_exits_2_with_one_line_on_stderr(tools_dir: Path, case: str) -
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
     if case.startswith("usage-"):
-        # argparse prints its usage, then exactly one error line.
-        assert lines[-1].startswith("dshtools") and "error:" in lines[-1]
+        assert lines[0].startswith("dshtools") and "error:" in lines[0] and "(see --help)" in lines[0]
     else:
-        assert len(lines) == 1, proc.stderr
         assert lines[0].startswith("dshtools: error: ")
 
 
