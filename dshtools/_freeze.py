@@ -411,11 +411,17 @@ def depth_of(value: object) -> int:
     return best
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_SCALAR_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
+
+
 def dumps(value: object) -> str:
     """Compact JSON text of a frozen JSON value; falls back to an iterative
     encoder when the C encoder's recursion limit is hit (deep values)."""
+    if value is None or value is True or value is False:
+        return _SCALAR_TEXT[value]
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return _ENCODER.encode(value)
     except RecursionError:
         pass
     out: list[str] = []

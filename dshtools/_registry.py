@@ -267,7 +267,9 @@ class ToolRegistry:
         self._approver = approver
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._in_flight = 0
+        # Runs whose body is submitted or running (set.add/discard are atomic
+        # under the GIL: no lock on the hot path; close() waits on _idle).
+        self._bodies: set[_Run] = set()
         self._closed = False
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = _Hooks()
@@ -378,7 +380,7 @@ class ToolRegistry:
             already = self._closed
             self._closed = True
             if not already:
-                while self._in_flight:
+                while self._bodies:
                     self._idle.wait(_SLICE)
         if not already and self._owns_executor:
             self._executor.shutdown(wait=True)
@@ -581,24 +583,30 @@ class ToolRegistry:
                 raise run.interrupt
             return run
         call = run.call
-        view = ToolDispatchExecution(
-            token=run.token,
-            call_id=call.call_id,
-            root_call_id=run.root_call_id,
-            name=call.name,
-            arguments=run.arguments,
-            agent=call.agent,
-            parent=call.parent,
-            definition=run.definition,
-            slot=_SignalSlot(call.signal),
-        )
+        slot = _SignalSlot(call.signal)
         around = run.hooks.around
+        # The view exists only for wrappers (none: the hot path skips it).
+        view = (
+            ToolDispatchExecution(
+                token=run.token,
+                call_id=call.call_id,
+                root_call_id=run.root_call_id,
+                name=call.name,
+                arguments=run.arguments,
+                agent=call.agent,
+                parent=call.parent,
+                definition=run.definition,
+                slot=slot,
+            )
+            if around
+            else None
+        )
 
         def call_at(i: int) -> ToolExecutionResult:
             if i == len(around):
-                return self._invoke(run, view)
+                return self._invoke(run, slot)
             fn = around[i]
-            r = fn(view, lambda: call_at(i + 1))
+            r = fn(view, lambda: call_at(i + 1))  # type: ignore[arg-type]
             if not isinstance(r, (ToolSuccess, ToolFailure)):
                 raise _HookReturnError(
                     f"around-dispatch hook {_describe(fn)} returned {type(r).__name__}, expected ToolSuccess or ToolFailure"
@@ -628,7 +636,7 @@ class ToolRegistry:
             return run
         finally:
             run.settled = True
-            view._slot.signal = call.signal  # unconditionally, whatever a wrapper left
+            slot.signal = call.signal  # unconditionally, whatever a wrapper left
         # Step 5: classification.
         # Registry-built body results are valid already; re-checking would
         # copy them and lose the identity test against run.body_abort below.
@@ -648,10 +656,10 @@ class ToolRegistry:
             return run.call.signal
         return None
 
-    def _invoke(self, run: _Run, view: ToolDispatchExecution) -> ToolExecutionResult:
+    def _invoke(self, run: _Run, slot: _SignalSlot) -> ToolExecutionResult:
         """The innermost ``next()``: fuse, submit (or run inline), join."""
         caller = run.call.signal
-        outer = view._slot.signal
+        outer = slot.signal
         fused = _derive([caller] if outer is caller else [caller, outer])
         run.cancel_signal = fused
         if fused.aborted:
@@ -670,9 +678,9 @@ class ToolRegistry:
             signal=fused,
             run=run,
         )
-        view._slot.signal = fused
-        with self._lock:
-            self._in_flight += 1
+        slot.signal = fused
+        bodies = self._bodies
+        bodies.add(run)
         try:
             if _on_worker():
                 outcome = self._body(run, definition, ctx, fused)
@@ -680,10 +688,11 @@ class ToolRegistry:
                 outcome = self._submit_and_join(run, definition, ctx, fused)
         finally:
             fused.close()
-            view._slot.signal = outer
-            with self._lock:
-                self._in_flight -= 1
-                if not self._in_flight:
+            slot.signal = outer
+            bodies.discard(run)
+            if self._closed and not bodies:
+                # close() may be waiting; a missed notify costs it one slice.
+                with self._lock:
                     self._idle.notify_all()
         return self._to_result(run, definition, outcome, fused)
 
@@ -721,20 +730,19 @@ class ToolRegistry:
         # below cancels it if it is still queued (or never got queued) and
         # otherwise joins the running body.
         fut: Future[Any] = Future()
+        # Withdraw the call if the signal aborts while it is queued. cancel()
+        # fails once the worker set the future running; the worker then sees
+        # `fused` aborted (it is marked before listeners run) or the body
+        # does. Registered before submitting, so the calling thread goes
+        # straight from submit() to waiting (the worker gets the GIL at once).
+        handle = fused.add_listener(lambda _s: fut.cancel())
         interrupt: KeyboardInterrupt | None = None
-        handle = None
         submitted = False
         while True:
             try:
                 if not submitted:
                     submitted = True
                     self._executor.submit(self._trampoline, fut, run, definition, ctx, fused)
-                if handle is None:
-                    # Withdraw the call if the signal aborts while it is
-                    # queued. cancel() fails once the worker set the future
-                    # running; the worker then sees `fused` aborted (it is
-                    # marked before listeners run) or the body does.
-                    handle = fused.add_listener(lambda _s: fut.cancel())
                 if interrupt is not None:
                     if not fused.aborted:
                         fused._abort(interrupt)
@@ -750,8 +758,7 @@ class ToolRegistry:
                 # Abort the dispatch signal and keep joining: never abandon.
                 if interrupt is None:
                     interrupt = ki
-        if handle is not None:
-            handle.remove()
+        handle.remove()
         if interrupt is not None:
             run.interrupt = interrupt
             raise interrupt

@@ -70,6 +70,8 @@ class CompiledSchema:
     def _problems(self, value: Any) -> list[str]:
         out: list[str] = []
         try:
+            if self._validator.is_valid(value):
+                return out
             for err in self._validator.iter_errors(value):
                 out.append(f"{_short(err.message)} at {json_path(list(err.instance_path))}")
                 if len(out) >= _MAX_ERRORS:
