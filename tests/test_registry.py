@@ -7,6 +7,8 @@ test_registry_stress.py; field cases: test_registry_field_cases.py."""
 from __future__ import annotations
 
 import _thread
+import signal
+import sys
 import threading
 from typing import Any
 
@@ -896,3 +898,83 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
     assert [r.code for _, r in rec.results] == [TOOL_ABORTED]
     assert isinstance(rec.results[0][1].meta["reason"], KeyboardInterrupt)  # type: ignore[index]
     assert not caller.aborted and caller.listener_count == 0
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch(registry: ToolRegistry) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    rec = Recorder()
+    registry.add_result_observer(rec.observer)
+    body_ran = threading.Event()
+    entered = threading.Event()
+
+    def pre(e: Any, nxt: Any) -> Any:
+        entered.set()
+        never = threading.Event()
+        for _ in range(100):  # interrupted here, in the main thread (sliced wait)
+            never.wait(0.05)
+        return nxt()
+
+    registry.add_pre_execute(pre)
+    registry.register(tool("t", lambda a, r: body_ran.set()))
+    # A real SIGINT aimed at the main thread (interrupt_main() would not wake
+    # the wait before it ends; a process-directed signal may land elsewhere).
+    main = threading.main_thread().ident
+    assert main is not None
+    helper = threading.Thread(target=lambda: (entered.wait(5), signal.pthread_kill(main, signal.SIGINT)))
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        registry.execute(call("t"))
+    helper.join()
+    assert [r.code for _, r in rec.results] == [TOOL_ABORTED_BEFORE_DISPATCH] and not body_ran.is_set()
+
+
+def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
+    """The private phases the batch uses: _begin (steps 1-3), _dispatch
+    (4-5), _complete (6-7)."""
+    rec = Recorder()
+    registry.add_result_observer(rec.observer)
+    registry.register(tool("t", lambda a, r: "v"))
+    run = registry._begin(call("t"))
+    assert run.result is None and run.definition is registry.get("t") and not run.body_invoked
+    assert registry._dispatch(run) is run
+    assert run.body_invoked and isinstance(run.result, ToolSuccess) and rec.results == []
+    final = registry._complete(run)
+    assert final.value == "v" and [r for _, r in rec.results] == [final]
+    assert registry._complete(run) is final and len(rec.results) == 1  # published once
+    early = registry._begin(call("missing"))
+    assert early.result is not None and early.result.code == UNKNOWN_TOOL
+    assert registry._dispatch(early) is early and not early.body_invoked
+    pre_aborted = registry._begin(call("t", signal=AbortSignal.already_aborted()))
+    assert pre_aborted.result is not None and pre_aborted.result.code == TOOL_ABORTED_BEFORE_DISPATCH
+
+
+@pytest.mark.timeout(10)
+def test_submit_marks_the_worker_so_dispatch_runs_the_body_inline() -> None:
+    with ToolRegistry(max_workers=1) as registry:
+        threads: list[str] = []
+        registry.register(tool("t", lambda a, r: threads.append(threading.current_thread().name) or "ok"))  # type: ignore[func-returns-value]
+
+        def work() -> str:
+            run = registry._begin(call("t"))
+            registry._dispatch(run)  # on the only worker: must not wait for a second one
+            threads.append(threading.current_thread().name)
+            return registry._complete(run).value  # type: ignore[no-any-return,union-attr]
+
+        assert registry._submit(work).result(timeout=5) == "ok"
+    assert threads[0] == threads[1]
+
+
+def test_close_from_inside_a_body_is_refused(registry: ToolRegistry) -> None:
+    errors: list[BaseException] = []
+
+    def body(args: Any, run: Any) -> Any:
+        try:
+            registry.close()
+        except RuntimeError as exc:
+            errors.append(exc)
+        return "ok"
+
+    registry.register(tool("t", body))
+    assert not registry.execute(call("t")).is_error and len(errors) == 1
