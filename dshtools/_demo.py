@@ -29,7 +29,6 @@ import http.server
 import os
 import select
 import shlex
-import socket
 import tempfile
 import threading
 import time
