@@ -5,6 +5,12 @@ untimed setup for ``number`` operations (fresh controllers, pre-registered
 listeners, ...) and ``run()`` performs exactly ``number`` operations. Only
 ``run()`` is timed. A round's figure is its time divided by ``number``;
 the reported figure is the median over rounds.
+
+Clocks: ``WALL`` (``time.perf_counter_ns``) for anything that hands work to
+another thread or blocks (dispatch, latency, batch), where waiting *is* the
+cost; ``CPU`` (``time.thread_time_ns``, the calling thread's CPU time) for
+single-threaded operations that never block (signal and peer operations),
+so that other processes competing for the cores do not show up as cost.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 Case = Callable[[int], Callable[[], Any]]
 
-__all__ = ["Case", "median", "time_case", "paired", "percentile"]
+__all__ = ["CPU", "WALL", "Case", "median", "time_case", "paired", "percentile"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -33,31 +39,37 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[rank - 1])
 
 
-def _one_round(case: Case, number: int) -> float:
+WALL: Callable[[], int] = time.perf_counter_ns
+CPU: Callable[[], int] = time.thread_time_ns
+
+
+def _one_round(case: Case, number: int, clock: Callable[[], int]) -> float:
     run = case(number)
     gc.collect()
-    t0 = time.perf_counter_ns()
+    t0 = clock()
     run()
-    t1 = time.perf_counter_ns()
+    t1 = clock()
     del run
     return (t1 - t0) / number
 
 
-def time_case(case: Case, *, number: int, rounds: int, warmup: int = 1) -> list[float]:
+def time_case(case: Case, *, number: int, rounds: int, warmup: int = 1, clock: Callable[[], int] = WALL) -> list[float]:
     """ns per operation, one figure per round."""
     for _ in range(warmup):
-        _one_round(case, max(1, number // 4))
-    return [_one_round(case, number) for _ in range(rounds)]
+        _one_round(case, max(1, number // 4), clock)
+    return [_one_round(case, number, clock) for _ in range(rounds)]
 
 
-def paired(cases: Sequence[Case], *, number: int, rounds: int, warmup: int = 1) -> list[float]:
+def paired(
+    cases: Sequence[Case], *, number: int, rounds: int, warmup: int = 1, clock: Callable[[], int] = WALL
+) -> list[float]:
     """Median ns per operation of each case, rounds interleaved (A B A B ...)
     so that drift in machine load affects every case alike."""
     for case in cases:
         for _ in range(warmup):
-            _one_round(case, max(1, number // 4))
+            _one_round(case, max(1, number // 4), clock)
     samples: list[list[float]] = [[] for _ in cases]
     for _ in range(rounds):
         for i, case in enumerate(cases):
-            samples[i].append(_one_round(case, number))
+            samples[i].append(_one_round(case, number, clock))
     return [median(s) for s in samples]

@@ -23,7 +23,7 @@ from typing import Any
 
 from dshtools import AbortController, AbortSignal
 
-from ._timing import Case, paired
+from ._timing import CPU, Case, paired
 
 __all__ = ["EventWithCallbacks", "OURS", "BASELINE", "run", "cb", "cb0"]
 
@@ -246,7 +246,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for name, ours in OURS.items():
         base, label = BASELINE[name]
         number = max(1, _NUMBER[name] // (20 if quick else 1))
-        ours_ns, base_ns = paired([ours, base], number=number, rounds=rounds)
+        ours_ns, base_ns = paired([ours, base], number=number, rounds=rounds, clock=CPU)
         out[name] = {"ns_per_op": ours_ns, "baseline": label, "baseline_ns_per_op": base_ns, "ratio": ours_ns / base_ns}
     # Abort with N listeners: linear scaling.
     scaling: dict[str, Any] = {}
@@ -254,7 +254,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for size in sizes:
         number = _SCALING[size]
         ours_ns, base_ns = paired(
-            [ours_abort(size), ewc_abort(size)], number=number, rounds=3 if quick or size >= 100_000 else rounds
+            [ours_abort(size), ewc_abort(size)], number=number, rounds=3 if quick or size >= 100_000 else rounds, clock=CPU
         )
         key = f"abort_{size}"
         entry = {

@@ -28,6 +28,19 @@ trivially atomic and deadlock-free (no lock ordering to get wrong), and the
 critical sections are a few attribute writes: the lock is never held while
 user code runs. Weakref callbacks never take it (dead links are pruned
 lazily), so garbage collection inside a critical section cannot deadlock.
+
+Claiming a listener: the dispatch loop and ``remove()`` both claim an entry
+by popping it from the signal's listener dict (``dict.pop`` is one atomic
+step: the entry's hash and equality are identity, so no Python code runs
+inside it). Whoever pops it owns it: the loop runs it, ``remove()`` makes
+sure it never starts. The loop pops without taking ``_LOCK`` (one lock round
+trip per listener was most of the cost of ``abort()``), which is safe
+because nothing is ever *inserted* after ``aborted`` is set, and the
+snapshot of entries to run is taken under the lock that set it.
+``remove()`` takes the lock only when the signal has keep-alive links to
+update (derived and timeout signals); on a plain signal the pop is all of
+it. Inserting (``add_listener``) always takes the lock: its "not aborted
+yet" check and the insert must be one step against ``abort()``'s snapshot.
 """
 
 from __future__ import annotations
@@ -47,12 +60,9 @@ Listener = Callable[["AbortSignal"], object]
 
 _LOCK: Final = threading.Lock()
 
-# Listener states. PENDING -> RUNNING (chosen by the dispatch loop) or
-# PENDING -> REMOVED (chosen by remove()); both transitions happen under
-# _LOCK, so exactly one of them wins.
-_PENDING: Final = 0
-_RUNNING: Final = 1
-_REMOVED: Final = 2
+# Marks "not in the listener dict" for the claiming pop (see the module
+# docstring): a listener is pending exactly while its entry is in the dict.
+_MISSING: Final = object()
 
 # Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
 # blocked in wait() promptly on every platform (B19).
@@ -60,11 +70,12 @@ _WAIT_SLICE: Final = 0.25
 
 
 class _Entry:
-    __slots__ = ("callback", "state")
+    # Identity hash and equality (never override them): that is what makes
+    # the claiming ``dict.pop`` a single atomic step.
+    __slots__ = ("callback",)
 
     def __init__(self, callback: Listener) -> None:
         self.callback = callback
-        self.state = _PENDING
 
 
 class _Link:
@@ -233,22 +244,29 @@ class AbortSignal:
         entry = _Entry(callback)
         with _LOCK:
             if not self._aborted:
-                self._listeners[entry] = None
-                if len(self._listeners) == 1:
+                listeners = self._listeners
+                listeners[entry] = None
+                # Keep-alive links exist only on derived and timeout signals.
+                if len(listeners) == 1 and (self._sources is not None or self._timer is not None):
                     self._keepalive_changed_locked()
                 return ListenerHandle(self, entry, True)
         if run_if_aborted:
-            entry.state = _RUNNING
             _call(callback, self)
         return ListenerHandle(self, None, False)
 
     def _remove(self, entry: _Entry) -> None:
+        listeners = self._listeners
+        if self._sources is None and self._timer is None:
+            # A plain (controller) signal keeps nothing alive, so the
+            # claiming pop is all there is to do, and it needs no lock (see
+            # the module docstring). `_sources` is never set after creation;
+            # a stale non-None `_timer` only sends us down the locked path.
+            listeners.pop(entry, None)
+            return
         with _LOCK:
-            if entry.state != _PENDING:
-                return
-            entry.state = _REMOVED
-            self._listeners.pop(entry, None)
-            if not self._listeners:
+            if listeners.pop(entry, _MISSING) is _MISSING:
+                return  # already claimed by a dispatch loop (it ran or runs)
+            if not listeners and (self._sources is not None or self._timer is not None):
                 self._keepalive_changed_locked()
 
     def _keepalive_changed_locked(self) -> None:
@@ -289,25 +307,39 @@ class AbortSignal:
                 # lock close() sets it under, makes "after close() returns,
                 # the signal never aborts" hold for that interleaving too.
                 return
-            won = self._mark_aborted_locked(reason)
-            # Snapshot: marking a dependent detaches it from every source,
-            # this one included.
-            for link in list(self._deps):
-                dep = link.get()
-                if dep is not None and not dep._aborted:
-                    won.extend(dep._mark_aborted_locked(reason))
-            self._deps.clear()
+            self._mark_aborted_locked(reason)
+            won = [self]
+            deps = self._deps
+            if deps:
+                # Snapshot: marking a dependent detaches it from every
+                # source, this one included.
+                for link in list(deps):
+                    dep = link.get()
+                    if dep is not None and not dep._aborted:
+                        dep._mark_aborted_locked(reason)
+                        won.append(dep)
+                deps.clear()
             self._strong_deps = 0
+            # The listeners to run, in registration order. Taken under the
+            # lock that set `aborted`: from here on add_listener() sees
+            # `aborted` and runs its callback inline, so no listener can be
+            # missed by this snapshot or run twice.
+            if len(won) == 1:
+                batches: list[tuple[AbortSignal, list[_Entry]]] = (
+                    [(self, list(self._listeners))] if self._listeners else []
+                )
+            else:
+                batches = [(signal, list(signal._listeners)) for signal in won if signal._listeners]
         # Every affected signal now reads aborted with `reason`. Wake waiters,
         # then run listeners: own first, dependents in derivation order.
         for signal in won:
             event = signal._event
             if event is not None:
                 event.set()
-        for signal in won:
-            signal._dispatch()
+        for signal, entries in batches:
+            signal._dispatch(entries)
 
-    def _mark_aborted_locked(self, reason: object) -> list[AbortSignal]:
+    def _mark_aborted_locked(self, reason: object) -> None:
         self._aborted = True
         self._reason = reason
         if self._sources is not None:
@@ -318,21 +350,16 @@ class AbortSignal:
             # The entry may be the one firing now; a late cancel is harmless.
             timer.cancelled = True
             self._timer = None
-        return [self]
 
-    def _dispatch(self) -> None:
-        # Snapshot under the lock: listeners registered from now on see
-        # `aborted` and run inline. Each entry is claimed (PENDING -> RUNNING)
-        # under the lock right before it runs, so a concurrent remove() either
-        # wins (it never starts) or loses (it has started) - never both.
-        with _LOCK:
-            entries = list(self._listeners)
+    def _dispatch(self, entries: list[_Entry]) -> None:
+        # Each entry is claimed by popping it, right before it runs; remove()
+        # claims with the same pop. Exactly one pop finds the entry, so a
+        # concurrent remove() either wins (the listener never starts) or
+        # loses (it has started) - never both, and it never waits.
+        listeners = self._listeners
         for entry in entries:
-            with _LOCK:
-                if entry.state != _PENDING:
-                    continue
-                entry.state = _RUNNING
-                del self._listeners[entry]
+            if listeners.pop(entry, _MISSING) is _MISSING:
+                continue
             _call(entry.callback, self)
 
     # ---------------------------------------------------------------- derived
