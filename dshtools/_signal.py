@@ -356,11 +356,15 @@ class AbortSignal:
         # claims with the same pop. Exactly one pop finds the entry, so a
         # concurrent remove() either wins (the listener never starts) or
         # loses (it has started) - never both, and it never waits.
-        listeners = self._listeners
+        pop = self._listeners.pop
         for entry in entries:
-            if listeners.pop(entry, _MISSING) is _MISSING:
+            if pop(entry, _MISSING) is _MISSING:
                 continue
-            _call(entry.callback, self)
+            callback = entry.callback
+            try:  # _call(), inlined: this loop is the cost of abort()
+                callback(self)
+            except BaseException as exc:
+                report_unraisable(exc, f"Exception in abort listener {callback!r}", self)
 
     # ---------------------------------------------------------------- derived
 
