@@ -50,7 +50,7 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from ._errors import AbortError, report_unraisable
-from ._freeze import FreezeError, FrozenDict, dumps, freeze_with_height
+from ._freeze import FreezeError, FrozenDict, freeze_with_height
 from ._hooks import (
     Accept,
     Allow,
@@ -68,15 +68,11 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._outcome import apply_post_decision, check_result, check_success, denied, finalize, invalid_output
 from ._signal import AbortSignal, _derive
 from ._types import (
-    DENIED,
     INVALID_ARGS,
-    INVALID_TOOL_OUTPUT,
     UNKNOWN_TOOL,
-    ContentBlock,
-    ErrorDetail,
-    ErrorInfo,
     ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
@@ -89,7 +85,6 @@ from ._types import (
     aborted,
     exception_failure,
     failure,
-    text_content,
 )
 
 __all__ = [
@@ -137,14 +132,6 @@ _NOT_INVOKED: Final = object()
 
 def _describe(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
-
-
-def _denied(message: str) -> ToolFailure:
-    return failure(message, name="ToolDeniedError", code=DENIED)
-
-
-def _invalid_output(name: str, problem: str) -> ToolFailure:
-    return failure(f'tool "{name}" returned invalid output: {problem}', name="InvalidToolOutputError", code=INVALID_TOOL_OUTPUT)
 
 
 @attrs.frozen
@@ -479,7 +466,7 @@ class ToolRegistry:
         # anything else fails closed (a broken policy never lets a call through).
         if isinstance(exc, AbortError) and self._cancelled_in_admission(run):
             return
-        run.settle(_denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
+        run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
 
     def _admit(self, run: _Run) -> None:
         view = run.view
@@ -503,13 +490,13 @@ class ToolRegistry:
             try:
                 decision = call_at(0)
             except _HookReturnError as exc:
-                run.settle(_denied(str(exc)), skip_post=False)
+                run.settle(denied(str(exc)), skip_post=False)
                 return
             except Exception as exc:
                 self._hook_fault(run, "pre-execute hook", exc)
                 return
         if isinstance(decision, Deny):
-            run.settle(_denied(decision.reason), skip_post=False)
+            run.settle(denied(decision.reason), skip_post=False)
             return
         if self._cancelled_in_admission(run):
             return
@@ -527,10 +514,10 @@ class ToolRegistry:
             if verdict is None:
                 continue
             if isinstance(verdict, str):
-                run.settle(_denied(verdict or f"denied by guard {_describe(guard)}"), skip_post=False)
+                run.settle(denied(verdict or f"denied by guard {_describe(guard)}"), skip_post=False)
             else:
                 run.settle(
-                    _denied(f"guard {_describe(guard)} returned {type(verdict).__name__}, expected str or None"),
+                    denied(f"guard {_describe(guard)} returned {type(verdict).__name__}, expected str or None"),
                     skip_post=False,
                 )
             return
@@ -543,7 +530,7 @@ class ToolRegistry:
         """Ask the approver; True to proceed, else the run is settled."""
         approver = self._approver
         if approver is None:
-            run.settle(_denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
+            run.settle(denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
             return False
         request = ApprovalRequest(view, ask.reason, run.call.signal)
         try:
@@ -556,16 +543,16 @@ class ToolRegistry:
                 return True
             if answer == "cancelled":
                 if not self._cancelled_in_admission(run):
-                    run.settle(_denied("approval was cancelled"), skip_post=False)
+                    run.settle(denied("approval was cancelled"), skip_post=False)
                 return False
             if answer == "rejected":
-                run.settle(_denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
+                run.settle(denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
                 return False
             if answer == "unavailable":
-                run.settle(_denied("approval is unavailable"), skip_post=False)
+                run.settle(denied("approval is unavailable"), skip_post=False)
                 return False
         run.settle(
-            _denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
+            denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
             skip_post=False,
         )
         return False
@@ -623,7 +610,7 @@ class ToolRegistry:
             run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
             raise
         except _HookReturnError as exc:
-            run.settle(_invalid_output(call.name, str(exc)), skip_post=False)
+            run.settle(invalid_output(call.name, str(exc)), skip_post=False)
             return run
         except Exception as exc:
             # A wrapper raised: a wrapper failure (no post-execute). An
@@ -641,7 +628,7 @@ class ToolRegistry:
         # Registry-built body results are valid already; re-checking would
         # copy them and lose the identity test against run.body_abort below.
         if result is not run.body_success and result is not run.body_abort:
-            result = self._check_result(run, result)
+            result = check_result(run.call.name, run.definition, result)
         cancel = self._cancellation(run)
         if cancel is not None and (isinstance(result, ToolSuccess) or result is run.body_abort):
             result = aborted(cancel.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
@@ -780,7 +767,7 @@ class ToolRegistry:
                 run.body_abort = result
                 return result
             return exception_failure(payload)
-        checked = self._success(run, definition, payload, None)
+        checked = check_success(run.call.name, definition, payload, None)
         if isinstance(checked, ToolSuccess):
             if fused.aborted:
                 return aborted(fused.reason, invoked=True)
@@ -788,53 +775,6 @@ class ToolRegistry:
         return checked
 
     # -- result checking ----------------------------------------------------
-
-    def _success(
-        self, run: _Run, definition: ToolDefinition | None, value: Any, content: Any, base: ToolSuccess | None = None
-    ) -> ToolExecutionResult:
-        """Freeze and validate a success's ``value``; render content when
-        ``content`` is None. INVALID_TOOL_OUTPUT on any problem."""
-        name = run.call.name
-        try:
-            frozen, height = freeze_with_height(value)
-        except FreezeError as exc:
-            return _invalid_output(name, str(exc))
-        if definition is not None and definition._output_validator is not None:
-            problems = definition._output_validator.problems(frozen, height)
-            if problems:
-                return _invalid_output(name, "; ".join(problems))
-        if content is None:
-            try:
-                if definition is not None and definition.render is not None:
-                    content = definition.render(frozen)
-                else:
-                    content = frozen if isinstance(frozen, str) else dumps(frozen)
-            except Exception as exc:
-                return exception_failure(exc)
-        blocks = _content_blocks(content)
-        if isinstance(blocks, str):
-            return _invalid_output(name, blocks)
-        if base is None:
-            return ToolSuccess(frozen, blocks)
-        return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
-
-    def _check_result(self, run: _Run, result: ToolExecutionResult) -> ToolExecutionResult:
-        """Validate a result built outside the registry (a wrapper's)."""
-        contexts = _contexts(result.additional_contexts)
-        if isinstance(contexts, str):
-            return _invalid_output(run.call.name, contexts)
-        if isinstance(result, ToolSuccess):
-            blocks = _content_blocks(result.content)
-            if isinstance(blocks, str):
-                return _invalid_output(run.call.name, blocks)
-            base = ToolSuccess(None, (), result.meta, contexts)
-            return self._success(run, run.definition, result.value, blocks, base)
-        blocks = _content_blocks(result.content)
-        if isinstance(blocks, str):
-            return _invalid_output(run.call.name, blocks)
-        if blocks is result.content and contexts is result.additional_contexts:
-            return result
-        return ToolFailure(result.error, blocks, result.meta, contexts)
 
     # -- phase 3: steps 6-7 -------------------------------------------------
 
@@ -859,7 +799,7 @@ class ToolRegistry:
                 result = aborted(signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
-                result = self._finalize(run, definition, view, result)
+                result = finalize(definition, view, result)
         except KeyboardInterrupt as ki:
             if run.interrupt is None:
                 run.interrupt = ki
@@ -895,47 +835,13 @@ class ToolRegistry:
         try:
             decision = call_at(0)
         except _HookReturnError as exc:
-            return attrs.evolve(_invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
+            return attrs.evolve(invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
         except Exception as exc:
             return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)
-        extra = _contexts(decision.additional_contexts)
-        if isinstance(extra, str):
-            return attrs.evolve(_invalid_output(run.call.name, extra), additional_contexts=result.additional_contexts)
-        contexts = result.additional_contexts + extra
-        if isinstance(decision, Block):
-            blocks = _content_blocks(decision.feedback)
-            if isinstance(blocks, str):
-                return attrs.evolve(_invalid_output(run.call.name, blocks), additional_contexts=result.additional_contexts)
+        result, drop = apply_post_decision(run.call.name, run.definition, result, decision)
+        if drop:
             run.drop_tool_contexts = True
-            text = "\n".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-            return ToolFailure(ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)), blocks, None, contexts)
-        if isinstance(result, ToolFailure):
-            return attrs.evolve(result, additional_contexts=contexts) if extra else result
-        if decision.has_value:
-            base = ToolSuccess(None, (), result.meta, contexts)
-            return self._success(run, run.definition, decision.value, None, base)
-        if decision.content is not None:
-            blocks = _content_blocks(decision.content)
-            if isinstance(blocks, str):
-                return attrs.evolve(_invalid_output(run.call.name, blocks), additional_contexts=contexts)
-            return attrs.evolve(result, content=blocks, additional_contexts=contexts)
-        return attrs.evolve(result, additional_contexts=contexts) if extra else result
-
-    def _finalize(
-        self, run: _Run, definition: ToolDefinition, view: ToolExecution, result: ToolSuccess
-    ) -> ToolExecutionResult:
-        fn = definition.finalize_content
-        assert fn is not None
-        try:
-            content = fn(view, result)
-        except Exception as exc:
-            return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)
-        blocks = _content_blocks(content)
-        if isinstance(blocks, str):
-            return attrs.evolve(
-                _invalid_output(run.call.name, f"finalize_content: {blocks}"), additional_contexts=result.additional_contexts
-            )
-        return attrs.evolve(result, content=blocks)
+        return result
 
     # -- batch support --------------------------------------------------------
 
@@ -957,44 +863,3 @@ class ToolRegistry:
                 _leave_worker()
 
         return self._executor.submit(marked)
-
-
-def _content_blocks(content: Any) -> tuple[ContentBlock, ...] | str:
-    """Normalise content to a tuple of frozen blocks, or a problem string."""
-    if isinstance(content, str):
-        return text_content(content)
-    if not isinstance(content, (list, tuple)):
-        return f"content must be a str or a sequence of content blocks, not {type(content).__name__}"
-    out: list[ContentBlock] = []
-    for i, block in enumerate(content):
-        if type(block) is not FrozenDict:
-            if not isinstance(block, dict):
-                return f"content block {i} must be a JSON object, not {type(block).__name__}"
-            try:
-                block, _ = freeze_with_height(block)
-            except FreezeError as exc:
-                return f"content block {i}: {exc}"
-        kind = block.get("type")
-        if not isinstance(kind, str):
-            return f'content block {i} has no string "type"'
-        if kind == "text" and not isinstance(block.get("text"), str):
-            return f'text content block {i} has no string "text"'
-        out.append(block)
-    return tuple(out)
-
-
-def _contexts(contexts: Any) -> tuple[Any, ...] | str:
-    """Freeze additional contexts (JSON objects), or a problem string."""
-    if not contexts:
-        return ()
-    out = []
-    for i, ctx in enumerate(contexts):
-        if type(ctx) is not FrozenDict:
-            if not isinstance(ctx, dict):
-                return f"additional context {i} must be a JSON object, not {type(ctx).__name__}"
-            try:
-                ctx, _ = freeze_with_height(ctx)
-            except FreezeError as exc:
-                return f"additional context {i}: {exc}"
-        out.append(ctx)
-    return tuple(out)
