@@ -250,6 +250,7 @@ def test_listener_receives_the_signal_already_aborted_with_its_reason() -> None:
     assert seen == [(c.signal, True, "r")]
 
 
+@pytest.mark.timeout(30)
 def test_waiters_see_the_abort_while_listeners_still_run() -> None:
     # "abort() sets aborted/reason first, then runs listeners": a thread
     # blocked in wait() is released although the listener has not returned.
@@ -258,13 +259,15 @@ def test_waiters_see_the_abort_while_listeners_still_run() -> None:
     woke = threading.Event()
 
     def waiter() -> None:
-        if c.signal.wait(10):
+        if c.signal.wait(30):
             woke.set()
 
-    t = threading.Thread(target=waiter)
+    t = threading.Thread(target=waiter, daemon=True)
     t.start()
     wait_until_blocked(t)
-    c.signal.add_listener(lambda s: woke.wait(10) and release.set())
+    # The waiter's own wait is far longer than the listener's, so only the
+    # abort (not its timeout) can wake it in time.
+    c.signal.add_listener(lambda s: woke.wait(2) and release.set())
     c.abort()
     t.join(5)
     assert release.is_set()
@@ -517,7 +520,9 @@ def test_once_remove_returns_a_listener_that_had_not_started_never_starts() -> N
 
 
 @pytest.mark.timeout(120)
-def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once() -> None:
+def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
+    fast_switching: Any,
+) -> None:
     n_threads, rounds, n_listeners = 16, 1000, 3
     controllers = [AbortController() for _ in range(rounds)]
     runs: list[list[tuple[int, object]]] = [[] for _ in range(rounds)]
