@@ -278,12 +278,12 @@ class AbortSignal:
                 if needed and link.strong is None:
                     link.strong = self
                     source._strong_deps += 1
-                    if source._strong_deps == 1:
+                    if source._strong_deps == 1 and (source._timer is not None or source._sources is not None):
                         source._keepalive_changed_locked()
                 elif not needed and link.strong is not None:
                     link.strong = None
                     source._strong_deps -= 1
-                    if source._strong_deps == 0:
+                    if source._strong_deps == 0 and (source._timer is not None or source._sources is not None):
                         source._keepalive_changed_locked()
         timer = self._timer
         if timer is not None:
@@ -308,9 +308,18 @@ class AbortSignal:
                 # the signal never aborts" hold for that interleaving too.
                 return
             self._mark_aborted_locked(reason)
-            won = [self]
+            self._strong_deps = 0
             deps = self._deps
-            if deps:
+            single = not deps
+            # The listeners to run, in registration order. Taken under the
+            # lock that set `aborted`: from here on add_listener() sees
+            # `aborted` and runs its callback inline, so no listener can be
+            # missed by this snapshot or run twice.
+            if single:
+                # No dependents (the common case): only this signal.
+                entries = list(self._listeners) if self._listeners else None
+            else:
+                won = [self]
                 # Snapshot: marking a dependent detaches it from every
                 # source, this one included.
                 for link in list(deps):
@@ -319,19 +328,16 @@ class AbortSignal:
                         dep._mark_aborted_locked(reason)
                         won.append(dep)
                 deps.clear()
-            self._strong_deps = 0
-            # The listeners to run, in registration order. Taken under the
-            # lock that set `aborted`: from here on add_listener() sees
-            # `aborted` and runs its callback inline, so no listener can be
-            # missed by this snapshot or run twice.
-            if len(won) == 1:
-                batches: list[tuple[AbortSignal, list[_Entry]]] = (
-                    [(self, list(self._listeners))] if self._listeners else []
-                )
-            else:
                 batches = [(signal, list(signal._listeners)) for signal in won if signal._listeners]
         # Every affected signal now reads aborted with `reason`. Wake waiters,
         # then run listeners: own first, dependents in derivation order.
+        if single:
+            event = self._event
+            if event is not None:
+                event.set()
+            if entries is not None:
+                self._dispatch(entries)
+            return
         for signal in won:
             event = signal._event
             if event is not None:
