@@ -30,6 +30,11 @@ own ``ThreadPoolExecutor`` of 32 workers, suited to I/O-bound tools).
 Waits are sliced (0.25 s) so ``KeyboardInterrupt`` reaches a main thread
 blocked in ``execute`` promptly on every platform (B19).
 
+Layout: step 3 (admission) lives in ``_admission.py``; checking and
+building results (output validation, content blocks, contexts,
+post-execute decisions, ``finalize_content``) in ``_outcome.py``; this
+module holds the registry, the phases and dispatch/joining.
+
 Private phase API (used by ``execute_batch``): ``execute(call)`` is
 ``_complete(_dispatch(_begin(call)))``, where a ``KeyboardInterrupt``
 raised by ``_dispatch`` leaves the run holding its ``ABORTED`` (or
@@ -63,16 +68,15 @@ from ._hooks import (
     Guard,
     PostExecuteDecision,
     PostExecuteHook,
-    PreExecuteDecision,
     PreExecuteHook,
     ResultObserver,
     ToolDefinition,
 )
-from ._outcome import apply_post_decision, check_result, check_success, denied, finalize, invalid_output
+from ._admission import HookReturnError, admit, describe
+from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
 from ._signal import AbortSignal, _derive
 from ._types import (
     INVALID_ARGS,
-    UNKNOWN_TOOL,
     ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
@@ -121,17 +125,8 @@ def _leave_worker() -> None:
     _tls.depth -= 1
 
 
-class _HookReturnError(Exception):
-    """A hook returned a value of the wrong type."""
-
-
-_ALLOW: Final = Allow()
 _ACCEPT: Final = Accept()
 _NOT_INVOKED: Final = object()
-
-
-def _describe(fn: object) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 @attrs.frozen
@@ -434,7 +429,7 @@ class ToolRegistry:
             return run
         # Step 3.
         try:
-            self._admit(run)
+            admit(run, self._approver)
         except KeyboardInterrupt as ki:
             run.interrupt = ki
             run.settle(aborted(ki, invoked=False), skip_post=True)
@@ -453,109 +448,6 @@ class ToolRegistry:
             definition=run.definition,
             signal=call.signal,
         )
-
-    def _cancelled_in_admission(self, run: _Run) -> bool:
-        signal = run.call.signal
-        if signal.aborted:
-            run.settle(aborted(signal.reason, invoked=False), skip_post=False)
-            return True
-        return False
-
-    def _hook_fault(self, run: _Run, what: str, exc: Exception) -> None:
-        # An AbortError while the caller is aborted is cancellation observed;
-        # anything else fails closed (a broken policy never lets a call through).
-        if isinstance(exc, AbortError) and self._cancelled_in_admission(run):
-            return
-        run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
-
-    def _admit(self, run: _Run) -> None:
-        view = run.view
-        assert view is not None
-        hooks = run.hooks
-        # Pre-execute waterfall.
-        pre = hooks.pre_execute
-        decision: PreExecuteDecision = _ALLOW
-        if pre:
-            def call_at(i: int) -> PreExecuteDecision:
-                if i == len(pre):
-                    return _ALLOW
-                fn = pre[i]
-                d = fn(view, lambda: call_at(i + 1))
-                if not isinstance(d, (Allow, Deny, Ask)):
-                    raise _HookReturnError(
-                        f"pre-execute hook {_describe(fn)} returned {type(d).__name__}, expected Allow, Deny or Ask"
-                    )
-                return d
-
-            try:
-                decision = call_at(0)
-            except _HookReturnError as exc:
-                run.settle(denied(str(exc)), skip_post=False)
-                return
-            except Exception as exc:
-                self._hook_fault(run, "pre-execute hook", exc)
-                return
-        if isinstance(decision, Deny):
-            run.settle(denied(decision.reason), skip_post=False)
-            return
-        if self._cancelled_in_admission(run):
-            return
-        if isinstance(decision, Ask):
-            if not self._approve(run, view, decision):
-                return
-            if self._cancelled_in_admission(run):
-                return
-        for guard in hooks.guards:
-            try:
-                verdict = guard(view)
-            except Exception as exc:
-                self._hook_fault(run, f"guard {_describe(guard)}", exc)
-                return
-            if verdict is None:
-                continue
-            if isinstance(verdict, str):
-                run.settle(denied(verdict or f"denied by guard {_describe(guard)}"), skip_post=False)
-            else:
-                run.settle(
-                    denied(f"guard {_describe(guard)} returned {type(verdict).__name__}, expected str or None"),
-                    skip_post=False,
-                )
-            return
-        if self._cancelled_in_admission(run):
-            return
-        if run.definition is None:
-            run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
-
-    def _approve(self, run: _Run, view: ToolExecution, ask: Ask) -> bool:
-        """Ask the approver; True to proceed, else the run is settled."""
-        approver = self._approver
-        if approver is None:
-            run.settle(denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
-            return False
-        request = ApprovalRequest(view, ask.reason, run.call.signal)
-        try:
-            answer = approver(request)
-        except Exception as exc:
-            self._hook_fault(run, "approver", exc)
-            return False
-        if type(answer) is str:
-            if answer == "allowed-once":
-                return True
-            if answer == "cancelled":
-                if not self._cancelled_in_admission(run):
-                    run.settle(denied("approval was cancelled"), skip_post=False)
-                return False
-            if answer == "rejected":
-                run.settle(denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
-                return False
-            if answer == "unavailable":
-                run.settle(denied("approval is unavailable"), skip_post=False)
-                return False
-        run.settle(
-            denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
-            skip_post=False,
-        )
-        return False
 
     # -- phase 2: steps 4-5 -------------------------------------------------
 
@@ -595,8 +487,8 @@ class ToolRegistry:
             fn = around[i]
             r = fn(view, lambda: call_at(i + 1))  # type: ignore[arg-type]
             if not isinstance(r, (ToolSuccess, ToolFailure)):
-                raise _HookReturnError(
-                    f"around-dispatch hook {_describe(fn)} returned {type(r).__name__}, expected ToolSuccess or ToolFailure"
+                raise HookReturnError(
+                    f"around-dispatch hook {describe(fn)} returned {type(r).__name__}, expected ToolSuccess or ToolFailure"
                 )
             return r
 
@@ -609,7 +501,7 @@ class ToolRegistry:
             reason = signal.reason if signal.aborted else ki
             run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
             raise
-        except _HookReturnError as exc:
+        except HookReturnError as exc:
             run.settle(invalid_output(call.name, str(exc)), skip_post=False)
             return run
         except Exception as exc:
@@ -827,14 +719,14 @@ class ToolRegistry:
             fn = hooks[i]
             d = fn(view, result, lambda: call_at(i + 1))
             if not isinstance(d, (Accept, Block)):
-                raise _HookReturnError(
-                    f"post-execute hook {_describe(fn)} returned {type(d).__name__}, expected Accept or Block"
+                raise HookReturnError(
+                    f"post-execute hook {describe(fn)} returned {type(d).__name__}, expected Accept or Block"
                 )
             return d
 
         try:
             decision = call_at(0)
-        except _HookReturnError as exc:
+        except HookReturnError as exc:
             return attrs.evolve(invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
         except Exception as exc:
             return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)

@@ -1,0 +1,149 @@
+"""Admission: step 3 of the pipeline (DESIGN.md §3, §7).
+
+The pre-execute waterfall, approval for ``Ask`` and the guards, run in the
+calling thread. Guarantees:
+
+* Policies fail closed: a hook, guard or approver that raises or returns a
+  value of the wrong type denies the call (``DENIED``, naming the hook);
+  a broken policy never lets a call through.
+* A denial settles the call as ``DENIED`` even when the caller aborted
+  meanwhile (a denial is more specific than a later cancellation, §7).
+  Cancellation observed between the phases (and an approval answered
+  ``"cancelled"`` after the caller aborted, or an ``AbortError`` from a
+  hook while the caller is aborted) settles ``ABORTED_BEFORE_DISPATCH``.
+* An unknown tool is settled ``UNKNOWN_TOOL`` after the hooks ran (they see
+  ``definition is None`` and may deny first). Every outcome of this step
+  still passes through post-execute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from ._errors import AbortError
+from ._hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
+from ._outcome import denied
+from ._types import UNKNOWN_TOOL, ToolExecution, aborted, failure
+
+if TYPE_CHECKING:
+    from ._registry import _Run
+
+__all__ = ["admit", "HookReturnError", "describe", "ALLOW"]
+
+ALLOW: Final = Allow()
+
+
+class HookReturnError(Exception):
+    """A hook returned a value of the wrong type."""
+
+
+def describe(fn: Callable[..., object] | object) -> str:
+    """A hook's name for messages."""
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _cancelled(run: _Run) -> bool:
+    """Settle ``ABORTED_BEFORE_DISPATCH`` when the caller aborted (observed in step 3)."""
+    signal = run.call.signal
+    if signal.aborted:
+        run.settle(aborted(signal.reason, invoked=False), skip_post=False)
+        return True
+    return False
+
+def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
+    # An AbortError while the caller is aborted is cancellation observed;
+    # anything else fails closed (a broken policy never lets a call through).
+    if isinstance(exc, AbortError) and _cancelled(run):
+        return
+    run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
+
+def admit(run: _Run, approver: Approver | None) -> None:
+    """Step 3 of DESIGN.md §3 for ``run`` (in the calling thread); leaves
+    ``run.result`` unset when the call may be dispatched."""
+    view = run.view
+    assert view is not None
+    hooks = run.hooks
+    # Pre-execute waterfall.
+    pre = hooks.pre_execute
+    decision: PreExecuteDecision = ALLOW
+    if pre:
+        def call_at(i: int) -> PreExecuteDecision:
+            if i == len(pre):
+                return ALLOW
+            fn = pre[i]
+            d = fn(view, lambda: call_at(i + 1))
+            if not isinstance(d, (Allow, Deny, Ask)):
+                raise HookReturnError(
+                    f"pre-execute hook {describe(fn)} returned {type(d).__name__}, expected Allow, Deny or Ask"
+                )
+            return d
+
+        try:
+            decision = call_at(0)
+        except HookReturnError as exc:
+            run.settle(denied(str(exc)), skip_post=False)
+            return
+        except Exception as exc:
+            _hook_fault(run, "pre-execute hook", exc)
+            return
+    if isinstance(decision, Deny):
+        run.settle(denied(decision.reason), skip_post=False)
+        return
+    if _cancelled(run):
+        return
+    if isinstance(decision, Ask):
+        if not _approve(run, approver, view, decision):
+            return
+        if _cancelled(run):
+            return
+    for guard in hooks.guards:
+        try:
+            verdict = guard(view)
+        except Exception as exc:
+            _hook_fault(run, f"guard {describe(guard)}", exc)
+            return
+        if verdict is None:
+            continue
+        if isinstance(verdict, str):
+            run.settle(denied(verdict or f"denied by guard {describe(guard)}"), skip_post=False)
+        else:
+            run.settle(
+                denied(f"guard {describe(guard)} returned {type(verdict).__name__}, expected str or None"),
+                skip_post=False,
+            )
+        return
+    if _cancelled(run):
+        return
+    if run.definition is None:
+        run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
+
+def _approve(run: _Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
+    """Ask the approver; True to proceed, else the run is settled."""
+    if approver is None:
+        run.settle(denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
+        return False
+    request = ApprovalRequest(view, ask.reason, run.call.signal)
+    try:
+        answer = approver(request)
+    except Exception as exc:
+        _hook_fault(run, "approver", exc)
+        return False
+    if type(answer) is str:
+        if answer == "allowed-once":
+            return True
+        if answer == "cancelled":
+            if not _cancelled(run):
+                run.settle(denied("approval was cancelled"), skip_post=False)
+            return False
+        if answer == "rejected":
+            run.settle(denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
+            return False
+        if answer == "unavailable":
+            run.settle(denied("approval is unavailable"), skip_post=False)
+            return False
+    run.settle(
+        denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
+        skip_post=False,
+    )
+    return False
