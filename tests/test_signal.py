@@ -520,15 +520,23 @@ def test_once_remove_returns_a_listener_that_had_not_started_never_starts() -> N
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("dependents", [0, 2], ids=["plain", "with-dependents"])
 def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
-    fast_switching: Any,
+    fast_switching: Any, dependents: int
 ) -> None:
-    n_threads, rounds, n_listeners = 16, 1000, 3
+    n_threads, rounds = 16, 1000
+    n_listeners = 3 + dependents
     controllers = [AbortController() for _ in range(rounds)]
     runs: list[list[tuple[int, object]]] = [[] for _ in range(rounds)]
+    derived: list[AbortSignal] = []
     for i, c in enumerate(controllers):
-        for _ in range(n_listeners):
-            c.signal.add_listener(
+        targets = [c.signal] * 3
+        for _ in range(dependents):
+            d = AbortSignal.any_of([c.signal, AbortController().signal])
+            derived.append(d)  # (kept alive by its listener anyway)
+            targets.append(d)
+        for target in targets:
+            target.add_listener(
                 lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason))
             )
     barrier = threading.Barrier(n_threads)
@@ -595,6 +603,94 @@ def test_add_listener_racing_abort_runs_the_listener_exactly_once(fast_switching
     assert counts == [1] * rounds
     # Both orders occurred, so both paths were exercised.
     assert 0 < sum(registered) < rounds
+
+
+@pytest.mark.timeout(60)
+def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_once(
+    fast_switching: Any,
+) -> None:
+    rounds = 2000
+    controllers = [AbortController() for _ in range(rounds)]
+    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
+    counts = [0] * rounds
+    barrier = threading.Barrier(2)
+
+    def registrar() -> None:
+        for i, d in enumerate(derived):
+            barrier.wait(timeout=10)
+            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+
+    def aborter() -> None:
+        for c in controllers:
+            barrier.wait(timeout=10)
+            c.abort()
+
+    threads = [threading.Thread(target=registrar), threading.Thread(target=aborter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+    assert counts == [1] * rounds
+
+
+@pytest.mark.timeout(60)
+def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any) -> None:
+    # Once remove() has returned on a signal that was not aborted yet, the
+    # listener never runs; otherwise it runs at most once.
+    rounds = 2000
+    controllers = [AbortController() for _ in range(rounds)]
+    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
+    counts = [0] * rounds
+    handles = [
+        d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+        for i, d in enumerate(derived)
+    ]
+    aborted_at_removal = [False] * rounds
+    barrier = threading.Barrier(2)
+
+    def remover() -> None:
+        for i, h in enumerate(handles):
+            barrier.wait(timeout=10)
+            h.remove()
+            aborted_at_removal[i] = derived[i].aborted
+
+    def aborter() -> None:
+        for c in controllers:
+            barrier.wait(timeout=10)
+            c.abort()
+
+    threads = [threading.Thread(target=remover), threading.Thread(target=aborter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+    for i in range(rounds):
+        assert counts[i] in (0, 1)
+        if not aborted_at_removal[i]:
+            assert counts[i] == 0
+        assert controllers[i].signal.listener_count == 0
+
+
+def test_dependent_listener_may_close_signals_and_remove_other_dependents_listeners() -> None:
+    x = AbortController()
+    d1 = AbortSignal.any_of([x.signal])
+    d2 = AbortSignal.any_of([x.signal])
+    ran: list[str] = []
+    handles: list[ListenerHandle] = []
+
+    def first(s: AbortSignal) -> None:
+        ran.append("d1")
+        d1.close()  # closing an aborted signal keeps it aborted
+        d2.close()
+        handles[0].remove()  # d2's first listener has not started: it never will
+        ran.append(f"any_of={AbortSignal.any_of([x.signal]).aborted}")
+
+    d1.add_listener(first)
+    handles.append(d2.add_listener(lambda s: ran.append("d2 removed")))
+    d2.add_listener(lambda s: ran.append("d2 kept"))
+    x.abort("r")
+    assert ran == ["d1", "any_of=True", "d2 kept"]
+    assert d1.reason == d2.reason == "r"
 
 
 # ---------------------------------------------------------------- any_of
