@@ -241,7 +241,7 @@ _SCALING = {10: 2000, 1000: 20, 100_000: 1}
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    rounds = 3 if quick else 9
+    rounds = 3 if quick else 7
     out: dict[str, Any] = {}
     for name, ours in OURS.items():
         base, label = BASELINE[name]
@@ -253,8 +253,13 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     sizes = [10, 1000] if quick else list(_SCALING)
     for size in sizes:
         number = _SCALING[size]
+        big = size >= 100_000
         ours_ns, base_ns = paired(
-            [ours_abort(size), ewc_abort(size)], number=number, rounds=3 if quick or size >= 100_000 else rounds, clock=CPU
+            [ours_abort(size), ewc_abort(size)],
+            number=number,
+            rounds=3 if quick or big else rounds,
+            warmup=0 if big else 1,
+            clock=CPU,
         )
         key = f"abort_{size}"
         entry = {

@@ -49,7 +49,8 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, Final
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _timer
 from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable
@@ -177,16 +178,26 @@ class AbortSignal:
 
     # ------------------------------------------------------------------ state
 
-    @property
-    def aborted(self) -> bool:
-        """``True`` once aborted; never goes back."""
-        return self._aborted
+    if TYPE_CHECKING:
 
-    @property
-    def reason(self) -> object:
-        """The abort reason (``None`` until aborted; an ``AbortError`` when
-        aborted without one)."""
-        return self._reason
+        @property
+        def aborted(self) -> bool:
+            """``True`` once aborted; never goes back."""
+
+        @property
+        def reason(self) -> object:
+            """The abort reason (``None`` until aborted; an ``AbortError``
+            when aborted without one)."""
+
+    else:
+        # Read-only properties whose getter is C code (no Python frame per
+        # read): `signal.aborted` is the check a cooperative loop makes on
+        # every iteration, so it should cost no more than Event.is_set().
+        aborted = property(attrgetter("_aborted"), doc="``True`` once aborted; never goes back.")
+        reason = property(
+            attrgetter("_reason"),
+            doc="The abort reason (``None`` until aborted; an ``AbortError`` when aborted without one).",
+        )
 
     def throw_if_aborted(self) -> None:
         """Raise a new ``AbortError(self.reason)`` if aborted; else return."""
