@@ -671,6 +671,41 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
         assert controllers[i].signal.listener_count == 0
 
 
+@pytest.mark.timeout(60)
+def test_any_of_created_while_its_source_aborts_ends_aborted_with_that_reason(
+    fast_switching: Any,
+) -> None:
+    # The "already aborted?" check and the linking are one step against
+    # abort(): the derived signal is either created aborted or linked in time.
+    rounds = 2000
+    controllers = [AbortController() for _ in range(rounds)]
+    derived: list[AbortSignal | None] = [None] * rounds
+    counts = [0] * rounds
+    barrier = threading.Barrier(2)
+
+    def creator() -> None:
+        for i, c in enumerate(controllers):
+            barrier.wait(timeout=10)
+            d = AbortSignal.any_of([AbortController().signal, c.signal])
+            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+            derived[i] = d
+
+    def aborter() -> None:
+        for i, c in enumerate(controllers):
+            barrier.wait(timeout=10)
+            c.abort(i)
+
+    threads = [threading.Thread(target=creator), threading.Thread(target=aborter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+    for i, d in enumerate(derived):
+        assert d is not None and d.aborted and d.reason == i
+        assert counts[i] == 1
+        assert controllers[i].signal.listener_count == 0
+
+
 def test_dependent_listener_may_close_signals_and_remove_other_dependents_listeners() -> None:
     x = AbortController()
     d1 = AbortSignal.any_of([x.signal])

@@ -277,3 +277,74 @@ def test_close_racing_the_timer_either_fires_once_or_never() -> None:
         assert AbortSignal.timeout(0).wait(5)
         assert s.aborted is aborted_after_close
         assert calls == ([1] if aborted_after_close else [])
+
+
+@pytest.mark.timeout(30)
+def test_a_timeout_listener_may_arm_the_next_timeout_from_the_timer_thread() -> None:
+    # schedule() called on the timer thread itself, while it is awake and
+    # firing, must not be lost or deadlock.
+    done = threading.Event()
+    fired: list[int] = []
+    keep: list[AbortSignal] = []
+
+    def chain(s: AbortSignal) -> None:
+        fired.append(len(fired))
+        if len(fired) < 20:
+            nxt = AbortSignal.timeout(0.001)
+            keep.append(nxt)
+            nxt.add_listener(chain)
+        else:
+            done.set()
+
+    first = AbortSignal.timeout(0)
+    first.add_listener(chain)
+    assert done.wait(10)
+    assert fired == list(range(20))
+
+
+@pytest.mark.timeout(120)
+def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> None:
+    # Released entries are compacted from weakref callbacks in whatever
+    # thread drops the last reference, concurrently with the timer thread
+    # popping due entries: every short timeout must still fire exactly once
+    # and no entry may be left behind.
+    baseline = pending_baseline()
+    n_threads, per_thread = 4, 5000
+    counts: list[list[int]] = [[0] * (per_thread // 50) for _ in range(n_threads)]
+    short_signals: list[list[AbortSignal]] = [[] for _ in range(n_threads)]
+    barrier = threading.Barrier(n_threads)
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            for i in range(per_thread):
+                AbortSignal.timeout(3600)  # dropped at once
+                if i % 50 == 0:
+                    j = i // 50
+                    s = AbortSignal.timeout(0.001)
+                    s.add_listener(lambda s, j=j: counts[k].__setitem__(j, counts[k][j] + 1))
+                    short_signals[k].append(s)
+                if i % 7 == 0:
+                    with AbortSignal.timeout(3600):  # closed at once
+                        pass
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(100)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors
+    for signals in short_signals:
+        for s in signals:
+            assert s.wait(5)
+    assert counts == [[1] * (per_thread // 50)] * n_threads
+    del signals, short_signals
+    assert pending_baseline() == baseline
