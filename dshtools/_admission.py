@@ -61,9 +61,14 @@ def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
 def admit(run: _Run, approver: Approver | None) -> None:
     """Step 3 of DESIGN.md §3 for ``run`` (in the calling thread); leaves
     ``run.result`` unset when the call may be dispatched."""
-    view = run.view
-    assert view is not None
     hooks = run.hooks
+    if not (hooks.pre_execute or hooks.guards):  # nothing to ask: the hot path
+        if _cancelled(run):
+            return
+        if run.definition is None:
+            run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
+        return
+    view = run.view
     # Pre-execute waterfall.
     pre = hooks.pre_execute
     decision: PreExecuteDecision = ALLOW

@@ -151,7 +151,7 @@ class _Run:
         "token",
         "root_call_id",
         "arguments",
-        "view",
+        "_view",
         "result",
         "body_invoked",
         "skip_post",
@@ -174,7 +174,7 @@ class _Run:
         self.token = ExecutionToken()
         self.root_call_id = call.root_call_id if call.root_call_id is not None else call.call_id
         self.arguments: Any = None
-        self.view: ToolExecution | None = None
+        self._view: ToolExecution | None = None
         self.result: ToolExecutionResult | None = None
         self.body_invoked = False
         self.skip_post = False
@@ -187,6 +187,26 @@ class _Run:
         self.settled = False
         self.published = False
         self._children = itertools.count(1)
+
+    @property
+    def view(self) -> ToolExecution:
+        """The read-only view for hooks and observers, built on first use
+        (a registry without hooks never builds it)."""
+        view = self._view
+        if view is None:
+            call = self.call
+            view = self._view = ToolExecution(
+                token=self.token,
+                call_id=call.call_id,
+                root_call_id=self.root_call_id,
+                name=call.name,
+                arguments=self.arguments,
+                agent=call.agent,
+                parent=call.parent,
+                definition=self.definition,
+                signal=call.signal,
+            )
+        return view
 
     def settle(self, result: ToolExecutionResult, *, skip_post: bool) -> None:
         self.result = result
@@ -411,10 +431,8 @@ class ToolRegistry:
         try:
             run.arguments, height = freeze_with_height(call.arguments)
         except FreezeError as exc:
-            run.view = self._view(run)
             run.settle(failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True)
             return run
-        run.view = self._view(run)
         if definition is not None:
             problems = definition._parameters_validator.problems(run.arguments, height)
             if problems:
@@ -434,20 +452,6 @@ class ToolRegistry:
             run.interrupt = ki
             run.settle(aborted(ki, invoked=False), skip_post=True)
         return run
-
-    def _view(self, run: _Run) -> ToolExecution:
-        call = run.call
-        return ToolExecution(
-            token=run.token,
-            call_id=call.call_id,
-            root_call_id=run.root_call_id,
-            name=call.name,
-            arguments=run.arguments,
-            agent=call.agent,
-            parent=call.parent,
-            definition=run.definition,
-            signal=call.signal,
-        )
 
     # -- phase 2: steps 4-5 -------------------------------------------------
 
@@ -681,17 +685,15 @@ class ToolRegistry:
         result = run.result
         if result is None:  # pragma: no cover - defensive: a phase was skipped
             result = failure("internal error: the call has no result", name="RuntimeError", code=None)
-        view = run.view
-        assert view is not None
         try:
             if not run.skip_post and run.hooks.post_execute:
-                result = self._post_execute(run, view, result)
+                result = self._post_execute(run, run.view, result)
             signal = run.call.signal
             if isinstance(result, ToolSuccess) and signal.aborted:
                 result = aborted(signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
-                result = finalize(definition, view, result)
+                result = finalize(definition, run.view, result)
         except KeyboardInterrupt as ki:
             if run.interrupt is None:
                 run.interrupt = ki
@@ -702,7 +704,7 @@ class ToolRegistry:
         run.published = True
         for observer in run.hooks.observers:
             try:
-                observer(view, result)
+                observer(run.view, result)
             except KeyboardInterrupt as ki:
                 if run.interrupt is None:
                     run.interrupt = ki
