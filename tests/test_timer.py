@@ -120,11 +120,12 @@ def test_10000_pending_timeouts_add_at_most_one_thread() -> None:
 def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
     order: list[float] = []
     done = threading.Event()
-    signals = [AbortSignal.timeout(d) for d in (0.15, 0.05, 0.10)]
-    for s, d in zip(signals, (0.15, 0.05, 0.10)):
+    durations = (0.3, 0.1, 0.2)  # 100 ms apart: robust to a slow machine
+    signals = [AbortSignal.timeout(d) for d in durations]
+    for s, d in zip(signals, durations):
         s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))
     assert done.wait(5)
-    assert order == [0.05, 0.10, 0.15]
+    assert order == [0.1, 0.2, 0.3]
 
 
 @pytest.mark.timeout(30)
