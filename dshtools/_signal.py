@@ -29,14 +29,15 @@ critical sections are a few attribute writes: the lock is never held while
 user code runs. Weakref callbacks never take it (dead links are pruned
 lazily), so garbage collection inside a critical section cannot deadlock.
 
-Claiming a listener: the dispatch loop and ``remove()`` both claim an entry
-by popping it from the signal's listener dict (``dict.pop`` is one atomic
-step: the entry's hash and equality are identity, so no Python code runs
-inside it). Whoever pops it owns it: the loop runs it, ``remove()`` makes
+Claiming a listener: a signal keeps its listeners in a dict from a unique
+``int`` key (one process-wide counter) to the callback; the handle holds the
+key. The dispatch loop and ``remove()`` both claim a listener by popping its
+key (``dict.pop`` is one atomic step: an ``int``'s hash and equality are C
+code, so no Python code runs inside it). Whoever pops it owns it: the loop runs it, ``remove()`` makes
 sure it never starts. The loop pops without taking ``_LOCK`` (one lock round
 trip per listener was most of the cost of ``abort()``), which is safe
 because nothing is ever *inserted* after ``aborted`` is set, and the
-snapshot of entries to run is taken under the lock that set it.
+snapshot of keys to run is taken under the lock that set it.
 ``remove()`` takes the lock only when the signal has keep-alive links to
 update (derived and timeout signals); on a plain signal the pop is all of
 it. Inserting (``add_listener``) always takes the lock: its "not aborted
@@ -45,6 +46,7 @@ yet" check and the insert must be one step against ``abort()``'s snapshot.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -62,21 +64,15 @@ Listener = Callable[["AbortSignal"], object]
 _LOCK: Final = threading.Lock()
 
 # Marks "not in the listener dict" for the claiming pop (see the module
-# docstring): a listener is pending exactly while its entry is in the dict.
+# docstring): a listener is pending exactly while its key is in the dict.
 _MISSING: Final = object()
+# Listener keys: unique ints, so that the listener dict holds no per-listener
+# object besides the callback (and its handle, held by the caller).
+_next_key: Final = itertools.count().__next__
 
 # Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
 # blocked in wait() promptly on every platform (B19).
 _WAIT_SLICE: Final = 0.25
-
-
-class _Entry:
-    # Identity hash and equality (never override them): that is what makes
-    # the claiming ``dict.pop`` a single atomic step.
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Listener) -> None:
-        self.callback = callback
 
 
 class _Link:
@@ -103,19 +99,19 @@ class ListenerHandle:
     blocks, and is also what leaving a ``with`` block does.
     """
 
-    __slots__ = ("_signal", "_entry", "registered")
+    __slots__ = ("_signal", "_key", "registered")
 
-    def __init__(self, signal: AbortSignal, entry: _Entry | None, registered: bool) -> None:
+    def __init__(self, signal: AbortSignal, key: int | None, registered: bool) -> None:
         self._signal = signal
-        self._entry = entry
+        self._key = key
         self.registered: Final = registered
 
     def remove(self) -> None:
-        entry = self._entry
-        if entry is None:
+        key = self._key
+        if key is None:
             return
-        self._entry = None
-        self._signal._remove(entry)
+        self._key = None
+        self._signal._remove(key)
 
     def __enter__(self) -> ListenerHandle:
         return self
@@ -129,7 +125,7 @@ class ListenerHandle:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "active" if self._entry is not None else "detached"
+        state = "active" if self._key is not None else "detached"
         return f"<ListenerHandle {state} registered={self.registered}>"
 
 
@@ -162,7 +158,7 @@ class AbortSignal:
         self._aborted = False
         self._reason: object = None
         self._event: threading.Event | None = None  # created lazily by wait()
-        self._listeners: dict[_Entry, None] = {}
+        self._listeners: dict[int, Listener] = {}  # key -> callback, registration order
         # As a source: links to derived signals, in derivation order.
         self._deps: dict[_Link, None] = {}
         self._deps_prune_at = 32
@@ -252,30 +248,30 @@ class AbortSignal:
         """
         if not callable(callback):
             raise TypeError(f"listener must be callable, not {type(callback).__name__}")
-        entry = _Entry(callback)
+        key = _next_key()
         with _LOCK:
             if not self._aborted:
                 listeners = self._listeners
-                listeners[entry] = None
+                listeners[key] = callback
                 # Keep-alive links exist only on derived and timeout signals.
                 if len(listeners) == 1 and (self._sources is not None or self._timer is not None):
                     self._keepalive_changed_locked()
-                return ListenerHandle(self, entry, True)
+                return ListenerHandle(self, key, True)
         if run_if_aborted:
             _call(callback, self)
         return ListenerHandle(self, None, False)
 
-    def _remove(self, entry: _Entry) -> None:
+    def _remove(self, key: int) -> None:
         listeners = self._listeners
         if self._sources is None and self._timer is None:
             # A plain (controller) signal keeps nothing alive, so the
             # claiming pop is all there is to do, and it needs no lock (see
             # the module docstring). `_sources` is never set after creation;
             # a stale non-None `_timer` only sends us down the locked path.
-            listeners.pop(entry, None)
+            listeners.pop(key, None)
             return
         with _LOCK:
-            if listeners.pop(entry, _MISSING) is _MISSING:
+            if listeners.pop(key, _MISSING) is _MISSING:
                 return  # already claimed by a dispatch loop (it ran or runs)
             if not listeners and (self._sources is not None or self._timer is not None):
                 self._keepalive_changed_locked()
@@ -368,16 +364,16 @@ class AbortSignal:
             timer.cancelled = True
             self._timer = None
 
-    def _dispatch(self, entries: list[_Entry]) -> None:
-        # Each entry is claimed by popping it, right before it runs; remove()
-        # claims with the same pop. Exactly one pop finds the entry, so a
+    def _dispatch(self, keys: list[int]) -> None:
+        # Each listener is claimed by popping its key, right before it runs;
+        # remove() claims with the same pop. Exactly one pop finds it, so a
         # concurrent remove() either wins (the listener never starts) or
         # loses (it has started) - never both, and it never waits.
         pop = self._listeners.pop
-        for entry in entries:
-            if pop(entry, _MISSING) is _MISSING:
+        for key in keys:
+            callback = pop(key, None)  # never None while pending: add_listener checks callable()
+            if callback is None:
                 continue
-            callback = entry.callback
             try:  # _call(), inlined: this loop is the cost of abort()
                 callback(self)
             except BaseException as exc:
