@@ -143,7 +143,12 @@ def _run() -> None:
                 if delay <= 0:
                     break
                 _wake_at = _heap[0].when
-                _cond.wait(delay)
+                # Clamp: Condition.wait() raises OverflowError above
+                # threading.TIMEOUT_MAX, and a valid but huge timeout
+                # (AbortSignal.timeout(1e300)) must not kill the one timer
+                # thread every timeout in the process depends on. Waking
+                # early only makes the loop rescan and sleep again.
+                _cond.wait(min(delay, threading.TIMEOUT_MAX))
                 _wake_at = -math.inf
             entry = heapq.heappop(_heap)
             # Read `strong` once: a listener removal on another thread clears

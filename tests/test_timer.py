@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, TimeoutReason
+from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools import _timer
 
 
@@ -349,3 +349,22 @@ def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> 
     assert counts == [[1] * (per_thread // 50)] * n_threads
     del signals, short_signals
     assert pending_baseline() == baseline
+
+
+@pytest.mark.timeout(30)
+def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
+    # Regression: the timer thread slept with Condition.wait(delay), which
+    # raises OverflowError past threading.TIMEOUT_MAX; the thread died and no
+    # timeout in the process fired again.
+    huge = AbortSignal.timeout(1e300)
+    try:
+        # The short one fires first; then the thread sleeps towards `huge`.
+        assert AbortSignal.timeout(0.01).wait(5)
+        assert AbortSignal.timeout(0.01).wait(5)
+        assert _timer._thread is not None and _timer._thread.is_alive()
+        assert huge.aborted is False
+    finally:
+        huge.close()
+    with deadline(AbortController().signal, 1e12, "T") as late:
+        assert AbortSignal.timeout(0.01).wait(5)
+        assert late.signal.aborted is False
