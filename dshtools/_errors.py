@@ -31,7 +31,9 @@ class AbortError(Exception):
     reason: object
 
     def __init__(self, reason: object = None) -> None:
-        super().__init__(reason)
+        # What BaseException.__init__(reason) does, without the super() call:
+        # every abort() without a reason creates one of these.
+        self.args = (reason,)
         self.reason = reason
         if isinstance(reason, BaseException):
             self.__cause__ = reason
