@@ -218,7 +218,9 @@ class AbortSignal:
                 if event is None:
                     event = self._event = threading.Event()
         if timeout is not None:
-            return event.wait(timeout) or self._aborted
+            # Clamp: Event.wait() raises OverflowError past
+            # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
+            return event.wait(min(timeout, threading.TIMEOUT_MAX)) or self._aborted
         while not event.wait(_WAIT_SLICE):
             pass
         return True

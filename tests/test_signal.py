@@ -179,6 +179,19 @@ def test_wait_with_timeout_returns_false_when_still_pending() -> None:
     assert time.monotonic() - start >= 0.015
 
 
+@pytest.mark.timeout(30)
+def test_wait_accepts_a_huge_finite_timeout() -> None:
+    # Regression: Event.wait() raised OverflowError past threading.TIMEOUT_MAX.
+    c = AbortController()
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(c.signal.wait(1e300)), daemon=True)
+    t.start()
+    wait_until_blocked(t)
+    c.abort()
+    t.join(5)
+    assert result == [True]
+
+
 def test_wait_rejects_a_non_number_timeout() -> None:
     with pytest.raises(TypeError):
         AbortController().signal.wait("1")  # type: ignore[arg-type]
