@@ -618,6 +618,60 @@ def test_add_listener_racing_abort_runs_the_listener_exactly_once(fast_switching
     assert 0 < sum(registered) < rounds
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["plain", "derived"])
+def test_many_threads_adding_and_removing_while_one_aborts(fast_switching: Any, kind: str) -> None:
+    # 8 threads add listeners to one signal and remove every other one while
+    # a 9th aborts midway. Every listener runs at most once; one never removed
+    # runs exactly once (by the abort or inline at registration); one removed
+    # before the signal read aborted never runs.
+    rounds, n_threads, per_thread = 20, 8, 200
+    registrations: set[bool] = set()
+    for _ in range(rounds):
+        c = AbortController()
+        signal = c.signal if kind == "plain" else AbortSignal.any_of([c.signal])
+        counts = [[0] * per_thread for _ in range(n_threads)]
+        removed_before_abort = [[False] * per_thread for _ in range(n_threads)]
+        removed = [[False] * per_thread for _ in range(n_threads)]
+        barrier = threading.Barrier(n_threads + 1)
+
+        def worker(k: int) -> None:
+            barrier.wait(timeout=10)
+            for i in range(per_thread):
+                h = signal.add_listener(lambda s, k=k, i=i: counts[k].__setitem__(i, counts[k][i] + 1))
+                registrations.add(h.registered)
+                if i % 2:
+                    h.remove()
+                    removed[k][i] = True
+                    removed_before_abort[k][i] = not signal.aborted
+
+        def aborter() -> None:
+            barrier.wait(timeout=10)
+            while sum(map(sum, counts)) == 0 and not any(map(any, removed)):
+                pass  # wait until the workers are under way
+            c.abort()
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+        threads.append(threading.Thread(target=aborter))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(50)
+        assert signal.aborted
+        for k in range(n_threads):
+            for i in range(per_thread):
+                n = counts[k][i]
+                if not removed[k][i]:
+                    assert n == 1, (k, i)
+                elif removed_before_abort[k][i]:
+                    assert n == 0, (k, i)
+                else:
+                    assert n in (0, 1), (k, i)
+        assert signal.listener_count == 0
+        assert c.signal.listener_count == 0
+    assert registrations == {True, False}  # the abort landed midway
+
+
 @pytest.mark.timeout(60)
 def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_once(
     fast_switching: Any,
