@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
 import threading
 import time
 import weakref
@@ -93,17 +94,42 @@ def _maybe_compact_locked() -> None:
     _garbage = 0
 
 
+def _start_thread_locked() -> None:
+    global _thread
+    _thread = threading.Thread(target=_run, name="dshtools-timer", daemon=True)
+    _thread.start()
+
+
+def _after_fork_in_child() -> None:
+    # fork() copies this module's state but not the timer thread: without
+    # this, `_thread` names a thread that does not exist in the child, no
+    # timeout ever fires there again (gunicorn --preload workers,
+    # multiprocessing "fork" children), and `_cond` may be copied while held
+    # by the parent's timer thread. Give the child a fresh lock, re-heapify
+    # (the parent's thread may have been between two steps of a compaction)
+    # and a timer thread of its own if inherited timers are pending.
+    global _cond, _thread, _wake_at
+    _cond = threading.Condition(threading.Lock())
+    _thread = None
+    _wake_at = math.inf
+    heapq.heapify(_heap)
+    if _heap:
+        _start_thread_locked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def schedule(delay: float, target: _Target) -> TimerEntry:
     """Arrange ``target._on_timer()`` to run on the timer thread after
     ``delay`` seconds (monotonic clock). Returns the entry for ``cancel``."""
-    global _thread
     entry = TimerEntry(time.monotonic() + delay, next(_seq), target)
     with _cond:
         _maybe_compact_locked()
         heapq.heappush(_heap, entry)
         if _thread is None:
-            _thread = threading.Thread(target=_run, name="dshtools-timer", daemon=True)
-            _thread.start()
+            _start_thread_locked()
         elif entry.when < _wake_at:
             _cond.notify()
     return entry

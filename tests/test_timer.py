@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from typing import Any
 
@@ -368,3 +370,26 @@ def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
     with deadline(AbortController().signal, 1e12, "T") as late:
         assert AbortSignal.timeout(0.01).wait(5)
         assert late.signal.aborted is False
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_timeouts_fire_in_a_forked_child() -> None:
+    # Regression: fork() copied `_thread` (a thread that does not exist in
+    # the child), so no timeout ever fired in a forked worker. Both a timer
+    # inherited from the parent and a new one must fire in the child.
+    assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
+    inherited = AbortSignal.timeout(0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 1
+        try:
+            fresh = AbortSignal.timeout(0.01)
+            code = 0 if fresh.wait(2) and inherited.wait(2) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert inherited.wait(5)  # and the parent's timer is unaffected
