@@ -35,6 +35,7 @@ DOCS_PAGE = HERE.parent / "docs" / "benchmarks.md"
 
 def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     t0 = time.monotonic()
     for name, fn in SECTIONS.items():
         if only and name not in only:
@@ -42,7 +43,14 @@ def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True
         if progress:
             print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
         s0 = time.monotonic()
-        results[name] = fn(quick=quick)
+        figures = fn(quick=quick)
+        if name == "signals":
+            results["signal_scaling"] = figures.pop("_scaling")
+        if name == "peers":
+            extra["peer_versions"] = figures["versions"]
+            extra["peers_skipped"] = figures["skipped"]
+            figures = figures["results"]
+        results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
     results["meta"] = {
@@ -54,6 +62,7 @@ def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True
         "quick": quick,
         "seconds": time.monotonic() - t0,
         "command": "python -m benchmarks" + (" --quick" if quick else ""),
+        **extra,
     }
     return results
 

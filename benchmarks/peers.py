@@ -217,18 +217,25 @@ def _version(dist: str) -> str | None:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
+    """``{"results": {library: {operation: {"ns_per_op", "dshtools_ns_per_op",
+    "ratio"}}}, "versions": {library: version}, "skipped": {library: note}}``;
+    ``__main__`` files the results under ``peers`` and the rest under
+    ``meta``."""
     rounds = 3 if quick else 7
-    out: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    versions: dict[str, str | None] = {}
+    skipped: dict[str, str] = {}
     for dist, (module, factory) in PEERS.items():
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            out[dist] = {"skipped": f'not installed ({exc}); pip install -e ".[bench]"'}
+            skipped[dist] = f'not installed ({exc}); pip install -e ".[bench]"'
             continue
-        entry: dict[str, Any] = {"version": _version(dist)}
+        versions[dist] = _version(dist)
+        entry: dict[str, Any] = {}
         for op, case in factory().items():
             number = max(1, _NUMBER[op] // (20 if quick else 1))
             ours_ns, peer_ns = paired([signals.OURS[op], case], number=number, rounds=rounds, clock=CPU)
             entry[op] = {"ns_per_op": peer_ns, "dshtools_ns_per_op": ours_ns, "ratio": ours_ns / peer_ns}
-        out[dist] = entry
-    return out
+        results[dist] = entry
+    return {"results": results, "versions": versions, "skipped": skipped}

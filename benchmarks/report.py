@@ -78,32 +78,29 @@ def render(results: dict[str, Any]) -> str:
             _row("---", "---:", "---", "---:", "---:"),
         ]
         for name, e in s.items():
-            if name == "abort_scaling":
-                continue
             lines.append(_row(f"`{name}`", _ns(e["ns_per_op"]), e["baseline"], _ns(e["baseline_ns_per_op"]), f"{e['ratio']:.2f}"))
-        sc = s.get("abort_scaling")
+        sc = results.get("signal_scaling")
         if sc:
             per = ", ".join(f"N={k.split('_')[1]}: {_ns(v)}" for k, v in sc["ns_per_listener"].items())
             lines += ["", f"Abort with N listeners, cost per listener: {per}; linearity (largest N vs N=1000, 1.0 = linear): {sc['linearity']:.2f}."]
         lines.append("")
     p = results.get("peers")
-    if p:
+    skipped = meta.get("peers_skipped", {})
+    versions = meta.get("peer_versions", {})
+    if p or skipped:
         lines += [
             "**Peers** (same operation, same run; ratio = dshtools / peer)",
             "",
             _row("library", "operation", "peer", "dshtools", "ratio", "dshtools faster"),
             _row("---", "---", "---:", "---:", "---:", ":---:"),
         ]
-        for lib, entry in p.items():
-            if "skipped" in entry:
-                lines.append(_row(lib, "skipped", entry["skipped"], "", "", ""))
-                continue
+        for lib, note in skipped.items():
+            lines.append(_row(lib, "skipped", note, "", "", ""))
+        for lib, entry in (p or {}).items():
             for op, e in entry.items():
-                if op == "version":
-                    continue
                 lines.append(
                     _row(
-                        f"{lib} {entry.get('version') or ''}".strip(),
+                        f"{lib} {versions.get(lib) or ''}".strip(),
                         f"`{op}`",
                         _ns(e["ns_per_op"]),
                         _ns(e["dshtools_ns_per_op"]),

@@ -241,6 +241,10 @@ _SCALING = {10: 2000, 1000: 20, 100_000: 1}
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
+    """One entry per operation (``ns_per_op``, ``ratio``, the baseline's
+    label and ``baseline_ns_per_op``), plus ``_scaling`` (abort cost per
+    listener by N, and the linearity figure), which ``__main__`` files
+    under the top-level key ``signal_scaling``."""
     rounds = 3 if quick else 7
     out: dict[str, Any] = {}
     for name, ours in OURS.items():
@@ -272,7 +276,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         out[key] = entry
         scaling[key] = entry["ns_per_listener"]
     first, last = sizes[0], sizes[-1]
-    out["abort_scaling"] = {
+    out["_scaling"] = {
         "ns_per_listener": scaling,
         # 1.0 is perfectly linear: the per-listener cost at the largest N
         # divided by the per-listener cost at N=1000 (N=10 is dominated by
