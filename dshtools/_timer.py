@@ -10,8 +10,8 @@ Guarantees:
   and its entry dropped, while one that has listeners or dependents stays
   alive until it fires (the liveness half of B02, the leak half of B04).
 * ``cancel`` is O(1); cancelled and released entries are compacted away as
-  soon as they are the majority of the heap, so memory follows the live
-  timers, not the long deadlines of dead ones.
+  soon as they are the majority of the heap (and at least 64), so memory
+  follows the live timers, not the long deadlines of dead ones.
 * A target's ``_on_timer()`` runs on the timer thread without the timer
   lock held; an exception from it is reported through
   ``sys.unraisablehook`` and the thread carries on.
@@ -85,9 +85,15 @@ def _released(_ref: object) -> None:
             _cond.release()
 
 
+# Below this many dead entries a compaction is not worth its cost: arming and
+# cancelling one timeout per call (TimeoutPolicy) would otherwise rebuild a
+# tiny heap three times per call (schedule, cancel, release).
+_COMPACT_MIN = 64
+
+
 def _maybe_compact_locked() -> None:
     global _garbage
-    if _garbage * 2 < len(_heap) and _garbage < 4096:
+    if _garbage < _COMPACT_MIN or (_garbage * 2 < len(_heap) and _garbage < 4096):
         return
     _heap[:] = [e for e in _heap if e.live()]
     heapq.heapify(_heap)
