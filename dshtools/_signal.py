@@ -503,21 +503,30 @@ def _derive(items: list[AbortSignal]) -> AbortSignal:
         # left `_sources` in place) the new signal would link to R and abort
         # when R does, although D - its only input - never aborts; and if R
         # had already aborted, the link would sit in R's dependents forever.
-        roots: dict[AbortSignal, None] = {}
-        for s in items:
-            if s._sources is None:
-                roots[s] = None
-            else:
-                for root in s._sources:
-                    roots[root] = None
-        derived._sources = tuple(roots)
+        roots: tuple[AbortSignal, ...]
+        if len(items) == 1 and items[0]._sources is None:
+            # One root (the registry's dispatch signal when no wrapper
+            # replaced the caller's): nothing to flatten or de-duplicate.
+            roots = (items[0],)
+        else:
+            unique: dict[AbortSignal, None] = {}
+            for s in items:
+                sources = s._sources
+                if sources is None:
+                    unique[s] = None
+                else:
+                    for root in sources:
+                        unique[root] = None
+            roots = tuple(unique)
+        derived._sources = roots
         ref = weakref.ref(derived)
         links = derived._links
         for root in roots:
             link = _Link(ref)
-            root._deps[link] = None
+            deps = root._deps
+            deps[link] = None
             links.append((root, link))
-            if len(root._deps) >= root._deps_prune_at:
+            if len(deps) >= root._deps_prune_at:
                 root._prune_deps_locked()
     return derived
 
