@@ -45,7 +45,7 @@ def make_registry(executor: ThreadPoolExecutor, *, hooks: bool) -> ToolRegistry:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    number, rounds = (200, 3) if quick else (2000, 9)
+    number, rounds = (200, 3) if quick else (1000, 9)
     executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench")
     plain = make_registry(executor, hooks=False)
     hooked = make_registry(executor, hooks=True)
