@@ -63,6 +63,7 @@ def timeout_threads(count: int) -> dict[str, Any]:
     signals = [AbortSignal.timeout(3600) for _ in range(count)]
     handles = [s.add_listener(lambda _s: None) for s in signals]
     alive = threading.active_count()
+    timer_threads = sum(1 for t in threading.enumerate() if t.name == "dshtools-timer")
     pending = _timer.pending_count()
     for h in handles:
         h.remove()
@@ -74,6 +75,7 @@ def timeout_threads(count: int) -> dict[str, Any]:
         "pending_timeouts": pending,
         "threads_before": baseline,
         "threads_with_10k_timeouts": alive,
+        "timer_threads": timer_threads,
         "pending_after_close": _timer.pending_count(),
     }
 

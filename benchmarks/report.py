@@ -142,9 +142,12 @@ def render(results: dict[str, Any]) -> str:
             _row("RSS growth over those dispatches", f"{lk['rss_growth_mb']:.2f} MB", "< 5 MB", _ok(lk["rss_growth_mb"], 4.999)),
             _row(
                 f"threads alive with {lk['pending_timeouts']:,} pending timeouts",
-                f"{lk['threads_with_10k_timeouts']} (before: {lk['threads_before']})",
+                f"{lk['threads_with_10k_timeouts']} (before: {lk['threads_before']}; "
+                f"timer threads: {lk.get('timer_threads', '?')})",
                 "one timer thread",
-                _ok(lk["threads_with_10k_timeouts"] - lk["threads_before"], 1),
+                _ok(lk["threads_with_10k_timeouts"] - lk["threads_before"], 1)
+                if lk.get("timer_threads", 1) == 1
+                else "**no**",
             ),
             "",
         ]
