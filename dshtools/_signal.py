@@ -13,6 +13,10 @@ Guarantees:
 * A listener added after abort runs at once in the registering thread
   (``run_if_aborted=True``) or is refused atomically (``registered is
   False``): no check-then-register window can lose a wake-up.
+* A listener that raises never stops the others: an ``Exception`` goes to
+  ``sys.unraisablehook``; a ``KeyboardInterrupt`` or ``SystemExit`` is held
+  and re-raised from ``abort()`` after every listener ran, so a Ctrl-C is
+  never swallowed (decision 0011).
 * ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
   had not started never will; one that already started on another thread
   may still be running.
@@ -47,6 +51,7 @@ yet" check and the insert must be one step against ``abort()``'s snapshot.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -62,6 +67,11 @@ __all__ = ["AbortController", "AbortSignal", "ListenerHandle", "Listener"]
 Listener = Callable[["AbortSignal"], object]
 
 _LOCK: Final = threading.Lock()
+
+if hasattr(os, "register_at_fork"):
+    # A fork while another thread (the timer thread, say) is inside a
+    # critical section would leave the child's copy of _LOCK held forever.
+    os.register_at_fork(after_in_child=_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
 
 # Marks "not in the listener dict" for the claiming pop (see the module
 # docstring): a listener is pending exactly while its key is in the dict.
@@ -244,9 +254,12 @@ class AbortSignal:
         Runs in the aborting thread (the timer thread for timeouts), outside
         any lock. If already aborted: with ``run_if_aborted=True`` the
         callback runs now in this thread; with ``False`` it does not run.
-        Either way ``handle.registered`` is ``False``. An exception from the
-        callback goes to ``sys.unraisablehook``. Raises ``TypeError`` for a
-        non-callable.
+        Either way ``handle.registered`` is ``False``. An ``Exception`` from
+        the callback goes to ``sys.unraisablehook`` and the other listeners
+        still run; a ``KeyboardInterrupt``/``SystemExit`` does not stop them
+        either, and the first one is re-raised by ``abort()`` once they all
+        ran (or propagates from ``add_listener`` when run inline). Raises
+        ``TypeError`` for a non-callable.
         """
         if not callable(callback):
             raise TypeError(f"listener must be callable, not {type(callback).__name__}")
@@ -345,14 +358,24 @@ class AbortSignal:
             if event is not None:
                 event.set()
             if entries is not None:
-                self._dispatch(entries)
+                interrupt = self._dispatch(entries)
+                if interrupt is not None:
+                    raise interrupt
             return
         for signal in won:
             event = signal._event
             if event is not None:
                 event.set()
+        first: BaseException | None = None
         for signal, entries in batches:
-            signal._dispatch(entries)
+            interrupt = signal._dispatch(entries)
+            if first is None:
+                first = interrupt
+        if first is not None:
+            # A Ctrl-C (or SystemExit) raised inside a listener must not be
+            # swallowed (B16's "several interrupts needed"); it is re-raised
+            # here, after every listener - dependents' too - has run.
+            raise first
 
     def _mark_aborted_locked(self, reason: object) -> None:
         self._aborted = True
@@ -366,11 +389,14 @@ class AbortSignal:
             timer.cancelled = True
             self._timer = None
 
-    def _dispatch(self, keys: list[int]) -> None:
+    def _dispatch(self, keys: list[int]) -> BaseException | None:
         # Each listener is claimed by popping its key, right before it runs;
         # remove() claims with the same pop. Exactly one pop finds it, so a
         # concurrent remove() either wins (the listener never starts) or
         # loses (it has started) - never both, and it never waits.
+        # Returns the first non-Exception BaseException a listener raised
+        # (the caller re-raises it once every listener ran), else None.
+        interrupt: BaseException | None = None
         pop = self._listeners.pop
         for key in keys:
             callback = pop(key, None)  # never None while pending: add_listener checks callable()
@@ -378,8 +404,12 @@ class AbortSignal:
                 continue
             try:  # _call(), inlined: this loop is the cost of abort()
                 callback(self)
-            except BaseException as exc:
+            except Exception as exc:
                 report_unraisable(exc, f"Exception in abort listener {callback!r}", self)
+            except BaseException as exc:  # KeyboardInterrupt, SystemExit: kept
+                if interrupt is None:
+                    interrupt = exc
+        return interrupt
 
     # ---------------------------------------------------------------- derived
 
@@ -532,9 +562,11 @@ def _derive(items: list[AbortSignal]) -> AbortSignal:
 
 
 def _call(callback: Listener, signal: AbortSignal) -> None:
+    # A listener run inline by add_listener(): an Exception is reported, a
+    # KeyboardInterrupt/SystemExit propagates to the registering thread.
     try:
         callback(signal)
-    except BaseException as exc:
+    except Exception as exc:
         report_unraisable(exc, f"Exception in abort listener {callback!r}", signal)
 
 
