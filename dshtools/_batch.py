@@ -18,6 +18,11 @@ Guarantees:
   drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
   A ``KeyboardInterrupt`` is re-raised once every result is published.
 * A tool's failure never cancels its siblings (B32).
+* A batch run from inside a tool body (on a registry worker) dispatches
+  its calls one after the other on that worker, never queued behind a
+  pool full of parents (B17's kind). A ``close()`` of the registry during
+  the batch settles the calls not yet dispatched as
+  ``ABORTED_BEFORE_DISPATCH``: still one published result per call.
 * An internal fault of the scheduler (never a tool or policy fault, which
   the registry turns into results) stops new dispatch, drains started work,
   closes every signal it created, and then raises: no result is invented.
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._registry import _on_worker
 from ._signal import AbortController, AbortSignal
 from ._types import ToolExecutionInput, ToolExecutionResult
 
@@ -117,7 +123,7 @@ class _Batch:
         # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
         # The slot is recorded only once _begin returned: a call whose
         # _begin was interrupted counts as never begun and is settled again.
-        slot.run = run = self.registry._begin(slot.call)
+        slot.run = run = self.registry._begin(slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
             # A KeyboardInterrupt inside pre-execute/approval: the registry
@@ -156,7 +162,14 @@ class _Batch:
         # `finished` after it did.
         self.in_flight += 1
         slot.submitted = True
-        self.registry._submit(work)
+        try:
+            self.registry._submit(work)
+        except RuntimeError:
+            # The executor is shut down (close() during the batch): nothing
+            # was queued. Dispatching here reports ABORTED_BEFORE_DISPATCH.
+            self.in_flight -= 1
+            slot.submitted = False
+            self.dispatch_here(slot)
 
     def dispatch_here(self, slot: _Slot) -> None:
         assert slot.run is not None
@@ -213,10 +226,15 @@ class _Batch:
 
     def schedule(self) -> None:
         registry = self.registry
+        # A batch run from inside a tool body (a sub-agent's turn) already
+        # holds a worker; queueing its calls behind a full pool of parents
+        # would deadlock (B17's kind). It dispatches each call inline on
+        # this thread instead, one after the other.
+        nested = _on_worker()
         for index, call in enumerate(self.calls):
             if self.cancelled():
                 return
-            parallel = registry.execution_mode(call) == "parallel"
+            parallel = not nested and registry.execution_mode(call) == "parallel"
             if not parallel:
                 # Exclusive: everything before it completes first.
                 if not self.wait_until_below(1):

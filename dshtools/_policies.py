@@ -31,7 +31,9 @@ __all__ = ["TimeoutPolicy"]
 
 
 def _format_ms(seconds: float) -> str:
-    return f"{seconds * 1000:g}"
+    """``0.05`` -> ``"50"``, ``1234.5678`` -> ``"1234567.8"``: plain
+    decimal milliseconds (never an exponent), no trailing zeros."""
+    return f"{seconds * 1000:.3f}".rstrip("0").rstrip(".")
 
 
 class TimeoutPolicy:

@@ -108,21 +108,39 @@ DEFAULT_MAX_WORKERS: Final = 32
 _SLICE: Final = 0.25
 _T = TypeVar("_T")
 
-# Threads currently running registry work (a body, or a function given to
-# _submit): nested dispatch from such a thread runs inline.
+# Threads currently running registry work (a body, a function given to
+# _submit, or a nested run.dispatch): the registries they work for, innermost
+# last. Dispatch from such a thread runs the body inline (any registry's
+# worker: registries may share one executor); close() and the closed check
+# look only for their own registry.
 _tls = threading.local()
 
 
+def _stack() -> list[ToolRegistry]:
+    stack: list[ToolRegistry] | None = getattr(_tls, "stack", None)
+    if stack is None:
+        stack = _tls.stack = []
+    return stack
+
+
 def _on_worker() -> bool:
-    return getattr(_tls, "depth", 0) > 0
+    return bool(getattr(_tls, "stack", None))
 
 
-def _enter_worker() -> None:
-    _tls.depth = getattr(_tls, "depth", 0) + 1
+def _on_worker_of(registry: ToolRegistry) -> bool:
+    stack: list[ToolRegistry] | None = getattr(_tls, "stack", None)
+    return bool(stack) and registry in stack  # type: ignore[operator]
+
+
+def _enter_worker(registry: ToolRegistry) -> None:
+    _stack().append(registry)
 
 
 def _leave_worker() -> None:
-    _tls.depth -= 1
+    _stack().pop()
+
+
+_CLOSED_BEFORE_DISPATCH: Final = "ToolRegistry closed before the call was dispatched"
 
 
 _ACCEPT: Final = Accept()
@@ -163,6 +181,8 @@ class _Run:
         "body_abort",
         "settled",
         "published",
+        "attempts",
+        "joining",
         "_children",
     )
 
@@ -186,6 +206,10 @@ class _Run:
         self.body_abort: ToolFailure | None = None
         self.settled = False
         self.published = False
+        # Dispatch attempts (innermost next() calls) not yet returned; a
+        # wrapper may call next() more than once, even concurrently.
+        self.attempts: set[object] = set()
+        self.joining = False
         self._children = itertools.count(1)
 
     @property
@@ -225,11 +249,20 @@ class _Run:
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult:
+        if self.settled:
+            raise RuntimeError("run.dispatch() after the tool body settled: nested calls belong inside the body")
         child_id = call_id if call_id is not None else f"{self.call.call_id}:{next(self._children)}"
         child = ToolExecutionInput(
             child_id, name, arguments, signal, agent=self.call.agent, parent=parent, root_call_id=self.root_call_id
         )
-        return self.registry.execute(child)
+        # The parent body occupies a worker and waits for this call, possibly
+        # from a helper thread of its own: run the nested body inline in this
+        # thread, never queued behind the parent (B17 with max_workers=1).
+        _enter_worker(self.registry)
+        try:
+            return self.registry.execute(child)
+        finally:
+            _leave_worker()
 
 
 class ToolRegistry:
@@ -271,7 +304,7 @@ class ToolRegistry:
         self._idle = threading.Condition(self._lock)
         # Runs whose body is submitted or running (set.add/discard are atomic
         # under the GIL: no lock on the hot path; close() waits on _idle).
-        self._bodies: set[_Run] = set()
+        self._bodies: set[object] = set()  # dispatch attempts in flight
         self._closed = False
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = _Hooks()
@@ -376,7 +409,7 @@ class ToolRegistry:
         (and shut the own executor down). Idempotent. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
-        if _on_worker():
+        if _on_worker_of(self):
             raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
         with self._lock:
             already = self._closed
@@ -417,14 +450,21 @@ class ToolRegistry:
 
     # -- phase 1: steps 1-3 -------------------------------------------------
 
-    def _begin(self, call: ToolExecutionInput) -> _Run:
+    def _begin(self, call: ToolExecutionInput, *, allow_closed: bool = False) -> _Run:
         """Steps 1-3. Never raises for faults; a ``KeyboardInterrupt`` during
         step 3 is recorded on ``run.interrupt`` (with an
-        ``ABORTED_BEFORE_DISPATCH`` result) and re-raised by ``_dispatch``."""
+        ``ABORTED_BEFORE_DISPATCH`` result) and re-raised by ``_dispatch``.
+        With ``allow_closed`` (a batch that started before ``close()``), a
+        closed registry settles the call ``ABORTED_BEFORE_DISPATCH`` instead
+        of raising, so the batch still publishes one result per call."""
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"execute() takes a ToolExecutionInput, not {type(call).__name__}")
-        self._check_open()
+        if not allow_closed:
+            self._check_open()
         run = _Run(self, call, self._hooks)
+        if allow_closed and self._closed and not _on_worker_of(self):
+            run.settle(aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False), skip_post=True)
+            return run
         definition = run.definition
         # Step 1: snapshot, freeze, validate. Wins over an aborted signal.
         height = 0
@@ -486,6 +526,8 @@ class ToolRegistry:
         )
 
         def call_at(i: int) -> ToolExecutionResult:
+            if run.settled:
+                raise RuntimeError("next() called after the around-dispatch waterfall settled")
             if i == len(around):
                 return self._invoke(run, slot)
             fn = around[i]
@@ -520,6 +562,10 @@ class ToolRegistry:
         finally:
             run.settled = True
             slot.signal = call.signal  # unconditionally, whatever a wrapper left
+            if run.attempts:
+                # A wrapper returned while a next() it started on another
+                # thread is still dispatching: join it (quiescence).
+                self._join_attempts(run)
         # Step 5: classification.
         # Registry-built body results are valid already; re-checking would
         # copy them and lose the identity test against run.body_abort below.
@@ -530,6 +576,23 @@ class ToolRegistry:
             result = aborted(cancel.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
         run.settle(result, skip_post=False)
         return run
+
+    def _join_attempts(self, run: _Run) -> None:
+        # Dekker-style handshake with _invoke's finally: we set `joining`
+        # then read `attempts`; it discards its attempt then reads `joining`.
+        # Either it sees `joining` and notifies, or we see the set empty.
+        run.joining = True
+        interrupt: KeyboardInterrupt | None = None
+        with self._lock:
+            while run.attempts:
+                try:
+                    self._idle.wait(_SLICE)
+                except KeyboardInterrupt as ki:  # keep joining: never abandon
+                    interrupt = interrupt or ki
+        if interrupt is not None:
+            if run.interrupt is None:
+                run.interrupt = interrupt
+            raise interrupt
 
     def _cancellation(self, run: _Run) -> AbortSignal | None:
         """The signal whose abort is "cancellation in force", if any."""
@@ -546,7 +609,13 @@ class ToolRegistry:
         fused = _derive([caller] if outer is caller else [caller, outer])
         run.cancel_signal = fused
         if fused.aborted:
+            fused.close()
             return aborted(fused.reason, invoked=False)
+        if self._closed and not _on_worker_of(self):
+            # close() ran while this call was in admission: its executor may
+            # be gone. The body never runs; nothing was dispatched.
+            fused.close()
+            return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
         definition = run.definition
         assert definition is not None
         ctx = ToolRunContext(
@@ -563,7 +632,9 @@ class ToolRegistry:
         )
         slot.signal = fused
         bodies = self._bodies
-        bodies.add(run)
+        attempt = object()  # one per next() call: a wrapper may retry or hedge
+        bodies.add(attempt)
+        run.attempts.add(attempt)
         try:
             if _on_worker():
                 outcome = self._body(run, definition, ctx, fused)
@@ -572,9 +643,11 @@ class ToolRegistry:
         finally:
             fused.close()
             slot.signal = outer
-            bodies.discard(run)
-            if self._closed and not bodies:
-                # close() may be waiting; a missed notify costs it one slice.
+            bodies.discard(attempt)
+            run.attempts.discard(attempt)
+            if (self._closed and not bodies) or run.joining:
+                # close() or _join_attempts may be waiting; a missed notify
+                # costs them one slice.
                 with self._lock:
                     self._idle.notify_all()
         return self._to_result(run, definition, outcome, fused)
@@ -599,7 +672,7 @@ class ToolRegistry:
         if not fut.set_running_or_notify_cancel():
             return
         outcome: Any = _NOT_INVOKED
-        _enter_worker()
+        _enter_worker(self)
         try:
             outcome = self._body(run, definition, ctx, fused)
         finally:
@@ -625,7 +698,17 @@ class ToolRegistry:
             try:
                 if not submitted:
                     submitted = True
-                    self._executor.submit(self._trampoline, fut, run, definition, ctx, fused)
+                    try:
+                        work = self._executor.submit(self._trampoline, fut, run, definition, ctx, fused)
+                    except RuntimeError:
+                        # The executor was shut down (a supplied one, or ours
+                        # by close() during admission): nothing was queued.
+                        fut.cancel()
+                    else:
+                        # If the executor drops the queued item (shutdown with
+                        # cancel_futures=True), the trampoline never runs:
+                        # withdraw our Future too instead of waiting forever.
+                        work.add_done_callback(lambda w: fut.cancel() if w.cancelled() else None)
                 if interrupt is not None:
                     if not fused.aborted:
                         fused._abort(interrupt)
@@ -653,6 +736,8 @@ class ToolRegistry:
         success or ``AbortError`` while the fused signal is aborted; a tool
         failure (``ToolError``, other exceptions, invalid output) stays."""
         if outcome is _NOT_INVOKED:
+            if not fused.aborted:  # withdrawn by an executor that shut down
+                return aborted(RuntimeError("the executor shut down before the call was dispatched"), invoked=False)
             return aborted(fused.reason, invoked=False)
         ok, payload = outcome
         if not ok:
@@ -742,7 +827,7 @@ class ToolRegistry:
     def _check_open(self) -> None:
         """Raise ``RuntimeError`` when the registry is closed (and the caller
         is not one of its in-flight bodies)."""
-        if self._closed and not _on_worker():
+        if self._closed and not _on_worker_of(self):
             raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
 
     def _submit(self, fn: Callable[[], _T]) -> Future[_T]:
@@ -750,7 +835,7 @@ class ToolRegistry:
         as a registry worker (so ``_dispatch`` there runs bodies inline)."""
 
         def marked() -> _T:
-            _enter_worker()
+            _enter_worker(self)
             try:
                 return fn()
             finally:

@@ -39,6 +39,13 @@ SCRIPT = textwrap.dedent(
         print("body finished" if finished.is_set() else "body STILL RUNNING", flush=True)
         print(f"caller aborted={caller.signal.aborted} listeners={caller.signal.listener_count}", flush=True)
         registry.close()
+        # B19: "no worker alive 1 s later". An idle worker can outlive
+        # shutdown(wait=True) when the interrupt landed inside the executor's
+        # own thread start (CPython then never recorded the thread to join);
+        # it exits on the shutdown sentinel, so give it that second.
+        for t in threading.enumerate():
+            if t.name.startswith("dshtools-tool"):
+                t.join(1.0)
         alive = [t.name for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
         print(f"workers alive={alive}", flush=True)
         sys.exit(130)
