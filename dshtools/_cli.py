@@ -13,9 +13,18 @@ Guarantees:
   ``KeyboardInterrupt``). Batches after an interruption still run, with the
   controller already aborted, so their calls are reported as
   ``ABORTED_BEFORE_DISPATCH``.
-* Before exiting, quiescence is checked and printed: no live child
-  process, no dispatch (demo: no tool body) in flight, and no listener left
-  on the caller's signal. A failed check exits 1.
+* Before exiting, quiescence is checked and printed: no live descendant
+  process (every non-zombie process below this one in the parent tree,
+  via psutil or ``/proc``; on Linux the run is a child subreaper, so a
+  grandchild whose parent exited is re-parented here and still counts),
+  no dispatch (demo: no tool body) in flight, and no listener left on the
+  caller's signal. A failed check exits 1.
+* BODY (was the tool body invoked) is observed, not guessed: the demo's
+  tools count themselves; ``replay`` installs its meter as the innermost
+  around-dispatch wrapper (``_Meter.body_invoked`` states the rule).
+* ``replay`` warns (one line on stderr) when a tool declares ``timeout``
+  but the registry has no ``TimeoutPolicy``. Transcript errors name the
+  message as ``message #N``, counting every message from 1.
 * Progress (calls in flight and for how long) goes to stderr only while
   stderr is a terminal; the ticker thread is stopped and joined before the
   table is printed.
@@ -23,12 +32,13 @@ Guarantees:
 Command line::
 
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
-    dshtools replay TRANSCRIPT.json --tools MODULE:ATTRIBUTE
+    dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
                     [--cancel-after S] [--max-parallel N] [--json]
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
 one (``MODULE`` is imported with the current directory on ``sys.path``;
-``ATTRIBUTE`` may be dotted). The table (stdout; stderr under ``--json``,
+``ATTRIBUTE`` may be dotted; a closed registry is a usage error). ``-``
+as the transcript reads it from standard input. The table (stdout; stderr under ``--json``,
 where stdout carries the ``role: "tool"`` messages as one JSON list) has
 one row per call: batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
@@ -43,7 +53,9 @@ interrupted by Ctrl-C (SIGINT).
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib
+import itertools
 import json
 import math
 import os
@@ -60,19 +72,18 @@ import attrs
 
 from . import openai as dopenai
 from ._batch import execute_batch
+from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types import (
-    DENIED,
-    INVALID_ARGS,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
-    UNKNOWN_TOOL,
     ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolFailure,
 )
 
 __all__ = ["main", "UsageError", "load_transcript", "load_registry"]
@@ -94,30 +105,37 @@ class UsageError(Exception):
 # Transcript
 
 
+STDIN = "-"
+
+
 def _read_json(path: str) -> Any:
+    """The parsed JSON of ``path``, or of standard input when ``path`` is
+    ``"-"``. Raises ``UsageError`` for a missing or unreadable file and for
+    text that is not JSON."""
+    name = "<stdin>" if path == STDIN else path
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        if path == STDIN:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except FileNotFoundError:
         raise UsageError(f"transcript not found: {path}") from None
     except IsADirectoryError:
         raise UsageError(f"transcript is a directory, not a file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read transcript {path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:  # closed or missing stdin
+        raise UsageError(f"cannot read transcript {name}: {exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"transcript {path} is not valid JSON: {exc}") from None
+        raise UsageError(f"transcript {name} is not valid JSON: {exc}") from None
 
 
-def transcript_batches(data: object, source: str = "transcript") -> list[list[Any]]:
-    """The ``tool_calls`` lists of ``data``'s assistant messages, in order.
-
-    ``data`` is an OpenAI Chat Completions message list, a ``{"messages":
-    [...]}`` object, or one assistant message. Messages of other roles
-    (including earlier ``role: "tool"`` answers) are ignored. Raises
-    ``UsageError`` when the shape is none of these or no assistant message
-    has a non-empty ``tool_calls`` list."""
+def _numbered_batches(data: object, source: str) -> list[tuple[int, list[Any]]]:
+    """``(message number, tool_calls)`` for every assistant message with
+    tool calls. Messages are numbered from 1 in the order of the
+    transcript's message list (every role counts); every transcript error
+    names a message this way (``message #N``)."""
     if isinstance(data, dict) and "messages" in data:
         messages = data["messages"]
         if not isinstance(messages, list):
@@ -131,35 +149,48 @@ def transcript_batches(data: object, source: str = "transcript") -> list[list[An
             f"{source}: expected a message list, a {{\"messages\": [...]}} object or an assistant message, "
             f"not a JSON {type(data).__name__}"
         )
-    batches: list[list[Any]] = []
-    for index, message in enumerate(messages):
+    batches: list[tuple[int, list[Any]]] = []
+    for number, message in enumerate(messages, 1):
         if not isinstance(message, dict):
-            raise UsageError(f"{source}: message {index} is not a JSON object")
+            raise UsageError(f"{source}: message #{number} is not a JSON object")
         if message.get("role", "assistant") != "assistant":
             continue
         calls = message.get("tool_calls")
         if calls is None or calls == []:
             continue
         if not isinstance(calls, list):
-            raise UsageError(f'{source}: message {index}: "tool_calls" must be a list')
-        batches.append(calls)
+            raise UsageError(f'{source}: message #{number}: "tool_calls" must be a list')
+        batches.append((number, calls))
     if not batches:
         raise UsageError(f"{source}: no assistant message with tool_calls")
     return batches
 
 
-def load_transcript(path: str) -> list[list[Any]]:
-    """Read ``path`` and return its batches (see ``transcript_batches``)."""
-    return transcript_batches(_read_json(path), path)
+def transcript_batches(data: object, source: str = "transcript") -> list[list[Any]]:
+    """The ``tool_calls`` lists of ``data``'s assistant messages, in order.
+
+    ``data`` is an OpenAI Chat Completions message list, a ``{"messages":
+    [...]}`` object, or one assistant message. Messages of other roles
+    (including earlier ``role: "tool"`` answers) are ignored. Raises
+    ``UsageError`` when the shape is none of these or no assistant message
+    has a non-empty ``tool_calls`` list; errors name the offending message
+    as ``message #N``, counting every message from 1."""
+    return [calls for _, calls in _numbered_batches(data, source)]
 
 
-def _to_inputs(batches: list[list[Any]], signal: AbortSignal, source: str) -> list[list[ToolExecutionInput]]:
+def load_transcript(path: str) -> list[tuple[int, list[Any]]]:
+    """Read ``path`` (``"-"``: standard input) and return its batches, each
+    with the number of the message it came from (see ``transcript_batches``)."""
+    return _numbered_batches(_read_json(path), "<stdin>" if path == STDIN else path)
+
+
+def _to_inputs(batches: list[tuple[int, list[Any]]], signal: AbortSignal, source: str) -> list[list[ToolExecutionInput]]:
     converted: list[list[ToolExecutionInput]] = []
-    for number, calls in enumerate(batches, 1):
+    for number, calls in batches:
         try:
             converted.append(dopenai.calls_from_message({"role": "assistant", "tool_calls": calls}, signal=signal))
         except (TypeError, ValueError, KeyError) as exc:
-            raise UsageError(f"{source}: assistant message #{number}: bad tool_calls: {exc}") from None
+            raise UsageError(f"{source}: message #{number}: bad tool_calls: {exc}") from None
     return converted
 
 
@@ -173,7 +204,8 @@ def load_registry(spec: str) -> ToolRegistry:
     no arguments. The current directory is importable (as with ``python
     -m``). Raises ``UsageError`` for a malformed spec, a module that cannot
     be imported (or raises while importing), a missing attribute, a factory
-    that raises, or anything that is not a ``ToolRegistry``."""
+    that raises, anything that is not a ``ToolRegistry``, or a registry
+    that is already closed."""
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError(f"--tools must look like MODULE:ATTRIBUTE, got {spec!r}")
@@ -192,16 +224,22 @@ def load_registry(spec: str) -> ToolRegistry:
         except AttributeError:
             raise UsageError(f"--tools: module {module_name!r} has no attribute {attr_path!r}") from None
     if isinstance(target, ToolRegistry):
-        return target
+        return _open(target, spec)
     if callable(target):
         try:
             made = target()
         except Exception as exc:
             raise UsageError(f"--tools: calling {spec}() failed: {type(exc).__name__}: {exc}") from None
         if isinstance(made, ToolRegistry):
-            return made
+            return _open(made, f"{spec}()")
         raise UsageError(f"--tools: {spec}() returned {type(made).__name__}, not a ToolRegistry")
     raise UsageError(f"--tools: {spec} is {type(target).__name__}, not a ToolRegistry or a factory returning one")
+
+
+def _open(registry: ToolRegistry, what: str) -> ToolRegistry:
+    if registry._closed:
+        raise UsageError(f"--tools: {what} is a ToolRegistry that is already closed (close() was called)")
+    return registry
 
 
 # ---------------------------------------------------------------------------
@@ -214,36 +252,105 @@ class _Row:
     call_id: str
     name: str
     result: ToolExecutionResult | None = None
+    token: ExecutionToken | None = None
     started: float | None = None
     ended: float | None = None
 
 
+def _registry_not_invoked(result: object) -> bool:
+    """Whether ``result`` is the registry's own "body not invoked" answer
+    (``ABORTED_BEFORE_DISPATCH`` with info name ``AbortError``), as opposed
+    to, say, a ``ToolError`` a body raised with that code."""
+    if not isinstance(result, ToolFailure) or result.code != TOOL_ABORTED_BEFORE_DISPATCH:
+        return False
+    info = result.error.info
+    return info is not None and info.name == "AbortError"
+
+
 class _Meter:
-    """An around-dispatch wrapper that times each dispatch and knows what
-    is in flight. Runs on the thread that runs the around-dispatch
-    waterfall (a registry worker or the batch's calling thread)."""
+    """An around-dispatch wrapper that times each dispatch, knows what is
+    in flight and observes whether the tool body was invoked. Runs on the
+    thread that runs the around-dispatch waterfall (a registry worker or
+    the batch's calling thread).
+
+    It must be registered **last** (innermost): then its ``next`` is the
+    registry's own innermost step, which either returns
+    ``ABORTED_BEFORE_DISPATCH`` (name ``AbortError``) without invoking the
+    body - the dispatch signal was already aborted, or the call was
+    withdrawn while still queued - or invokes the body, joins it and
+    returns the body's result, already classified (success, the body's
+    failure, or ``ABORTED``). Outer wrappers may then rewrite that result
+    (``TimeoutPolicy`` turns it into ``TOOL_TIMEOUT`` whether or not the
+    body started), which is why the final code alone cannot tell, and the
+    observation is made here. See ``body_invoked`` for the rule.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._keys = itertools.count()
         self._in_flight: dict[int, tuple[str, str, float]] = {}
         self.spans: dict[ExecutionToken, tuple[float, float]] = {}
+        self._invoked: set[ExecutionToken] = set()
+        self._raised: set[ExecutionToken] = set()
 
     def __call__(self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
-        key = id(execution)
+        # A wrapper may call next() more than once, even concurrently (a
+        # retry or a hedge): each entry gets its own key.
+        with self._lock:
+            key = builtins.next(self._keys)
+        token = execution.token
         start = time.monotonic()
         with self._lock:
             self._in_flight[key] = (execution.call_id, execution.name, start)
+        returned = False
         try:
-            return next()
+            result = next()
+            returned = True
+            if not _registry_not_invoked(result):
+                with self._lock:
+                    self._invoked.add(token)
+            return result
         finally:
             end = time.monotonic()
             with self._lock:
                 del self._in_flight[key]
-                self.spans[execution.token] = (start, end)
+                if not returned:
+                    self._raised.add(token)
+                span = self.spans.get(token)
+                self.spans[token] = (start, end) if span is None else (min(span[0], start), max(span[1], end))
 
     def in_flight(self) -> list[tuple[str, str, float]]:
         with self._lock:
             return sorted(self._in_flight.values(), key=lambda item: item[2])
+
+    def body_invoked(self, token: ExecutionToken | None, result: ToolExecutionResult | None) -> str:
+        """``"yes"``, ``"no"`` or ``"?"`` for the call with ``token`` whose
+        final (published) result is ``result``. The rule:
+
+        * the innermost ``next()`` returned anything but the registry's own
+          ``ABORTED_BEFORE_DISPATCH`` at least once: ``yes``;
+        * it raised (``KeyboardInterrupt`` while the body was joined): the
+          registry then settles the call itself, as ``ABORTED`` exactly when
+          the body was invoked and ``ABORTED_BEFORE_DISPATCH`` otherwise, so
+          the final code tells; any other outcome: ``?``;
+        * it was reached but only returned ``ABORTED_BEFORE_DISPATCH``, or
+          it was never reached (refused before dispatch: invalid
+          arguments, unknown tool, denied, pre-aborted, or an outer wrapper
+          answered without calling ``next()``): ``no``;
+        * no result was published for the call: ``?``.
+        """
+        if result is None or token is None:
+            return "?"
+        with self._lock:
+            invoked = token in self._invoked
+            raised = token in self._raised
+        if invoked:
+            return "yes"
+        if raised:
+            if result.code == TOOL_ABORTED:
+                return "yes"
+            return "no" if result.code == TOOL_ABORTED_BEFORE_DISPATCH else "?"
+        return "no"
 
 
 class _Collector:
@@ -312,7 +419,7 @@ class _Replay:
 
 def _run_batches(
     registry: ToolRegistry,
-    batches: list[list[Any]],
+    batches: list[tuple[int, list[Any]]],
     *,
     source: str,
     cancel_after: float | None,
@@ -364,6 +471,7 @@ def _run_batches(
             for index, (call_id, token, result) in enumerate(published):
                 if call_id == call.call_id:
                     row.result = result
+                    row.token = token
                     del published[index]
                     # The dispatch view and the observer's view of one
                     # execution carry the same token.
@@ -403,17 +511,6 @@ def outcome_of(result: ToolExecutionResult | None) -> str:
     return f"ERROR({info.name if info is not None else '?'})"
 
 
-def _inferred_invoked(result: ToolExecutionResult | None) -> str:
-    if result is None:
-        return "?"
-    code = result.code
-    if code == TOOL_ABORTED or not result.is_error:
-        return "yes"
-    if code in (TOOL_ABORTED_BEFORE_DISPATCH, UNKNOWN_TOOL, INVALID_ARGS, DENIED):
-        return "no"
-    return "?"
-
-
 def _detail(result: ToolExecutionResult | None) -> str:
     if result is None:
         return ""
@@ -439,9 +536,37 @@ def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[st
         print("  ".join(cells + [line[-1]]).rstrip(), file=out)
 
 
-def live_children() -> list[int]:
-    """PIDs of live (non-zombie) descendants of this process: psutil when
-    installed, else ``/proc`` (direct children only)."""
+def _proc_parents() -> dict[int, list[tuple[int, bytes]]] | None:
+    """parent pid -> [(pid, state)] for every process in ``/proc``, or
+    ``None`` where there is no ``/proc``."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    parents: dict[int, list[tuple[int, bytes]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may contain spaces and ")".
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) >= 2:
+            parents.setdefault(int(fields[1]), []).append((int(name), fields[0]))
+    return parents
+
+
+def live_descendants() -> tuple[list[int], str]:
+    """PIDs of every live (non-zombie) descendant of this process - children,
+    their children, and so on - and how they were found: ``"psutil"`` when
+    installed, else ``"/proc"`` (the parent-pid tree of every process,
+    walked from this process), else ``"none"`` (no way to look: empty).
+
+    A process whose parent exited is re-parented (to init, or to the
+    nearest child subreaper) and so stops being a descendant; run under
+    ``_subreaper()`` so such orphans are re-parented to this process and
+    still count."""
     try:
         import psutil
     except ImportError:
@@ -454,22 +579,66 @@ def live_children() -> list[int]:
                     alive.append(child.pid)
             except psutil.NoSuchProcess:
                 pass
-        return alive
-    me = str(os.getpid()).encode()
-    found = []
-    if os.path.isdir("/proc/self"):
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
+        return sorted(alive), "psutil"
+    parents = _proc_parents()
+    if parents is None:
+        return [], "none"
+    found: list[int] = []
+    seen = {os.getpid()}
+    todo = [os.getpid()]
+    while todo:
+        for pid, state in parents.get(todo.pop(), ()):
+            if pid in seen:
                 continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            fields = data[data.rfind(b")") + 2 :].split()
-            if len(fields) >= 2 and fields[1] == me and fields[0] not in (b"Z", b"X"):
-                found.append(int(name))
-    return found
+            seen.add(pid)
+            todo.append(pid)  # a zombie has no children, but walk it anyway
+            if state not in (b"Z", b"X"):
+                found.append(pid)
+    return sorted(found), "/proc"
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+class _subreaper:
+    """Make this process a Linux *child subreaper* (``prctl``) while the
+    block runs, so a tool's orphaned grandchild (``cmd &`` in a shell that
+    then exits) is re-parented here instead of to init, and the
+    descendant check still sees it. The previous setting is restored on
+    exit; re-parented processes stay this process's children (zombies
+    after they exit, until this process exits). ``active`` says whether it
+    took effect (``False`` off Linux or when ``prctl`` is unavailable)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self._previous = 0
+        self._prctl: Any = None
+
+    def __enter__(self) -> _subreaper:
+        if not sys.platform.startswith("linux"):
+            return self
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            prctl = libc.prctl
+            current = ctypes.c_int(0)
+            if prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(current), 0, 0, 0) != 0:
+                return self
+            if prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                return self
+        except (OSError, AttributeError):
+            return self
+        self._prctl = prctl
+        self._previous = current.value
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active and not self._previous:
+            self._prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        self.active = False
 
 
 # ---------------------------------------------------------------------------
@@ -522,11 +691,24 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
     return EXIT_OK if ok else EXIT_FAILURE
 
 
-def _child_check() -> tuple[str, bool]:
-    children = live_children()
-    if children:
-        return (f"no child process alive (alive: {', '.join(map(str, children))})", False)
-    return ("no child process alive", True)
+def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
+    """The quiescence line for processes: no live descendant of this
+    process, saying exactly what was looked at."""
+    alive, how = live_descendants()
+    me = os.getpid()
+    if how == "none":
+        return (f"no live descendant process: NOT CHECKED (no psutil and no /proc; pid {me})", True)
+    scope = (
+        f"every non-zombie process below pid {me} in the parent tree, via {how}; "
+        + (
+            "orphaned grandchildren are re-parented here (child subreaper) and count"
+            if reaper.active
+            else "not a child subreaper here, so a grandchild orphaned to init is not seen"
+        )
+    )
+    if alive:
+        return (f"no live descendant process ({scope}; alive: {', '.join(map(str, alive))})", False)
+    return (f"no live descendant process ({scope})", True)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -543,16 +725,17 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath("demo_transcript.json").read_text("utf-8"))
-    batches = transcript_batches(data, source)
+    batches = _numbered_batches(data, source)
     meter = _Meter()
     with ExitStack() as stack:
+        reaper = stack.enter_context(_subreaper())
         workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="dshtools-demo-"))
         with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
             f.write("TODO: ship the cancellable registry\n")
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
         out = sys.stderr if ns.json else sys.stdout
-        ncalls = sum(len(b) for b in batches)
+        ncalls = sum(len(calls) for _, calls in batches)
         print(
             f"dshtools demo: {ncalls} calls in {len(batches)} batches from {source}; "
             f"local server {server.base_url}; "
@@ -585,32 +768,55 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 f"(pgids: {listed}; alive: {', '.join(map(str, alive)) or 'none'})",
                 not alive,
             ),
-            _child_check(),
+            _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
         return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def timeout_warning(registry: ToolRegistry) -> str | None:
+    """One line when a registered tool declares ``timeout`` but no
+    ``TimeoutPolicy`` is installed on ``registry`` (the timeout is then not
+    enforced: DESIGN.md §4 makes the policy opt-in); else ``None``. Reads
+    the registry's private tables (a copy-on-write snapshot, safe without
+    its lock)."""
+    timed = sorted(name for name, d in registry._definitions.items() if d.timeout is not None)
+    if not timed or any(isinstance(fn, TimeoutPolicy) for fn in registry._hooks.around):
+        return None
+    listed = ", ".join(timed[:5]) + (f" and {len(timed) - 5} more" if len(timed) > 5 else "")
+    return (
+        f"dshtools: warning: {listed} declare{'s' if len(timed) == 1 else ''} timeout= but the registry has no "
+        "TimeoutPolicy, so no timeout is enforced (add registry.add_around_dispatch(TimeoutPolicy()))"
+    )
+
+
 def cmd_replay(ns: argparse.Namespace) -> int:
+    source = "<stdin>" if ns.transcript == STDIN else ns.transcript
     batches = load_transcript(ns.transcript)
     registry = load_registry(ns.tools)
-    meter = _Meter()
     try:
-        run = _run_batches(
-            registry,
-            batches,
-            source=ns.transcript,
-            cancel_after=ns.cancel_after,
-            max_parallel=ns.max_parallel,
-            meter=meter,
-        )
-        in_flight = len(meter.in_flight())
-        checks = [
-            _child_check(),
-            (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
-        ]
-        return _report(run, lambda row: _inferred_invoked(row.result), checks, ns.json)
+        warning = timeout_warning(registry)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
+        # Registered after the module's own hooks: the meter is the
+        # innermost around-dispatch wrapper, as body_invoked requires.
+        meter = _Meter()
+        with _subreaper() as reaper:
+            run = _run_batches(
+                registry,
+                batches,
+                source=source,
+                cancel_after=ns.cancel_after,
+                max_parallel=ns.max_parallel,
+                meter=meter,
+            )
+            in_flight = len(meter.in_flight())
+            checks = [
+                _descendant_check(reaper),
+                (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
+            ]
+        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json)
     finally:
         registry.close()
 
@@ -675,11 +881,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {\"messages\": [...]} "
         "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
         "against the registry named by --tools. Hooks already on that registry apply; no policy is added "
-        "(install TimeoutPolicy yourself for per-tool timeouts). The registry is closed at the end. "
-        "BODY in the table is inferred from the outcome ('?' when it cannot be told). "
-        "Ctrl-C cancels cooperatively, waits for running bodies, prints the results and exits 130.",
+        "(install TimeoutPolicy yourself for per-tool timeouts; a one-line warning on stderr says when a tool "
+        "declares timeout= and no TimeoutPolicy is installed). The registry is closed at the end. "
+        "BODY in the table says whether the tool body was invoked, as observed by an innermost around-dispatch "
+        "wrapper the replay installs ('?' only when no result was published). "
+        "Ctrl-C cancels cooperatively, waits for running bodies (a second Ctrl-C does not stop that wait; "
+        "Ctrl-\\ or SIGKILL does), prints the results and exits 130.",
     )
-    replay.add_argument("transcript", metavar="TRANSCRIPT.json")
+    replay.add_argument(
+        "transcript",
+        metavar="TRANSCRIPT.json",
+        help="the transcript file; '-' reads it from standard input",
+    )
     replay.add_argument(
         "--tools",
         required=True,

@@ -23,9 +23,11 @@ import psutil
 import pytest
 
 TOOLS_MODULE = '''
+import subprocess
 import sys
+import threading
 
-from dshtools import ToolDefinition, ToolError, ToolRegistry
+from dshtools import TimeoutPolicy, ToolDefinition, ToolError, ToolRegistry
 from dshtools import io as dio
 
 OBJ = {"type": "object"}
@@ -63,6 +65,63 @@ def make():
 
 registry = make()
 not_a_registry = 42
+
+
+def _orphan(args, run):
+    # The shell exits at once; its background sleep is orphaned (no
+    # dshtools.io involved, so nothing kills it).
+    script = 'sleep 30 >/dev/null 2>&1 & echo $! > "$0"'
+    subprocess.run(["/bin/sh", "-c", script, args["pidfile"]], check=True)
+    return {}
+
+
+def orphaning():
+    r = ToolRegistry()
+    r.register(ToolDefinition("orphan", "leaves a grandchild behind", OBJ, _orphan))
+    return r
+
+
+def _late_gate(execution, next):
+    # Between TimeoutPolicy and the replay's meter: waits until the
+    # deadline fired, so the body is never invoked.
+    if execution.name == "late":
+        fired = threading.Event()
+        handle = execution.signal.add_listener(lambda s: fired.set())
+        fired.wait(20)
+        handle.remove()
+    return next()
+
+
+def _stalls(args, run):
+    dio.sleep(20, run.signal)  # cooperative: returns when the deadline fires
+    return {}
+
+
+def timed():
+    r = ToolRegistry()
+    r.register(ToolDefinition("late", "gated until its timeout", OBJ, _echo, timeout=0.2))
+    r.register(ToolDefinition("stalls", "outlives its timeout", OBJ, _stalls, timeout=0.2))
+    r.register(ToolDefinition("raises", "raises", OBJ, lambda a, run: 1 / 0))
+    r.register(ToolDefinition("fail", "always fails", OBJ, _fail))
+    r.add_around_dispatch(TimeoutPolicy())
+    r.add_around_dispatch(_late_gate)
+    return r
+
+
+def timed_without_policy():
+    r = ToolRegistry()
+    r.register(ToolDefinition("stalls", "outlives its timeout", OBJ, _stalls, timeout=0.2))
+    r.register(ToolDefinition("echo", "echo text", OBJ, _echo))
+    return r
+
+
+def closed_factory():
+    r = make()
+    r.close()
+    return r
+
+
+closed = closed_factory()
 
 
 def bad_factory():
@@ -368,6 +427,8 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
         "missing-attribute": ["replay", str(good), "--tools", "cli_tools_mod:nothing_here"],
         "attribute-not-a-registry": ["replay", str(good), "--tools", "cli_tools_mod:not_a_registry"],
         "factory-returns-non-registry": ["replay", str(good), "--tools", "cli_tools_mod:bad_factory"],
+        "closed-registry": ["replay", str(good), "--tools", "cli_tools_mod:closed"],
+        "factory-returns-closed-registry": ["replay", str(good), "--tools", "cli_tools_mod:closed_factory"],
         "tools-without-colon": ["replay", str(good), "--tools", "cli_tools_mod"],
         "usage-missing-tools": ["replay", str(good)],
         "usage-unknown-option": ["demo", "--frobnicate"],
@@ -388,6 +449,8 @@ BAD_CASES = [
     "missing-attribute",
     "attribute-not-a-registry",
     "factory-returns-non-registry",
+    "closed-registry",
+    "factory-returns-closed-registry",
     "tools-without-colon",
     "usage-missing-tools",
     "usage-unknown-option",
@@ -509,20 +572,139 @@ def test_group_alive_sees_a_live_process_group_and_not_a_reaped_one() -> None:
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("with_psutil", [True, False])
-def test_live_children_lists_a_running_child_with_or_without_psutil(
+def test_live_descendants_lists_children_and_grandchildren_with_or_without_psutil(
     monkeypatch: pytest.MonkeyPatch, with_psutil: bool
 ) -> None:
-    from dshtools._cli import live_children
+    from dshtools._cli import live_descendants
 
     if not with_psutil:
         monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil -> ImportError
-    child = subprocess.Popen(["sleep", "30"])
+    # The shell prints its background job's pid once the job exists.
+    child = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.pid in live_children()
+        assert child.stdout is not None
+        grandchild = int(child.stdout.readline())
+        alive, how = live_descendants()
+        assert how == ("psutil" if with_psutil else "/proc")
+        assert child.pid in alive and grandchild in alive
     finally:
+        os.kill(grandchild, signal.SIGKILL)
         child.kill()
         child.wait()
-    assert child.pid not in live_children()
+    alive, _ = live_descendants()
+    assert child.pid not in alive and grandchild not in alive
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("with_psutil", [True, False])
+def test_replay_quiescence_fails_for_a_grandchild_orphaned_by_a_tool(tools_dir: Path, with_psutil: bool) -> None:
+    # The tool's shell exits at once, so its background job is re-parented:
+    # to the replay (child subreaper on Linux), which must report it.
+    if not with_psutil:
+        hide = tools_dir / "hide"
+        hide.mkdir()
+        (hide / "psutil.py").write_text('raise ImportError("psutil hidden by the test")\n')
+    pidfile = tools_dir / "orphan.pid"
+    data = {"role": "assistant", "tool_calls": [_call("o1", "orphan", {"pidfile": str(pidfile)})]}
+    path = _write_transcript(tools_dir, data)
+    env = _env(tools_dir)
+    if not with_psutil:
+        env["PYTHONPATH"] = os.pathsep.join([str(tools_dir / "hide"), env["PYTHONPATH"]])
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dshtools", "replay", str(path), "--tools", "cli_tools_mod:orphaning"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tools_dir,
+            timeout=TIMEOUT_S,
+        )
+        orphan = int(pidfile.read_text())
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        line = next(line for line in proc.stdout.splitlines() if "descendant" in line)
+        assert line.strip().startswith("FAIL"), line
+        assert f"alive: {orphan}" in line
+        assert ("via psutil" if with_psutil else "via /proc") in line
+        if sys.platform.startswith("linux"):
+            assert "child subreaper" in line
+    finally:
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.timeout(40)
+def test_replay_body_column_is_observed_for_timeouts_and_exceptions(tools_dir: Path) -> None:
+    data = {
+        "role": "assistant",
+        "tool_calls": [
+            _call("t1", "late", {"text": "never"}),
+            _call("t2", "stalls", {}),
+            _call("t3", "raises", {}),
+            _call("t4", "fail", {}),
+            _call("t5", "nosuch", {}),
+        ],
+    }
+    path = _write_transcript(tools_dir, data)
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:timed"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _rows(proc.stdout)
+    assert {cid: (r[3], r[4]) for cid, r in rows.items()} == {
+        "t1": ("TOOL_TIMEOUT", "no"),  # the deadline fired before the body could start
+        "t2": ("TOOL_TIMEOUT", "yes"),
+        "t3": ("ERROR(ZeroDivisionError)", "yes"),
+        "t4": ("E_NOPE", "yes"),
+        "t5": ("UNKNOWN_TOOL", "no"),
+    }
+    assert "warning" not in proc.stderr  # TimeoutPolicy is installed
+
+
+@pytest.mark.timeout(40)
+def test_replay_warns_once_when_a_timeout_is_declared_without_timeout_policy(tools_dir: Path) -> None:
+    data = {"role": "assistant", "tool_calls": [_call("w1", "echo", {"text": "hi"})]}
+    path = _write_transcript(tools_dir, data)
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:timed_without_policy"], tools_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "stalls" in warnings[0] and "TimeoutPolicy" in warnings[0] and "echo" not in warnings[0]
+    assert "warning" not in proc.stdout
+    quiet = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)  # no timeout declared
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
+
+
+@pytest.mark.timeout(40)
+def test_replay_dash_reads_the_transcript_from_stdin(tools_dir: Path) -> None:
+    proc = _run(["replay", "-", "--tools", "cli_tools_mod:registry"], tools_dir, input=json.dumps(TWO_TURNS))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(_rows(proc.stdout)) == ["a1", "a2", "a3", "b1", "b2", "b3"]
+    bad = _run(["replay", "-", "--tools", "cli_tools_mod:registry"], tools_dir, input="{oops")
+    assert bad.returncode == 2 and bad.stderr.startswith("dshtools: error: transcript <stdin> is not valid JSON")
+
+
+def test_replay_help_documents_reading_stdin(capsys: pytest.CaptureFixture[str]) -> None:
+    from dshtools.__main__ import main
+
+    assert main(["replay", "--help"]) == 0
+    assert "'-' reads it from standard input" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.timeout(40)
+def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
+    from dshtools._cli import UsageError, transcript_batches
+
+    user = {"role": "user", "content": "hi"}
+    with pytest.raises(UsageError, match=r"message #2 is not a JSON object"):
+        transcript_batches([user, 7])
+    with pytest.raises(UsageError, match=r'message #3: "tool_calls" must be a list'):
+        transcript_batches([user, user, {"role": "assistant", "tool_calls": "x"}])
+    # A call without an id, in the second message (the first assistant one).
+    path = _write_transcript(tools_dir, [user, {"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}])
+    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
+    assert proc.returncode == 2
+    assert "message #2: bad tool_calls" in proc.stderr, proc.stderr
 
 
 def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureFixture[str]) -> None:
