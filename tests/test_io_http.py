@@ -474,9 +474,21 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
 def test_https_request_blocked_in_the_tls_handshake_is_unblocked(serve: Callable[..., Server], how: str) -> None:
     # The server accepts and never answers the ClientHello: the client
     # blocks inside the TLS handshake, on the socket the guard shuts down.
-    server = serve(silent)
+    accepted = threading.Event()
+
+    def silent_after_accept(srv: Server, conn: socket.socket) -> None:
+        accepted.set()
+        silent(srv, conn)
+
+    server = serve(silent_after_accept)
     url = f"https://127.0.0.1:{server.port}/"
     c = AbortController()
+    # Building the first TLS context loads the system's CA store, which can
+    # take longer than the budget on a loaded machine: warm it up, so the
+    # request is blocked *in the handshake* when the deadline or abort lands.
+    import ssl
+
+    ssl.create_default_context()
     if how == "deadline":
         t0 = time.monotonic()
         with pytest.raises(AbortError) as info:
@@ -484,10 +496,17 @@ def test_https_request_blocked_in_the_tls_handshake_is_unblocked(serve: Callable
         assert time.monotonic() - t0 < 0.1 + PROMPT
         assert isinstance(info.value.reason, TimeoutReason)
     else:
-        later = AbortLater(c, 0.05, "user")
+        aborted_at: list[float] = []
+
+        def abort_once_accepted() -> None:
+            accepted.wait(10)
+            aborted_at.append(time.monotonic())
+            c.abort("user")
+
+        threading.Thread(target=abort_once_accepted, daemon=True).start()
         with pytest.raises(AbortError) as info:
             dio.http_request("GET", url, c.signal)
-        assert later.at is not None and time.monotonic() - later.at < PROMPT
+        assert aborted_at and time.monotonic() - aborted_at[0] < PROMPT
         assert info.value.reason == "user"
     assert c.signal.listener_count == 0
     assert server.wait_closes(1, 1.0)
