@@ -5,8 +5,8 @@ HTTP, reads a file) hands its ``AbortSignal`` to one of these helpers. Each
 helper, not its caller, owns stopping the work it started. Guarantees:
 
 * **Returns only after its work stopped.** ``run_process`` returns or raises
-  only once every member of the child's process group is dead and the leader
-  is reaped; ``http_request`` only once its socket is closed; ``read_file``
+  only once every member of the child's session is dead and the leader is
+  reaped; ``http_request`` only once its socket is closed; ``read_file``
   only once its file is closed. Nothing is left running in the background:
   no helper starts a thread.
 * **Prompt.** Abort wakes a blocked helper from the aborting thread:
@@ -74,8 +74,8 @@ _PIPE_CHUNK: Final = 64 * 1024
 # An untimed wait is sliced so KeyboardInterrupt reaches the waiting thread
 # on every platform (as AbortSignal.wait does).
 _WAIT_SLICE: Final = 0.25
-# Polling bounds while a process group is being terminated: POSIX has no
-# "group became empty" event, so liveness is re-checked at this pace
+# Polling bounds while a session is being terminated: POSIX has no
+# "session became empty" event, so liveness is re-checked at this pace
 # (doubling from the first value to the second), between pipe reads.
 _GROUP_POLL_MIN: Final = 0.002
 _GROUP_POLL_MAX: Final = 0.02
@@ -258,13 +258,104 @@ def _killpg(pgid: int, sig: int) -> None:
 _HAVE_PROC: Final = os.path.isdir("/proc/self")
 
 
+def _stat_session(pid: int) -> tuple[int, bool] | None:
+    """``(session id, is_dead)`` of ``pid`` read from ``/proc/<pid>/stat``,
+    ``None`` when it cannot be read (the process is gone). ``is_dead`` is
+    true for a zombie (``Z``) or a dying (``X``) process."""
+    # os.open/os.read rather than open(): about three times faster, and a
+    # scan reads every process's stat. One read returns the whole line.
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # "pid (comm) state ppid pgrp session ...": comm may contain spaces and
+    # parentheses, so split after the *last* ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 4:
+        return None
+    try:
+        sid = int(fields[3])
+    except ValueError:
+        return None
+    return sid, fields[0] in (b"Z", b"X")
+
+
+def _session_members(sid: int) -> list[int] | None:
+    """Pids of the live (not zombie) processes whose session id is ``sid``;
+    ``None`` when ``/proc`` cannot be scanned (not Linux).
+
+    Zombies are excluded because they are dead: an orphaned grandchild's
+    zombie waits for PID 1 to reap it, which in some containers never
+    happens, and must not make us wait forever.
+    """
+    if not _HAVE_PROC:
+        return None
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return None
+    members: list[int] = []
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            info = _stat_session(pid)
+            if info is not None and info[0] == sid and not info[1]:
+                members.append(pid)
+    return members
+
+
+def _kill_member(pid: int, sid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` only if its session id, read right before, is
+    still ``sid`` (the pid may have been reused by a stranger since the
+    scan that found it).
+
+    With ``pidfd_open`` the process is pinned *before* the re-read, so the
+    signal reaches exactly the process whose session was checked (or nobody,
+    if it died meanwhile): no window. Without it (old kernels), a window of
+    a few microseconds is left between the re-read and ``kill``: the member
+    would have to die, be reaped, and its pid be handed to a new process in
+    between.
+    """
+    pidfd = -1
+    if hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        except OSError:
+            pidfd = -1  # e.g. ENOSYS, EMFILE: fall back to kill()
+    try:
+        info = _stat_session(pid)
+        if info is None or info[0] != sid:
+            return
+        if pidfd >= 0:
+            _os_signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` has a member that is not a zombie.
 
     Zombies are excluded because they are dead: an orphaned grandchild's
     zombie waits for PID 1 to reap it, which in some containers never
     happens, and must not make us wait forever. Without ``/proc`` (not
-    Linux) any member counts.
+    Linux) any member counts. ``run_process`` itself watches the whole
+    session (``_Session``) and uses this only when ``/proc`` cannot be
+    scanned; ``dshtools._demo`` uses it for its quiescence check.
     """
     try:
         os.killpg(pgid, 0)
@@ -301,6 +392,41 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+class _Session:
+    """The child's session: every process whose session id is the child's
+    pid (it ran ``setsid()``, so its session id, its process group id and
+    its pid are equal).
+
+    Signals go to the process group (one atomic ``killpg``) and to every
+    session member found in ``/proc``. The session also covers descendants
+    that moved to another process group (GNU ``timeout``, ``set -m`` job
+    control, ``setpgid``) and members reparented to init after their parent
+    died. Only a descendant that calls ``setsid()`` itself leaves the
+    session and is not found. Without ``/proc`` (not Linux) only the
+    process group is covered.
+    """
+
+    __slots__ = ("sid",)
+
+    def __init__(self, sid: int) -> None:
+        self.sid = sid
+
+    def members(self) -> list[int] | None:
+        """Live members (see ``_session_members``); ``None``: unknown."""
+        return _session_members(self.sid)
+
+    def alive(self, members: list[int] | None) -> bool:
+        """Whether a live member remains, given a fresh ``members()``."""
+        return bool(members) if members is not None else _group_alive(self.sid)
+
+    def send(self, sig: int, members: list[int] | None) -> None:
+        """Signal the group and each of ``members`` (re-checked, see
+        ``_kill_member``)."""
+        _killpg(self.sid, sig)
+        for pid in members or ():
+            _kill_member(pid, self.sid, sig)
+
+
 def run_process(
     argv: Sequence[str | os.PathLike[str]],
     signal: AbortSignal,
@@ -324,30 +450,46 @@ def run_process(
     **Cancellation** (``signal`` aborts, or ``timeout`` seconds pass, which
     arms ``deadline(signal, timeout, PROCESS_TIMEOUT)``; ``None`` or ``<= 0``
     means no timeout): SIGTERM (and SIGCONT, so stopped members see it) goes
-    to the whole process group; if members are still alive ``grace`` seconds
-    later, SIGKILL goes to the group. As soon as no member is alive the
-    leader is reaped, the pipes are drained and closed, and
-    ``AbortError(reason)`` is raised, ``reason`` being the caller's reason or
-    ``TimeoutReason(PROCESS_TIMEOUT, timeout)``. The grace period is not
-    waited out when the group died on SIGTERM. Descendants that stay in the
-    group (``sleep 1000 &`` in a shell) are killed too: no orphan survives.
+    to the child's whole **session**; if members are still alive ``grace``
+    seconds later, SIGKILL goes to them. As soon as no member is alive
+    (zombies do not count) the leader is reaped, the pipes are drained and
+    closed, and ``AbortError(reason)`` is raised, ``reason`` being the
+    caller's reason or ``TimeoutReason(PROCESS_TIMEOUT, timeout)``. The grace
+    period is not waited out when the session died on SIGTERM.
+
+    **Who is stopped.** The child calls ``setsid()``, so its session id is
+    its pid. On Linux every process whose session id (read from
+    ``/proc/<pid>/stat``) is that pid is signalled, besides the child's
+    process group: descendants in the group (``sleep 1000 &`` in a shell),
+    descendants that moved to another process group (GNU ``timeout``,
+    ``set -m`` job control, ``setpgid``) and descendants reparented to init
+    after their parent died. **Limit:** a descendant that calls ``setsid()``
+    itself leaves the session and is not found (nor waited for). Without
+    ``/proc`` (not Linux) only the process group is covered. Pid reuse: a
+    member found by the scan is signalled only if its session id, re-read
+    right before, still matches; with ``pidfd_open`` (Linux >= 5.3) the
+    process is pinned before that re-read, so no stranger can be hit;
+    without it a window of microseconds remains (the member dies, is reaped
+    and its pid is reused between the re-read and ``kill``).
 
     **Normal exit policy.** When the leader exits on its own, members it
-    left behind in its group (background jobs) are terminated the same way
-    (SIGTERM, ``grace``, SIGKILL) before the call returns, and the result is
-    the leader's. A tool call leaves nothing running: a tool that really
-    means to start a daemon must move it to its own session (``setsid``).
+    left behind in its session (background jobs, even reparented to init)
+    are terminated the same way (SIGTERM, ``grace``, SIGKILL) before the
+    call returns, and the result is the leader's. A tool call leaves nothing
+    running: a tool that really means to start a daemon must move it to its
+    own session (``setsid``).
 
     Threads: everything (spawning, signalling, reading, reaping) happens in
     the calling thread; the abort listener, which runs in the aborting thread,
     only writes a byte to a self-pipe. ``KeyboardInterrupt`` (or any other
-    exception) while running SIGKILLs the group and reaps it before it
-    propagates. Errors from spawning (``FileNotFoundError``,
+    exception) while running SIGKILLs the session and waits until it is gone
+    before it propagates. Errors from spawning (``FileNotFoundError``,
     ``PermissionError``) propagate unchanged.
 
-    Raises ``TypeError`` for a string ``argv``, non-bytes ``input`` or bad
-    numbers, ``ValueError`` for an empty ``argv`` or negative ``grace``.
-    Source: DESIGN.md §5.
+    Raises ``TypeError`` for a string ``argv``, non-bytes ``input`` or a
+    non-number ``timeout``/``grace`` (the message names the parameter),
+    ``ValueError`` for an empty ``argv``, a negative ``grace`` or a NaN or
+    infinite ``timeout``/``grace``. Source: DESIGN.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(argv, (str, bytes)):
@@ -355,6 +497,8 @@ def run_process(
     args = list(argv)
     if not args:
         raise ValueError("argv must not be empty")
+    if timeout is not None:
+        check_seconds(timeout, "timeout")
     grace_s = check_seconds(grace, "grace")
     if grace_s < 0:
         raise ValueError(f"grace must be >= 0, got {grace!r}")
@@ -375,10 +519,10 @@ def run_process(
 
 
 class _Supervisor:
-    """One child process group, driven from the calling thread by a
-    ``select`` loop over: the child's stdout/stderr/stdin pipes, the abort
-    self-pipe, and (Linux) a pidfd that becomes readable when the leader
-    exits."""
+    """One child session (and its process group), driven from the calling
+    thread by a ``select`` loop over: the child's stdout/stderr/stdin pipes,
+    the abort self-pipe, and (Linux) a pidfd that becomes readable when the
+    leader exits."""
 
     def __init__(
         self,
@@ -404,7 +548,8 @@ class _Supervisor:
             env=env,
             start_new_session=True,
         )
-        self.pgid = self.proc.pid  # setsid(): the leader's pid is the group id
+        # setsid(): the leader's pid is both the session and the group id.
+        self.session = _Session(self.proc.pid)
         self.out: dict[int, list[bytes]] = {}
         self.sel = selectors.DefaultSelector()
         self.pidfd: int | None = None
@@ -419,10 +564,16 @@ class _Supervisor:
         finally:
             if not finished:
                 # An exception (KeyboardInterrupt, a bug) left the loop early:
-                # never leave the group behind.
-                _killpg(self.pgid, _os_signal.SIGKILL)
+                # never leave the session behind. SIGKILL is repeated while
+                # members remain, for any forked in the meantime.
+                session = self.session
+                session.send(_os_signal.SIGKILL, session.members())
                 proc.wait()
-                while _group_alive(self.pgid):
+                while True:
+                    members = session.members()
+                    if not session.alive(members):
+                        break
+                    session.send(_os_signal.SIGKILL, members)
                     time.sleep(_GROUP_POLL_MAX)
             self.sel.close()
             if self.pidfd is not None:
@@ -463,15 +614,19 @@ class _Supervisor:
         # select(); so either the flag is already visible at the loop head, or
         # the byte is still to come and will end the select().
         #
-        # No stranger killed: the group id is the leader's pid, which the
-        # kernel does not hand out again while the group has any member
-        # (zombies included). Signals go to the group only while the loop
-        # still believes it has members; the one window left (the last
-        # member dies and the pid is reused between a liveness check and a
-        # killpg a few microseconds later) needs a full pid wrap-around.
+        # No stranger killed: the session id (= group id) is the leader's
+        # pid, which the kernel does not hand out again while any process
+        # still has it as its pid, group id or session id (zombies
+        # included). Signals go out only while the loop has just seen a
+        # member (or the unreaped leader); the one window left for killpg
+        # (the last member dies and the pid is reused between that scan and
+        # a killpg a few microseconds later) needs a full pid wrap-around.
+        # Each member found by the scan is re-checked right before it is
+        # signalled (see _kill_member).
+        session = self.session
         aborted = False
         term_at: float | None = None  # monotonic time SIGTERM went out
-        killed = False
+        termed: set[int] = set()  # members SIGTERM went to
         poll = _GROUP_POLL_MIN
         while True:
             if not aborted and self.signal.aborted:
@@ -482,27 +637,40 @@ class _Supervisor:
 
             if term_at is None and (aborted or leader_done):
                 # Abort: stop everything. Leader exited on its own: stop what
-                # it left in its group (the normal-exit policy), if anything.
-                if aborted or _group_alive(self.pgid):
+                # it left in its session (the normal-exit policy), if anything.
+                members = session.members()
+                if aborted or session.alive(members):
                     term_at = time.monotonic()
-                    _killpg(self.pgid, _os_signal.SIGTERM)
-                    _killpg(self.pgid, _os_signal.SIGCONT)
+                    session.send(_os_signal.SIGTERM, members)
+                    session.send(_os_signal.SIGCONT, members)
+                    termed.update(members or ())
                     if in_fd is not None:
                         self._close_stdin(in_fd)
                         in_fd = None
                 else:
-                    break  # leader gone, group empty: drain and return
+                    break  # leader gone, session empty: drain and return
 
             wait: float | None
             if term_at is not None:
-                if leader_done and not _group_alive(self.pgid):
+                members = session.members()
+                if leader_done and not session.alive(members):
                     break
                 now = time.monotonic()
-                if not killed and now - term_at >= self.grace:
-                    _killpg(self.pgid, _os_signal.SIGKILL)
-                    killed = True
+                past_grace = now - term_at >= self.grace
+                if past_grace:
+                    # Repeated every round: a member forked since the last
+                    # round gets it too.
+                    session.send(_os_signal.SIGKILL, members)
+                else:
+                    # A member that appeared since SIGTERM went out (forked
+                    # meanwhile) gets its own SIGTERM.
+                    for pid in members or ():
+                        if pid not in termed:
+                            termed.add(pid)
+                            _kill_member(pid, session.sid, _os_signal.SIGTERM)
+                            _kill_member(pid, session.sid, _os_signal.SIGCONT)
                 wait = poll
-                if not killed:
+                if not past_grace:
                     wait = min(wait, max(0.0, term_at + self.grace - now))
                 poll = min(poll * 2, _GROUP_POLL_MAX)
             else:
@@ -522,7 +690,7 @@ class _Supervisor:
                 else:
                     self._read_pipe(fd)
 
-        # Every writer in the group is dead: what they wrote is in the pipes.
+        # Every writer in the session is dead: what they wrote is in the pipes.
         for fd in list(self.out):
             if fd in sel.get_map():
                 self._drain_pipe(fd)
@@ -565,7 +733,7 @@ class _Supervisor:
             try:
                 data = os.read(fd, _PIPE_CHUNK)
             except BlockingIOError:
-                # A writer outside the group (it left with setsid) still
+                # A writer outside the session (it left with setsid) still
                 # holds the pipe: stop here rather than wait for it.
                 return
             if not data:
@@ -767,14 +935,20 @@ def http_request(
 
     Other failures (refused connection, protocol errors) propagate as
     ``OSError`` / ``http.client.HTTPException`` when the signal is not
-    aborted. Starts no thread. Raises ``ValueError`` for an unsupported URL
-    scheme, ``TypeError`` for a non-bytes body. Source: DESIGN.md §5.
+    aborted. Starts no thread. Raises ``TypeError`` for a ``url`` that is
+    not a ``str``, a non-bytes body or a non-number ``timeout`` (the message
+    names the parameter); ``ValueError`` for an unsupported URL scheme, a URL
+    without host, or a NaN or infinite ``timeout``. Source: DESIGN.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:
         raise TypeError("method must be a non-empty str")
     if body is not None and not isinstance(body, (bytes, bytearray, memoryview)):
         raise TypeError(f"body must be bytes or None, not {type(body).__name__}")
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, not {type(url).__name__}")
+    if timeout is not None:
+        check_seconds(timeout, "timeout")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"unsupported URL scheme {parts.scheme!r} (http or https)")

@@ -1,4 +1,5 @@
-"""dshtools.io: sleep, wait_future, read_file, run_process (DESIGN.md §5).
+"""dshtools.io: sleep, wait_future, read_file, run_process; argument checks of
+http_request (its behaviour is in test_io_http.py). DESIGN.md §5.
 
 Aborts "from another thread at time t" are scheduled on the shared timer
 thread (a listener on ``AbortSignal.timeout(t)`` that aborts the caller's
@@ -466,3 +467,130 @@ def test_run_process_keyboard_interrupt_in_the_loop_kills_and_reaps_the_group(
     t.join()
     assert len(pids) == 3 and [p for p in pids if _alive(p)] == []
     assert c.signal.listener_count == 0
+
+
+# ------------------------------------------- run_process: the whole session
+
+def _session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is ``sid``."""
+    members = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(p.pid)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            pass
+    return members
+
+
+# GNU timeout calls setpgid(0, 0) before forking, so it and its child leave
+# the shell's process group (but not its session). The innermost shell
+# reports "shell timeout grandchild" pids, then becomes `sleep`.
+ESCAPE = (
+    'export OUTER=$$; '
+    "timeout 30 sh -c 'echo \"$OUTER $PPID $$\" > \"$1\"; exec sleep 30' sh \"$1\" & "
+)
+
+
+@pytest.mark.timeout(30)
+def test_run_process_abort_kills_descendants_that_left_the_process_group(tmp_path: Path) -> None:
+    fut, pool, pids, c = _spawn_and_wait_for_pids(tmp_path, ESCAPE + "wait", grace=30.0)
+    with pool:
+        shell, tmo, grandchild = pids
+        # The case this pins: both escaped the group killpg reaches.
+        assert os.getpgid(tmo) != shell and os.getpgid(grandchild) != shell
+        assert os.getsid(tmo) == shell
+        t0 = time.monotonic()
+        c.abort("stop")
+        with pytest.raises(AbortError) as info:
+            fut.result()
+        # All died on SIGTERM: the 30 s grace was not waited out.
+        assert time.monotonic() - t0 < 1.0
+    assert info.value.reason == "stop"
+    assert [p for p in pids if _alive(p)] == []
+    assert _session_members(shell) == []
+    assert c.signal.listener_count == 0
+
+
+@pytest.mark.timeout(30)
+def test_run_process_normal_exit_kills_orphans_that_left_the_process_group(tmp_path: Path) -> None:
+    # The shell exits right after the handshake: timeout is reparented to
+    # init, in its own group, and still holds stdout.
+    fifo = tmp_path / "pids"
+    os.mkfifo(fifo)
+    script = ESCAPE + 'read -r line < "$1"; echo "$line"'
+    t0 = time.monotonic()
+    r = dio.run_process(["sh", "-c", script, "sh", str(fifo)], AbortController().signal, grace=30.0)
+    assert time.monotonic() - t0 < 2.0
+    assert r.returncode == 0
+    pids = [int(x) for x in r.stdout.split()]
+    assert len(pids) == 3
+    assert [p for p in pids if _alive(p)] == []
+    assert _session_members(pids[0]) == []
+
+
+@pytest.mark.timeout(30)
+def test_run_process_sigkills_a_grandchild_in_its_own_group_that_ignores_sigterm(tmp_path: Path) -> None:
+    child = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "os.setpgid(0, 0)\n"
+        "with open(sys.argv[1], 'w') as f: f.write(f'{os.getppid()} {os.getpid()}')\n"
+        "signal.pause()\n"
+    )
+    script = '"$0" -c "$2" "$1" & wait'
+    fifo = tmp_path / "pids"
+    os.mkfifo(fifo)
+    c = AbortController()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(dio.run_process, ["sh", "-c", script, PY, str(fifo), child], c.signal, grace=0.3)
+        with open(fifo) as f:
+            shell, grandchild = (int(p) for p in f.read().split())
+        assert os.getpgid(grandchild) == grandchild != shell
+        t0 = time.monotonic()
+        c.abort("stop")
+        with pytest.raises(AbortError):
+            fut.result()
+        elapsed = time.monotonic() - t0
+    assert 0.3 <= elapsed < 1.5  # it took SIGKILL after the grace period
+    assert not _alive(grandchild) and not _alive(shell)
+    assert _session_members(shell) == []
+
+
+@pytest.mark.timeout(30)
+def test_run_process_member_signal_is_rechecked_against_the_session_id() -> None:
+    # Pid-reuse guard: a pid whose session id is not the one asked for (a
+    # stranger that took a dead member's pid) is not signalled.
+    stranger = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        assert os.getsid(stranger.pid) == stranger.pid
+        dio._kill_member(stranger.pid, os.getsid(0), 9)
+        assert _alive(stranger.pid)
+        dio._kill_member(stranger.pid, stranger.pid, 9)
+        assert stranger.wait(timeout=10) == -9
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()
+            stranger.wait()
+
+
+def test_run_process_type_errors_name_the_parameter() -> None:
+    sig = AbortController().signal
+    with pytest.raises(TypeError, match="^timeout must be a number"):
+        dio.run_process(["true"], sig, timeout="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^grace must be a number"):
+        dio.run_process(["true"], sig, grace="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="^timeout must be finite"):
+        dio.run_process(["true"], sig, timeout=float("nan"))
+    assert sig.listener_count == 0
+
+
+def test_http_request_rejects_a_non_str_url_with_a_type_error() -> None:
+    sig = AbortController().signal
+    with pytest.raises(TypeError, match="^url must be a str, not NoneType"):
+        dio.http_request("GET", None, sig)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^url must be a str, not bytes"):
+        dio.http_request("GET", b"http://127.0.0.1/", sig)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^timeout must be a number"):
+        dio.http_request("GET", "http://127.0.0.1/", sig, timeout="1")  # type: ignore[arg-type]
+    assert sig.listener_count == 0
