@@ -361,7 +361,9 @@ def test_b11_remove_under_a_user_lock_racing_abort_never_deadlocks(fast_switchin
         assert ran[i] in (0, 1)
         if not aborted_at_removal[i]:
             assert ran[i] == 0, i
-    assert any(ran) and not all(ran)  # both outcomes occurred
+    # Which side wins each race is up to the scheduler (on a quiet machine
+    # the aborter may win all 10 000): the test asserts the invariant for
+    # whichever outcome happened, never that both happened.
 
 
 def test_b11_listener_reads_adds_and_removes_on_its_own_signal_without_self_deadlock() -> None:
