@@ -113,7 +113,15 @@ _T = TypeVar("_T")
 # last. Dispatch from such a thread runs the body inline (any registry's
 # worker: registries may share one executor); close() and the closed check
 # look only for their own registry.
-_tls = threading.local()
+class _WorkerState(threading.local):
+    # A class-level default: on a thread that never ran registry work,
+    # reading `stack` finds None here instead of raising (and catching)
+    # AttributeError, which is what `getattr(local, name, default)` cost on
+    # every execute() from a plain thread (~0.9 us of ~1 us for the check).
+    stack: list[ToolRegistry] | None = None
+
+
+_tls = _WorkerState()
 
 
 def _stack() -> list[ToolRegistry]:
