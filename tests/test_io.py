@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
 from dshtools import io as dio
+from io_support import AbortLater
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
 # "about a millisecond" (DESIGN §1 wait) with slack for a shared 2-core box.
@@ -34,25 +35,6 @@ PROMPT = 0.1
 
 class Reason(Exception):
     """A recognisable abort reason."""
-
-
-class AbortLater:
-    """Abort ``controller`` with ``reason`` after ``seconds`` on the shared
-    timer thread, recording the monotonic time of the abort."""
-
-    def __init__(self, controller: AbortController, seconds: float, reason: object) -> None:
-        self.at: float | None = None
-        self._controller = controller
-        self._reason = reason
-        self._timer = AbortSignal.timeout(seconds)
-        self._timer.add_listener(self._fire)
-
-    def _fire(self, _s: AbortSignal) -> None:
-        self.at = time.monotonic()
-        self._controller.abort(self._reason)
-
-    def cancel(self) -> None:
-        self._timer.close()
 
 
 def _alive(pid: int) -> bool:

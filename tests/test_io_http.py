@@ -25,26 +25,11 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
+from io_support import AbortLater
 
 # DESIGN §5 / the brief: a blocked connect or read is unblocked within
 # 100 ms of the abort.
 PROMPT = 0.1
-
-
-class AbortLater:
-    """Abort ``controller`` after ``seconds`` from the shared timer thread,
-    recording when."""
-
-    def __init__(self, controller: AbortController, seconds: float, reason: object) -> None:
-        self.at: float | None = None
-        self._controller = controller
-        self._reason = reason
-        self._timer = AbortSignal.timeout(seconds)
-        self._timer.add_listener(self._fire)
-
-    def _fire(self, _s: AbortSignal) -> None:
-        self.at = time.monotonic()
-        self._controller.abort(self._reason)
 
 
 class Server:
