@@ -242,8 +242,9 @@ def test_b07_register_under_a_non_reentrant_lock_never_deadlocks_or_loses_the_li
         # Exactly one of: the listener ran once, or registration said
         # "already aborted" (and it never ran).
         assert (ran[i], registered[i]) in ((1, True), (0, False)), i
-    # Both orders occurred.
-    assert 0 < sum(registered) < iterations, sum(registered)
+    # Which side wins each round is the scheduler's choice (a quiet machine
+    # can give one side every round, as B11 showed in a fresh CI clone); the
+    # invariant above holds either way, and each path has a deterministic test.
 
 
 # ---------------------------------------------------------------------- B09

@@ -614,8 +614,9 @@ def test_add_listener_racing_abort_runs_the_listener_exactly_once(fast_switching
     for t in threads:
         t.join(50)
     assert counts == [1] * rounds
-    # Both orders occurred, so both paths were exercised.
-    assert 0 < sum(registered) < rounds
+    # Which side wins each round is the scheduler's choice (a quiet machine
+    # can give one side every round, as B11 showed in a fresh CI clone); the
+    # invariant above holds either way, and each path has a deterministic test.
 
 
 @pytest.mark.timeout(120)
