@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import io as dio
-from .io import _group_alive
+from ._process_session import _group_alive
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 from ._hooks import ToolDefinition

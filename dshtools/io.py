@@ -33,22 +33,27 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import os
-import selectors
-import signal as _os_signal
-import socket
-import ssl
 import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Final, TypeVar, Union
+from collections.abc import Mapping, Sequence
+from typing import Final, TypeVar
 
 import attrs
 
 from ._deadline import deadline
-from ._errors import AbortError, check_seconds
+from ._errors import check_seconds
+from ._http import _exchange, _HTTPConnection, _HTTPSConnection, _SocketGuard, _to_headers
+from ._iocommon import StrPath, _abort_error
+from ._process import _Supervisor, _Waker
 from ._signal import AbortSignal, _ensure_signal
+
+# This module is the public face: the helpers' signatures, argument checks
+# and docstrings. The machinery behind run_process lives in dshtools._process
+# (the select loop) and dshtools._process_session (finding and signalling
+# the child's session), the HTTP client internals behind http_request in
+# dshtools._http, and what they share in dshtools._iocommon.
 
 __all__ = [
     "HTTP_TIMEOUT",
@@ -70,23 +75,9 @@ HTTP_TIMEOUT: Final = "HTTP_TIMEOUT"
 """``TimeoutReason.code`` when ``http_request``'s own ``timeout`` runs out."""
 
 _MiB: Final = 1024 * 1024
-_PIPE_CHUNK: Final = 64 * 1024
 # An untimed wait is sliced so KeyboardInterrupt reaches the waiting thread
 # on every platform (as AbortSignal.wait does).
 _WAIT_SLICE: Final = 0.25
-# Polling bounds while a session is being terminated: POSIX has no
-# "session became empty" event, so liveness is re-checked at this pace
-# (doubling from the first value to the second), between pipe reads.
-_GROUP_POLL_MIN: Final = 0.002
-_GROUP_POLL_MAX: Final = 0.02
-# Without pidfd_open the leader's exit is noticed by polling at this pace.
-_LEADER_POLL: Final = 0.02
-
-StrPath = Union[str, "os.PathLike[str]"]
-
-
-def _abort_error(signal: AbortSignal) -> AbortError:
-    return AbortError(signal.reason)
 
 
 # ---------------------------------------------------------------------------
@@ -202,231 +193,6 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
 # run_process
 
 
-class _Waker:
-    """A self-pipe that an abort listener writes to, so a ``select`` loop in
-    the owning thread wakes up.
-
-    Race handled here: ``ListenerHandle.remove()`` does not wait for a
-    listener already running on another thread, so ``wake`` may run while
-    the owner closes the pipe. Without the lock the owner could close the
-    write end, another thread could open a new file under the same number,
-    and ``wake`` would write a byte into that stranger's file. Under the
-    lock, ``wake`` either writes before ``close`` or sees ``closed``.
-    """
-
-    __slots__ = ("_lock", "_closed", "read_fd", "_write_fd")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._closed = False
-        self.read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        os.set_blocking(self._write_fd, False)
-
-    def wake(self, _signal: object = None) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                os.write(self._write_fd, b"\0")
-            except BlockingIOError:
-                pass  # the pipe is full: the reader is already woken
-
-    def drain(self) -> None:
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            os.close(self._write_fd)
-            os.close(self.read_fd)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-_HAVE_PROC: Final = os.path.isdir("/proc/self")
-
-
-def _stat_session(pid: int) -> tuple[int, bool] | None:
-    """``(session id, is_dead)`` of ``pid`` read from ``/proc/<pid>/stat``,
-    ``None`` when it cannot be read (the process is gone). ``is_dead`` is
-    true for a zombie (``Z``) or a dying (``X``) process."""
-    # os.open/os.read rather than open(): about three times faster, and a
-    # scan reads every process's stat. One read returns the whole line.
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # "pid (comm) state ppid pgrp session ...": comm may contain spaces and
-    # parentheses, so split after the *last* ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 4:
-        return None
-    try:
-        sid = int(fields[3])
-    except ValueError:
-        return None
-    return sid, fields[0] in (b"Z", b"X")
-
-
-def _session_members(sid: int) -> list[int] | None:
-    """Pids of the live (not zombie) processes whose session id is ``sid``;
-    ``None`` when ``/proc`` cannot be scanned (not Linux).
-
-    Zombies are excluded because they are dead: an orphaned grandchild's
-    zombie waits for PID 1 to reap it, which in some containers never
-    happens, and must not make us wait forever.
-    """
-    if not _HAVE_PROC:
-        return None
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return None
-    members: list[int] = []
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            info = _stat_session(pid)
-            if info is not None and info[0] == sid and not info[1]:
-                members.append(pid)
-    return members
-
-
-def _kill_member(pid: int, sid: int, sig: int) -> None:
-    """Send ``sig`` to ``pid`` only if its session id, read right before, is
-    still ``sid`` (the pid may have been reused by a stranger since the
-    scan that found it).
-
-    With ``pidfd_open`` the process is pinned *before* the re-read, so the
-    signal reaches exactly the process whose session was checked (or nobody,
-    if it died meanwhile): no window. Without it (old kernels), a window of
-    a few microseconds is left between the re-read and ``kill``: the member
-    would have to die, be reaped, and its pid be handed to a new process in
-    between.
-    """
-    pidfd = -1
-    if hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal"):
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return
-        except OSError:
-            pidfd = -1  # e.g. ENOSYS, EMFILE: fall back to kill()
-    try:
-        info = _stat_session(pid)
-        if info is None or info[0] != sid:
-            return
-        if pidfd >= 0:
-            _os_signal.pidfd_send_signal(pidfd, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    finally:
-        if pidfd >= 0:
-            os.close(pidfd)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie.
-
-    Zombies are excluded because they are dead: an orphaned grandchild's
-    zombie waits for PID 1 to reap it, which in some containers never
-    happens, and must not make us wait forever. Without ``/proc`` (not
-    Linux) any member counts. ``run_process`` itself watches the whole
-    session (``_Session``) and uses this only when ``/proc`` cannot be
-    scanned; ``dshtools._demo`` uses it for its quiescence check.
-    """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not _HAVE_PROC:
-        return True
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return True
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue  # exited meanwhile
-            # "pid (comm) state ppid pgrp ...": comm may contain anything,
-            # so split after the last ')'.
-            fields = data[data.rfind(b")") + 2 :].split()
-            if len(fields) < 3:
-                continue
-            try:
-                pgrp = int(fields[2])
-            except ValueError:
-                continue
-            if pgrp == pgid and fields[0] not in (b"Z", b"X"):
-                return True
-    return False
-
-
-class _Session:
-    """The child's session: every process whose session id is the child's
-    pid (it ran ``setsid()``, so its session id, its process group id and
-    its pid are equal).
-
-    Signals go to the process group (one atomic ``killpg``) and to every
-    session member found in ``/proc``. The session also covers descendants
-    that moved to another process group (GNU ``timeout``, ``set -m`` job
-    control, ``setpgid``) and members reparented to init after their parent
-    died. Only a descendant that calls ``setsid()`` itself leaves the
-    session and is not found. Without ``/proc`` (not Linux) only the
-    process group is covered.
-    """
-
-    __slots__ = ("sid",)
-
-    def __init__(self, sid: int) -> None:
-        self.sid = sid
-
-    def members(self) -> list[int] | None:
-        """Live members (see ``_session_members``); ``None``: unknown."""
-        return _session_members(self.sid)
-
-    def alive(self, members: list[int] | None) -> bool:
-        """Whether a live member remains, given a fresh ``members()``."""
-        return bool(members) if members is not None else _group_alive(self.sid)
-
-    def send(self, sig: int, members: list[int] | None) -> None:
-        """Signal the group and each of ``members`` (re-checked, see
-        ``_kill_member``)."""
-        _killpg(self.sid, sig)
-        for pid in members or ():
-            _kill_member(pid, self.sid, sig)
-
-
 def run_process(
     argv: Sequence[str | os.PathLike[str]],
     signal: AbortSignal,
@@ -518,271 +284,8 @@ def run_process(
             waker.close()
 
 
-class _Supervisor:
-    """One child session (and its process group), driven from the calling
-    thread by a ``select`` loop over: the child's stdout/stderr/stdin pipes,
-    the abort self-pipe, and (Linux) a pidfd that becomes readable when the
-    leader exits."""
-
-    def __init__(
-        self,
-        args: list[str | os.PathLike[str]],
-        signal: AbortSignal,
-        waker: _Waker,
-        grace: float,
-        cwd: StrPath | None,
-        env: Mapping[str, str] | None,
-        input: bytes | bytearray | memoryview | None,
-    ) -> None:
-        self.args = args
-        self.signal = signal
-        self.waker = waker
-        self.grace = grace
-        self.input = memoryview(bytes(input)) if input is not None else None
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-        # setsid(): the leader's pid is both the session and the group id.
-        self.session = _Session(self.proc.pid)
-        self.out: dict[int, list[bytes]] = {}
-        self.sel = selectors.DefaultSelector()
-        self.pidfd: int | None = None
-
-    def run(self) -> subprocess.CompletedProcess[bytes]:
-        proc = self.proc
-        finished = False
-        try:
-            result = self._loop()
-            finished = True
-            return result
-        finally:
-            if not finished:
-                # An exception (KeyboardInterrupt, a bug) left the loop early:
-                # never leave the session behind. SIGKILL is repeated while
-                # members remain, for any forked in the meantime.
-                session = self.session
-                session.send(_os_signal.SIGKILL, session.members())
-                proc.wait()
-                while True:
-                    members = session.members()
-                    if not session.alive(members):
-                        break
-                    session.send(_os_signal.SIGKILL, members)
-                    time.sleep(_GROUP_POLL_MAX)
-            self.sel.close()
-            if self.pidfd is not None:
-                os.close(self.pidfd)
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                if f is not None:
-                    try:
-                        f.close()
-                    except OSError:
-                        pass
-
-    def _loop(self) -> subprocess.CompletedProcess[bytes]:
-        proc = self.proc
-        sel = self.sel
-        assert proc.stdout is not None and proc.stderr is not None
-        out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-        for fd in (out_fd, err_fd):
-            os.set_blocking(fd, False)
-            self.out[fd] = []
-            sel.register(fd, selectors.EVENT_READ)
-        in_fd: int | None = None
-        in_pos = 0
-        if proc.stdin is not None:
-            in_fd = proc.stdin.fileno()
-            os.set_blocking(in_fd, False)
-            sel.register(in_fd, selectors.EVENT_WRITE)
-        sel.register(self.waker.read_fd, selectors.EVENT_READ)
-        if hasattr(os, "pidfd_open"):
-            try:
-                self.pidfd = os.pidfd_open(proc.pid)
-            except OSError:
-                self.pidfd = None
-            if self.pidfd is not None:
-                sel.register(self.pidfd, selectors.EVENT_READ)
-
-        # No lost wake-up: abort() sets signal.aborted *before* the listener
-        # writes its byte, and the loop head re-reads the flag after every
-        # select(); so either the flag is already visible at the loop head, or
-        # the byte is still to come and will end the select().
-        #
-        # No stranger killed: the session id (= group id) is the leader's
-        # pid, which the kernel does not hand out again while any process
-        # still has it as its pid, group id or session id (zombies
-        # included). Signals go out only while the loop has just seen a
-        # member (or the unreaped leader); the one window left for killpg
-        # (the last member dies and the pid is reused between that scan and
-        # a killpg a few microseconds later) needs a full pid wrap-around.
-        # Each member found by the scan is re-checked right before it is
-        # signalled (see _kill_member).
-        session = self.session
-        aborted = False
-        term_at: float | None = None  # monotonic time SIGTERM went out
-        termed: set[int] = set()  # members SIGTERM went to
-        poll = _GROUP_POLL_MIN
-        while True:
-            if not aborted and self.signal.aborted:
-                aborted = True
-            if proc.returncode is None and proc.poll() is not None and self.pidfd is not None:
-                sel.unregister(self.pidfd)  # stays readable forever once exited
-            leader_done = proc.returncode is not None
-
-            if term_at is None and (aborted or leader_done):
-                # Abort: stop everything. Leader exited on its own: stop what
-                # it left in its session (the normal-exit policy), if anything.
-                members = session.members()
-                if aborted or session.alive(members):
-                    term_at = time.monotonic()
-                    session.send(_os_signal.SIGTERM, members)
-                    session.send(_os_signal.SIGCONT, members)
-                    termed.update(members or ())
-                    if in_fd is not None:
-                        self._close_stdin(in_fd)
-                        in_fd = None
-                else:
-                    break  # leader gone, session empty: drain and return
-
-            wait: float | None
-            if term_at is not None:
-                members = session.members()
-                if leader_done and not session.alive(members):
-                    break
-                now = time.monotonic()
-                past_grace = now - term_at >= self.grace
-                if past_grace:
-                    # Repeated every round: a member forked since the last
-                    # round gets it too.
-                    session.send(_os_signal.SIGKILL, members)
-                else:
-                    # A member that appeared since SIGTERM went out (forked
-                    # meanwhile) gets its own SIGTERM.
-                    for pid in members or ():
-                        if pid not in termed:
-                            termed.add(pid)
-                            _kill_member(pid, session.sid, _os_signal.SIGTERM)
-                            _kill_member(pid, session.sid, _os_signal.SIGCONT)
-                wait = poll
-                if not past_grace:
-                    wait = min(wait, max(0.0, term_at + self.grace - now))
-                poll = min(poll * 2, _GROUP_POLL_MAX)
-            else:
-                wait = None if self.pidfd is not None else _LEADER_POLL
-
-            for key, events in sel.select(wait):
-                fd = key.fd
-                if fd == self.waker.read_fd:
-                    self.waker.drain()
-                elif fd == self.pidfd:
-                    pass  # the loop head reaps the leader
-                elif fd == in_fd:
-                    in_pos = self._feed_stdin(in_fd, in_pos)
-                    if self.input is None or in_pos >= len(self.input):
-                        self._close_stdin(in_fd)
-                        in_fd = None
-                else:
-                    self._read_pipe(fd)
-
-        # Every writer in the session is dead: what they wrote is in the pipes.
-        for fd in list(self.out):
-            if fd in sel.get_map():
-                self._drain_pipe(fd)
-        if aborted or self.signal.aborted:
-            raise _abort_error(self.signal)
-        assert proc.returncode is not None
-        return subprocess.CompletedProcess(
-            self.args, proc.returncode, b"".join(self.out[out_fd]), b"".join(self.out[err_fd])
-        )
-
-    def _feed_stdin(self, fd: int, pos: int) -> int:
-        assert self.input is not None
-        try:
-            return pos + os.write(fd, self.input[pos : pos + _PIPE_CHUNK])
-        except BlockingIOError:
-            return pos
-        except (BrokenPipeError, OSError):
-            return len(self.input)  # the child stopped reading: drop the rest
-
-    def _close_stdin(self, fd: int) -> None:
-        self.sel.unregister(fd)
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def _read_pipe(self, fd: int) -> None:
-        try:
-            data = os.read(fd, _PIPE_CHUNK)
-        except BlockingIOError:
-            return
-        if data:
-            self.out[fd].append(data)
-        else:
-            self.sel.unregister(fd)  # EOF
-
-    def _drain_pipe(self, fd: int) -> None:
-        while True:
-            try:
-                data = os.read(fd, _PIPE_CHUNK)
-            except BlockingIOError:
-                # A writer outside the session (it left with setsid) still
-                # holds the pipe: stop here rather than wait for it.
-                return
-            if not data:
-                return
-            self.out[fd].append(data)
-
-
 # ---------------------------------------------------------------------------
 # http_request
-
-
-class _Headers(Mapping[str, str]):
-    """Read-only, case-insensitive response headers. Iteration yields the
-    names as the server spelled them (first occurrence); a field repeated
-    by the server is joined with ``", "`` (RFC 9110 §5.3)."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
-        items: dict[str, tuple[str, str]] = {}
-        for name, value in pairs:
-            key = name.lower()
-            if key in items:
-                first, prev = items[key]
-                items[key] = (first, f"{prev}, {value}")
-            else:
-                items[key] = (name, value)
-        self._items = items
-
-    def __getitem__(self, key: str) -> str:
-        if not isinstance(key, str):
-            raise KeyError(key)
-        return self._items[key.lower()][1]
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name, _ in self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(frozenset(self._items.items()))
-
-    def __repr__(self) -> str:
-        return f"Headers({dict(self.items())!r})"
-
-
-def _to_headers(value: Mapping[str, str]) -> Mapping[str, str]:
-    return value if isinstance(value, _Headers) else _Headers(dict(value).items())
 
 
 @attrs.frozen
@@ -796,112 +299,6 @@ class HttpResponse:
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
     body: bytes
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # socket.socket.shutdown, not SSLSocket.shutdown: the latter tears down
-    # the TLS object under a thread that may be inside it. A shutdown of the
-    # raw socket makes that thread's read fail cleanly instead.
-    try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-class _SocketGuard:
-    """Owns the raw TCP socket of one request and lets an abort listener
-    (running in the aborting thread) shut it down.
-
-    ``shutdown(SHUT_RDWR)`` wakes a thread blocked in ``connect`` (Linux
-    drops a connection still in SYN_SENT), ``send`` or ``recv`` on that
-    socket. The listener never *closes* it: closing under a blocked thread
-    does not wake it on Linux, and the number could be reused by another
-    file. Closing belongs to the request thread, through ``close()``.
-
-    http.client gets a ``dup()`` of the connected socket, which it may close
-    whenever it likes; the raw socket stays open (under the lock) until the
-    request thread is done, so the listener's shutdown can never reach a
-    reused descriptor. Race handled: an abort between creating the socket
-    and ``attach`` -- ``attach`` sees ``shut`` under the lock and shuts the
-    new socket down at once, and the caller re-checks the signal right after.
-    """
-
-    __slots__ = ("_lock", "_sock", "_shut")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._shut = False
-
-    def abort(self, _signal: object = None) -> None:
-        with self._lock:
-            self._shut = True
-            if self._sock is not None:
-                _shutdown(self._sock)
-
-    def attach(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sock = sock
-            if self._shut:
-                _shutdown(sock)
-
-    def close(self) -> None:
-        with self._lock:
-            sock, self._sock = self._sock, None
-            if sock is not None:
-                sock.close()
-
-    def connect(self, host: str, port: int, signal: AbortSignal) -> socket.socket:
-        """Connect to ``(host, port)`` trying each address in turn; return a
-        ``dup()`` of the connected socket for http.client. Name resolution
-        runs in this thread and is not interruptible (an IP literal makes
-        it instant); the signal is checked right after it."""
-        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-        last: OSError | None = None
-        for family, kind, proto, _, address in infos:
-            signal.throw_if_aborted()
-            sock = socket.socket(family, kind, proto)
-            sock.settimeout(None)
-            self.attach(sock)
-            try:
-                signal.throw_if_aborted()
-                sock.connect(address)
-                signal.throw_if_aborted()
-                if family in (socket.AF_INET, socket.AF_INET6):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return sock.dup()
-            except OSError as exc:
-                self.close()
-                if signal.aborted:
-                    raise _abort_error(signal)
-                last = exc
-        raise last if last is not None else OSError(f"getaddrinfo({host!r}) returned no address")
-
-
-class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
-        super().__init__(host, port)
-        self._guard = guard
-        self._signal = signal
-
-    def connect(self) -> None:
-        self.sock = self._guard.connect(self.host, self.port, self._signal)
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
-        self._ssl_ctx = ssl.create_default_context()
-        super().__init__(host, port, context=self._ssl_ctx)
-        self._guard = guard
-        self._signal = signal
-
-    def connect(self) -> None:
-        sock = self._guard.connect(self.host, self.port, self._signal)
-        try:
-            self.sock = self._ssl_ctx.wrap_socket(sock, server_hostname=self.host)
-        except BaseException:
-            sock.close()
-            raise
 
 
 def http_request(
@@ -974,7 +371,7 @@ def http_request(
                 else:
                     conn = _HTTPConnection(host, port, guard, dl.signal)
                 try:
-                    return _exchange(conn, method, target, headers, body, dl.signal)
+                    return HttpResponse(*_exchange(conn, method, target, headers, body, dl.signal))
                 finally:
                     conn.close()
             except (OSError, http.client.HTTPException):
@@ -985,29 +382,3 @@ def http_request(
                 handle.remove()
         finally:
             guard.close()
-
-
-def _exchange(
-    conn: http.client.HTTPConnection,
-    method: str,
-    target: str,
-    headers: Mapping[str, str] | None,
-    body: bytes | bytearray | memoryview | None,
-    signal: AbortSignal,
-) -> HttpResponse:
-    conn.request(method, target, body=bytes(body) if body is not None else None, headers=dict(headers or {}))
-    response = conn.getresponse()
-    try:
-        chunks: list[bytes] = []
-        while True:
-            signal.throw_if_aborted()
-            chunk = response.read(_PIPE_CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        # A shutdown makes a close-delimited body look complete (EOF): only
-        # the signal can tell, so check it once more.
-        signal.throw_if_aborted()
-        return HttpResponse(response.status, _Headers(response.getheaders()), b"".join(chunks))
-    finally:
-        response.close()

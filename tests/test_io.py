@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
+from dshtools import _process_session
 from dshtools import io as dio
 from io_support import AbortLater
 
@@ -546,9 +547,9 @@ def test_run_process_member_signal_is_rechecked_against_the_session_id() -> None
     stranger = subprocess.Popen(["sleep", "1000"], start_new_session=True)
     try:
         assert os.getsid(stranger.pid) == stranger.pid
-        dio._kill_member(stranger.pid, os.getsid(0), 9)
+        _process_session._kill_member(stranger.pid, os.getsid(0), 9)
         assert _alive(stranger.pid)
-        dio._kill_member(stranger.pid, stranger.pid, 9)
+        _process_session._kill_member(stranger.pid, stranger.pid, 9)
         assert stranger.wait(timeout=10) == -9
     finally:
         if stranger.poll() is None:
