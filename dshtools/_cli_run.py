@@ -1,0 +1,302 @@
+"""The replay runner behind ``python -m dshtools demo`` and ``replay``
+(DESIGN.md §6) and its instrumentation: the dispatch meter, the result
+collector and the progress ticker.
+
+Guarantees:
+
+* Every assistant message's ``tool_calls`` run as one ``execute_batch``,
+  in transcript order, on the calling (main) thread, with one caller-owned
+  ``AbortController`` for the whole run; ``cancel_after`` arms
+  ``AbortSignal.timeout`` whose listener (on the shared timer thread)
+  aborts it mid-turn.
+* Exactly one row per call, built after every batch ran, from the results
+  the collector saw published: a Ctrl-C between or during batches cannot
+  lose one. Batches after an interruption still run with the controller
+  aborted, so their calls are reported as ``ABORTED_BEFORE_DISPATCH``.
+* BODY is observed by ``_Meter``, registered as the innermost
+  around-dispatch wrapper (``_Meter.body_invoked`` states the rule).
+* The meter, the collector and the cancel timer's listener are removed,
+  and the ticker thread stopped and joined, before ``_run_batches``
+  returns.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import IO, Any
+
+import attrs
+
+from . import openai as dopenai
+from ._batch import execute_batch
+from ._cli_input import _to_inputs
+from ._registry import ToolRegistry
+from ._signal import AbortController, AbortSignal
+from ._types import (
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    ExecutionToken,
+    ToolDispatchExecution,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolFailure,
+)
+
+_TICK = 0.25  # progress refresh period (seconds), TTY only
+
+
+# ---------------------------------------------------------------------------
+# Instrumentation: dispatch meter, result collector, progress ticker
+
+
+@attrs.define
+class _Row:
+    batch: int
+    call_id: str
+    name: str
+    result: ToolExecutionResult | None = None
+    token: ExecutionToken | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+def _registry_not_invoked(result: object) -> bool:
+    """Whether ``result`` is the registry's own "body not invoked" answer
+    (``ABORTED_BEFORE_DISPATCH`` with info name ``AbortError``), as opposed
+    to, say, a ``ToolError`` a body raised with that code."""
+    if not isinstance(result, ToolFailure) or result.code != TOOL_ABORTED_BEFORE_DISPATCH:
+        return False
+    info = result.error.info
+    return info is not None and info.name == "AbortError"
+
+
+class _Meter:
+    """An around-dispatch wrapper that times each dispatch, knows what is
+    in flight and observes whether the tool body was invoked. Runs on the
+    thread that runs the around-dispatch waterfall (a registry worker or
+    the batch's calling thread).
+
+    It must be registered **last** (innermost): then its ``next`` is the
+    registry's own innermost step, which either returns
+    ``ABORTED_BEFORE_DISPATCH`` (name ``AbortError``) without invoking the
+    body - the dispatch signal was already aborted, or the call was
+    withdrawn while still queued - or invokes the body, joins it and
+    returns the body's result, already classified (success, the body's
+    failure, or ``ABORTED``). Outer wrappers may then rewrite that result
+    (``TimeoutPolicy`` turns it into ``TOOL_TIMEOUT`` whether or not the
+    body started), which is why the final code alone cannot tell, and the
+    observation is made here. See ``body_invoked`` for the rule.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys = itertools.count()
+        self._in_flight: dict[int, tuple[str, str, float]] = {}
+        self.spans: dict[ExecutionToken, tuple[float, float]] = {}
+        self._invoked: set[ExecutionToken] = set()
+        self._raised: set[ExecutionToken] = set()
+
+    def __call__(self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        # A wrapper may call next() more than once, even concurrently (a
+        # retry or a hedge): each entry gets its own key.
+        with self._lock:
+            key = builtins.next(self._keys)
+        token = execution.token
+        start = time.monotonic()
+        with self._lock:
+            self._in_flight[key] = (execution.call_id, execution.name, start)
+        returned = False
+        try:
+            result = next()
+            returned = True
+            if not _registry_not_invoked(result):
+                with self._lock:
+                    self._invoked.add(token)
+            return result
+        finally:
+            end = time.monotonic()
+            with self._lock:
+                del self._in_flight[key]
+                if not returned:
+                    self._raised.add(token)
+                span = self.spans.get(token)
+                self.spans[token] = (start, end) if span is None else (min(span[0], start), max(span[1], end))
+
+    def in_flight(self) -> list[tuple[str, str, float]]:
+        with self._lock:
+            return sorted(self._in_flight.values(), key=lambda item: item[2])
+
+    def body_invoked(self, token: ExecutionToken | None, result: ToolExecutionResult | None) -> str:
+        """``"yes"``, ``"no"`` or ``"?"`` for the call with ``token`` whose
+        final (published) result is ``result``. The rule:
+
+        * the innermost ``next()`` returned anything but the registry's own
+          ``ABORTED_BEFORE_DISPATCH`` at least once: ``yes``;
+        * it raised (``KeyboardInterrupt`` while the body was joined): the
+          registry then settles the call itself, as ``ABORTED`` exactly when
+          the body was invoked and ``ABORTED_BEFORE_DISPATCH`` otherwise, so
+          the final code tells; any other outcome: ``?``;
+        * it was reached but only returned ``ABORTED_BEFORE_DISPATCH``, or
+          it was never reached (refused before dispatch: invalid
+          arguments, unknown tool, denied, pre-aborted, or an outer wrapper
+          answered without calling ``next()``): ``no``;
+        * no result was published for the call: ``?``.
+        """
+        if result is None or token is None:
+            return "?"
+        with self._lock:
+            invoked = token in self._invoked
+            raised = token in self._raised
+        if invoked:
+            return "yes"
+        if raised:
+            if result.code == TOOL_ABORTED:
+                return "yes"
+            return "no" if result.code == TOOL_ABORTED_BEFORE_DISPATCH else "?"
+        return "no"
+
+
+class _Collector:
+    """A result observer that keeps every published result, in publication
+    order (model order within a batch; DESIGN.md §4)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.published: list[tuple[str, ExecutionToken, ToolExecutionResult]] = []
+
+    def __call__(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        with self._lock:
+            self.published.append((execution.call_id, execution.token, result))
+
+    def take(self) -> list[tuple[str, ExecutionToken, ToolExecutionResult]]:
+        with self._lock:
+            out, self.published = self.published, []
+            return out
+
+
+class _Ticker:
+    """Writes the calls in flight to ``stream`` every _TICK seconds while
+    ``stream`` is a terminal; ``stop()`` joins the thread and clears the
+    line. Never started when ``stream`` is not a TTY."""
+
+    def __init__(self, meter: _Meter, stream: IO[str]) -> None:
+        self._meter = meter
+        self._stream = stream
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        isatty = getattr(stream, "isatty", None)
+        if isatty is not None and isatty():
+            self._thread = threading.Thread(target=self._run, name="dshtools-progress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(_TICK):
+            now = time.monotonic()
+            items = self._meter.in_flight()
+            text = ", ".join(f"{cid} {name} {now - t0:.1f}s" for cid, name, t0 in items) or "-"
+            self._stream.write(f"\r\x1b[K  in flight: {text}"[:200])
+            self._stream.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+# ---------------------------------------------------------------------------
+# Running a transcript
+
+
+@attrs.define
+class _Replay:
+    rows: list[_Row]
+    interrupted: bool
+    cancelled_at: float | None
+    elapsed: float
+    listener_count: int
+    tool_messages: list[dict[str, Any]]
+
+
+def _run_batches(
+    registry: ToolRegistry,
+    batches: list[tuple[int, list[Any]]],
+    *,
+    source: str,
+    cancel_after: float | None,
+    max_parallel: int,
+    meter: _Meter,
+) -> _Replay:
+    """Run every batch through ``execute_batch`` on this (the main) thread."""
+    controller = AbortController()
+    inputs = _to_inputs(batches, controller.signal, source)
+    collector = _Collector()
+    cancelled_at: list[float] = []
+    interrupted = False
+    t0 = time.monotonic()
+    with ExitStack() as stack:
+        stack.callback(registry.add_around_dispatch(meter))
+        stack.callback(registry.add_result_observer(collector))
+        if cancel_after is not None:
+            timer = AbortSignal.timeout(cancel_after)
+            stack.callback(timer.close)
+
+            def cancel(_signal: AbortSignal) -> None:
+                cancelled_at.append(time.monotonic() - t0)
+                controller.abort(f"--cancel-after {cancel_after:g}s elapsed")
+
+            stack.callback(timer.add_listener(cancel).remove)
+        ticker = _Ticker(meter, sys.stderr)
+        stack.callback(ticker.stop)
+        for calls in inputs:
+            try:
+                try:
+                    execute_batch(registry, calls, signal=controller.signal, max_parallel=max_parallel)
+                except KeyboardInterrupt:
+                    # execute_batch published every result before re-raising.
+                    interrupted = True
+                    controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+            except KeyboardInterrupt:  # a second Ctrl-C, or one between batches
+                interrupted = True
+                controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+    # Rows are built once everything ran, so a Ctrl-C between batches
+    # cannot lose one. Observers also see nested calls (run.dispatch), and
+    # ids may repeat across turns: each call takes the first unused result
+    # published under its id (publication follows model order).
+    published = collector.take()
+    rows: list[_Row] = []
+    tool_messages: list[dict[str, Any]] = []
+    for number, calls in enumerate(inputs, 1):
+        for call in calls:
+            row = _Row(number, call.call_id, call.name)
+            for index, (call_id, token, result) in enumerate(published):
+                if call_id == call.call_id:
+                    row.result = result
+                    row.token = token
+                    del published[index]
+                    # The dispatch view and the observer's view of one
+                    # execution carry the same token.
+                    span = meter.spans.get(token)
+                    if span is not None:
+                        row.started, row.ended = span[0] - t0, span[1] - t0
+                    break
+            rows.append(row)
+            if row.result is not None:
+                tool_messages.append(dopenai.tool_message(call.call_id, row.result))
+    elapsed = time.monotonic() - t0
+    return _Replay(
+        rows=rows,
+        interrupted=interrupted,
+        cancelled_at=cancelled_at[0] if cancelled_at else None,
+        elapsed=elapsed,
+        listener_count=controller.signal.listener_count,
+        tool_messages=tool_messages,
+    )
