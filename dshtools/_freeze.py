@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 __all__ = ["FrozenDict", "FreezeError", "freeze", "freeze_with_height", "thaw", "json_path", "depth_of", "dumps"]
 
@@ -87,6 +87,10 @@ def _make(d: dict[str, Any], height: int) -> FrozenDict:
     fd = FrozenDict(d)
     object.__setattr__(fd, "_height", height)
     return fd
+
+
+# Shared: a FrozenDict cannot be changed, so one empty object serves all.
+_EMPTY_OBJECT: Final = _make({}, 1)
 
 
 class FreezeError(ValueError):
@@ -154,6 +158,8 @@ def freeze_with_height(value: object) -> tuple[Any, int]:
         if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
             raise FreezeError(f"non-finite number {value!r} is not JSON", "$")
         return value, 0
+    if t is dict and not value:
+        return _EMPTY_OBJECT, 1  # the usual arguments of a tool without parameters
     if not isinstance(value, (dict, list, tuple)):
         raise FreezeError(_own_problem(value) or f"unsupported type {t.__name__!r} (not a JSON value)", "$")
     # Fast path for the common small, shallow, well-formed value; anything

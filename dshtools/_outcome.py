@@ -10,7 +10,7 @@ threads, no locks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -28,6 +28,7 @@ from ._types import (
     ToolSuccess,
     exception_failure,
     failure,
+    _success,
     text_content,
 )
 
@@ -94,11 +95,19 @@ def contexts_of(contexts: Any) -> tuple[Any, ...] | str:
     return tuple(out)
 
 
+_NULL_CONTENT: Final = text_content(dumps(None))
+
+
 def check_success(
     name: str, definition: ToolDefinition | None, value: Any, content: Any, base: ToolSuccess | None = None
 ) -> ToolExecutionResult:
     """Freeze and validate a success's ``value``; render content when
     ``content`` is None. INVALID_TOOL_OUTPUT on any problem."""
+    if value is None and content is None and base is None and (
+        definition is None or (definition._output_validator is None and definition.render is None)
+    ):
+        # The common "done, nothing to say" body: its content never varies.
+        return _success(None, _NULL_CONTENT)
     try:
         frozen, height = freeze_with_height(value)
     except FreezeError as exc:
@@ -119,7 +128,7 @@ def check_success(
     if isinstance(blocks, str):
         return invalid_output(name, blocks)
     if base is None:
-        return ToolSuccess(frozen, blocks)
+        return _success(frozen, blocks)
     return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
 
 def check_result(name: str, definition: ToolDefinition | None, result: ToolExecutionResult) -> ToolExecutionResult:

@@ -85,6 +85,7 @@ from ._types import (
     ToolFailure,
     ToolRunContext,
     ToolSuccess,
+    _run_context,
     _SignalSlot,
     aborted,
     exception_failure,
@@ -153,6 +154,30 @@ _CLOSED_BEFORE_DISPATCH: Final = "ToolRegistry closed before the call was dispat
 
 _ACCEPT: Final = Accept()
 _NOT_INVOKED: Final = object()
+
+
+class _Handoff:
+    """One body's hand-off between the calling thread and a worker.
+
+    ``claim`` holds one entry; whoever pops it first decides the call: the
+    worker (the body runs) or ``withdraw`` (it never runs). ``dict.pop`` is
+    atomic, so no lock is needed. ``done`` is acquired at creation and
+    released exactly once: by the worker after the body returned, or by the
+    withdrawal. ``outcome`` is ``_NOT_INVOKED`` or ``(ok, value)``."""
+
+    __slots__ = ("claim", "done", "outcome")
+
+    def __init__(self) -> None:
+        self.claim: dict[int, bool] = {0: True}
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.outcome: Any = _NOT_INVOKED
+
+    def withdraw(self, _signal: object = None) -> None:
+        """Withdraw a call still queued (also the fused signal's listener);
+        a no-op once the worker claimed it."""
+        if self.claim.pop(0, None) is not None:
+            self.done.release()
 
 
 @attrs.frozen
@@ -547,7 +572,8 @@ class ToolRegistry:
             return r
 
         try:
-            result = call_at(0)
+            # No wrapper: the innermost next() directly (no closure frame).
+            result = call_at(0) if around else self._invoke(run, slot)
         except KeyboardInterrupt as ki:
             if run.interrupt is None:
                 run.interrupt = ki
@@ -612,9 +638,16 @@ class ToolRegistry:
 
     def _invoke(self, run: _Run, slot: _SignalSlot) -> ToolExecutionResult:
         """The innermost ``next()``: fuse, submit (or run inline), join."""
-        caller = run.call.signal
+        call = run.call
+        caller = call.signal
         outer = slot.signal
-        fused = _derive([caller] if outer is caller else [caller, outer])
+        # On a registry worker the body runs inline (nothing is queued, so
+        # there is nothing to withdraw); otherwise the hand-off's withdrawal
+        # is the fused signal's listener from birth (one lock round trip).
+        handoff = None if _on_worker() else _Handoff()
+        fused = _derive(
+            [caller] if outer is caller else [caller, outer], None if handoff is None else handoff.withdraw
+        )
         run.cancel_signal = fused
         if fused.aborted:
             fused.close()
@@ -626,17 +659,17 @@ class ToolRegistry:
             return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
         definition = run.definition
         assert definition is not None
-        ctx = ToolRunContext(
-            token=run.token,
-            call_id=run.call.call_id,
-            root_call_id=run.root_call_id,
-            name=run.call.name,
-            arguments=run.arguments,
-            agent=run.call.agent,
-            parent=run.call.parent,
-            definition=definition,
-            signal=fused,
-            run=run,
+        ctx = _run_context(
+            run.token,
+            call.call_id,
+            run.root_call_id,
+            call.name,
+            run.arguments,
+            call.agent,
+            call.parent,
+            definition,
+            fused,
+            run,
         )
         slot.signal = fused
         bodies = self._bodies
@@ -644,11 +677,13 @@ class ToolRegistry:
         bodies.add(attempt)
         run.attempts.add(attempt)
         try:
-            if _on_worker():
+            if handoff is None:
                 outcome = self._body(run, definition, ctx, fused)
             else:
-                outcome = self._submit_and_join(run, definition, ctx, fused)
+                outcome = self._submit_and_join(run, definition, ctx, fused, handoff)
         finally:
+            # Detaches from the caller's signal; the withdrawal listener goes
+            # with the closed signal (it can no longer abort).
             fused.close()
             slot.signal = outer
             bodies.discard(attempt)
@@ -671,72 +706,64 @@ class ToolRegistry:
         except BaseException as exc:  # every body fault is a result, never a crash
             return (False, exc)
 
-    def _trampoline(
-        self, fut: Future[Any], run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
-    ) -> None:
-        # Runs on an executor worker. set_running_or_notify_cancel() is the
-        # single point where the call goes from queued to running: if the
-        # call was withdrawn (cancelled) first, nothing runs.
-        if not fut.set_running_or_notify_cancel():
+    def _trampoline(self, handoff: _Handoff, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> None:
+        # Runs on an executor worker. Claiming the handoff is the single
+        # point where the call goes from queued to running: if the call was
+        # withdrawn first, nothing runs (the waiter was released already).
+        if handoff.claim.pop(0, None) is None:
             return
-        outcome: Any = _NOT_INVOKED
         _enter_worker(self)
         try:
-            outcome = self._body(run, definition, ctx, fused)
+            handoff.outcome = self._body(run, definition, ctx, fused)
         finally:
             _leave_worker()
-            fut.set_result(outcome)
+            # Last: the waiting thread resumes with the GIL nearly free.
+            handoff.done.release()
 
-    def _submit_and_join(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
-        # The registry owns the Future it joins (the executor only runs the
+    def _submit_and_join(
+        self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal, handoff: _Handoff
+    ) -> Any:
+        # The registry owns the hand-off it joins (the executor only runs the
         # trampoline), so a KeyboardInterrupt landing anywhere - even inside
         # executor.submit() - cannot lose the handle on the call: the retry
-        # below cancels it if it is still queued (or never got queued) and
+        # below withdraws it if it is still queued (or never got queued) and
         # otherwise joins the running body.
-        fut: Future[Any] = Future()
-        # Withdraw the call if the signal aborts while it is queued. cancel()
-        # fails once the worker set the future running; the worker then sees
-        # `fused` aborted (it is marked before listeners run) or the body
-        # does. Registered before submitting, so the calling thread goes
-        # straight from submit() to waiting (the worker gets the GIL at once).
-        handle = fused.add_listener(lambda _s: fut.cancel())
+        # `fused` withdraws the call if it aborts while queued (its listener
+        # since _invoke derived it). The withdrawal loses the claim once the
+        # worker took it; the worker then sees `fused` aborted (it is marked
+        # before listeners run) or the body does.
         interrupt: KeyboardInterrupt | None = None
+        work: Future[None] | None = None
         submitted = False
+        done = handoff.done
         while True:
             try:
                 if not submitted:
                     submitted = True
                     try:
-                        work = self._executor.submit(self._trampoline, fut, run, definition, ctx, fused)
+                        work = self._executor.submit(self._trampoline, handoff, run, definition, ctx, fused)
                     except RuntimeError:
                         # The executor was shut down (a supplied one, or ours
                         # by close() during admission): nothing was queued.
-                        fut.cancel()
-                    else:
-                        # If the executor drops the queued item (shutdown with
-                        # cancel_futures=True), the trampoline never runs:
-                        # withdraw our Future too instead of waiting forever.
-                        work.add_done_callback(lambda w: fut.cancel() if w.cancelled() else None)
+                        handoff.withdraw(fused)
                 if interrupt is not None:
                     if not fused.aborted:
                         fused._abort(interrupt)
-                    fut.cancel()
-                outcome = fut.result(timeout=_SLICE)
-                break
-            except FutureTimeout:
-                continue
-            except CancelledError:
-                outcome = _NOT_INVOKED
-                break
+                    handoff.withdraw(fused)
+                if done.acquire(True, _SLICE):
+                    break
+                if work is not None and work.cancelled():
+                    # The executor dropped the queued item (shutdown with
+                    # cancel_futures=True): the trampoline never runs.
+                    handoff.withdraw(fused)
             except KeyboardInterrupt as ki:
                 # Abort the dispatch signal and keep joining: never abandon.
                 if interrupt is None:
                     interrupt = ki
-        handle.remove()
         if interrupt is not None:
             run.interrupt = interrupt
             raise interrupt
-        return outcome
+        return handoff.outcome
 
     def _to_result(self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal) -> ToolExecutionResult:
         """The body's outcome as the result the innermost ``next()`` returns.

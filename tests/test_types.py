@@ -31,6 +31,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
+    ToolRunContext,
     ToolSuccess,
     thaw,
 )
@@ -239,3 +240,44 @@ def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None
 def test_float_edge_values_are_kept() -> None:
     f = freeze({"z": -0.0, "big": 1e308})
     assert math.copysign(1, f["z"]) == -1 and f["big"] == 1e308
+
+
+# ---- the registry's trusted constructors build the same frozen instances
+
+
+def _same_fields(a: object, b: object) -> None:
+    names = [f.name for f in attrs.fields(type(a))]  # type: ignore[arg-type]
+    assert type(a) is type(b)
+    for name in names:
+        assert getattr(a, name) is getattr(b, name), name
+
+
+def test_trusted_run_context_sets_every_field_like_the_class() -> None:
+    from dshtools._types import _run_context
+
+    class _R:
+        def defer_context(self, context: object) -> None: ...
+
+        def dispatch(self, *a: object) -> Any: ...
+
+    token, parent, run, signal = ExecutionToken(), ExecutionToken(), _R(), AbortController().signal
+    values: dict[str, Any] = dict(
+        token=token, call_id="c", root_call_id="r", name="n", arguments=freeze({"a": 1}),
+        agent="ag", parent=parent, definition=None, signal=signal,
+    )
+    built = ToolRunContext(**values, run=run)
+    fast = _run_context(**values, run=run)
+    _same_fields(built, fast)  # fails when a field is added to the class only
+    with pytest.raises(AttributeError):
+        fast.signal = signal  # type: ignore[misc]
+
+
+def test_trusted_success_sets_every_field_like_the_class() -> None:
+    from dshtools._types import _success, text_content
+
+    content = text_content("hi")
+    built, fast = ToolSuccess("v", content), _success("v", content)
+    _same_fields(built, fast)
+    assert built == fast and not fast.is_error and fast.code is None
+    with pytest.raises(AttributeError):
+        fast.value = 1  # type: ignore[misc]
