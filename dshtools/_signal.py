@@ -85,6 +85,31 @@ _next_key: Final = itertools.count().__next__
 _WAIT_SLICE: Final = 0.25
 
 
+# The reason of an `abort()` given none, until it is first read. Creating the
+# default `AbortError` was two thirds of the cost of such an abort, and most
+# aborts are never asked why: the plain-signal path stores this marker, and
+# the first read of `reason` replaces it, under `_LOCK`, with the one
+# `AbortError` every later read returns. Paths that copy a reason to other
+# signals (dependents, a derived signal of an aborted input) resolve it first,
+# so they all hold the same object.
+_DEFAULT_REASON: Final = object()
+
+
+def _reason_of(signal: AbortSignal) -> object:
+    reason = signal._reason
+    if reason is _DEFAULT_REASON:
+        with _LOCK:
+            reason = _resolved_reason_locked(signal)
+    return reason
+
+
+def _resolved_reason_locked(signal: AbortSignal) -> object:
+    reason = signal._reason
+    if reason is _DEFAULT_REASON:
+        reason = signal._reason = AbortError()
+    return reason
+
+
 class _Link:
     """A source's link to one derived signal. ``ref`` is the derived signal's
     (shared) weak reference; ``strong`` is set while it has listeners."""
@@ -163,6 +188,8 @@ class AbortSignal:
         "_closed",
         "__weakref__",
     )
+    _timer_code: str  # timeout signals only
+    _timer_seconds: float
 
     def __init__(self) -> None:
         self._aborted = False
@@ -175,11 +202,11 @@ class AbortSignal:
         self._strong_deps = 0
         # As a derived signal: its original sources and the links it owns.
         self._sources: tuple[AbortSignal, ...] | None = None
-        self._links: list[tuple[AbortSignal, _Link]] = []
-        # As a timeout signal: the pending timer entry.
+        self._links: list[tuple[AbortSignal, _Link]] | tuple[()] = ()  # a list once derived
+        # As a timeout signal: the pending timer entry (and `_timer_code`,
+        # `_timer_seconds`, set only on timeout signals: creating a
+        # controller is a hot path too).
         self._timer: _timer.TimerEntry | None = None
-        self._timer_code = ""
-        self._timer_seconds = 0.0
         self._closed = False
 
     # ------------------------------------------------------------------ state
@@ -201,14 +228,14 @@ class AbortSignal:
         # every iteration, so it should cost no more than Event.is_set().
         aborted = property(attrgetter("_aborted"), doc="``True`` once aborted; never goes back.")
         reason = property(
-            attrgetter("_reason"),
+            _reason_of,
             doc="The abort reason (``None`` until aborted; an ``AbortError`` when aborted without one).",
         )
 
     def throw_if_aborted(self) -> None:
         """Raise a new ``AbortError(self.reason)`` if aborted; else return."""
         if self._aborted:
-            raise AbortError(self._reason)
+            raise AbortError(_reason_of(self))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block the calling thread until aborted or ``timeout`` seconds
@@ -317,7 +344,7 @@ class AbortSignal:
         if self._aborted:  # fast path; re-checked under the lock
             return
         if reason is None:
-            reason = AbortError()
+            reason = _DEFAULT_REASON  # the AbortError is made when first read
         with _LOCK:
             if self._aborted:
                 return
@@ -329,28 +356,39 @@ class AbortSignal:
                 # lock close() sets it under, makes "after close() returns,
                 # the signal never aborts" hold for that interleaving too.
                 return
-            self._mark_aborted_locked(reason)
-            self._strong_deps = 0
-            deps = self._deps
-            single = not deps
-            # The listeners to run, in registration order. Taken under the
-            # lock that set `aborted`: from here on add_listener() sees
-            # `aborted` and runs its callback inline, so no listener can be
-            # missed by this snapshot or run twice.
-            if single:
-                # No dependents (the common case): only this signal.
-                entries = list(self._listeners) if self._listeners else None
+            if not self._deps and self._sources is None and self._timer is None:
+                # A plain signal with no dependents (a controller's, the
+                # common case): mark it and snapshot its listeners.
+                self._aborted = True
+                self._reason = reason
+                listeners = self._listeners
+                entries = list(listeners) if listeners else None
+                single = True
             else:
-                won = [self]
-                # Snapshot: marking a dependent detaches it from every
-                # source, this one included.
-                for link in list(deps):
-                    dep = link.get()
-                    if dep is not None and not dep._aborted:
-                        dep._mark_aborted_locked(reason)
-                        won.append(dep)
-                deps.clear()
-                batches = [(signal, list(signal._listeners)) for signal in won if signal._listeners]
+                if reason is _DEFAULT_REASON:
+                    reason = AbortError()  # shared with dependents: made now
+                self._mark_aborted_locked(reason)
+                self._strong_deps = 0
+                deps = self._deps
+                single = not deps
+                # The listeners to run, in registration order. Taken under the
+                # lock that set `aborted`: from here on add_listener() sees
+                # `aborted` and runs its callback inline, so no listener can be
+                # missed by this snapshot or run twice.
+                if single:
+                    # No dependents: only this (derived or timeout) signal.
+                    entries = list(self._listeners) if self._listeners else None
+                else:
+                    won = [self]
+                    # Snapshot: marking a dependent detaches it from every
+                    # source, this one included.
+                    for link in list(deps):
+                        dep = link.get()
+                        if dep is not None and not dep._aborted:
+                            dep._mark_aborted_locked(reason)
+                            won.append(dep)
+                    deps.clear()
+                    batches = [(signal, list(signal._listeners)) for signal in won if signal._listeners]
         # Every affected signal now reads aborted with `reason`. Wake waiters,
         # then run listeners: own first, dependents in derivation order.
         if single:
@@ -421,7 +459,7 @@ class AbortSignal:
                 if source._strong_deps == 0:
                     source._keepalive_changed_locked()
             source._deps.pop(link, None)
-        self._links = []
+        self._links = ()
         # A detached (closed or aborted) derived signal has no sources left:
         # any_of() over it flattens to nothing, and it no longer pins its
         # sources (or their timers) in memory.
@@ -502,7 +540,7 @@ class AbortSignal:
 
     def __repr__(self) -> str:
         if self._aborted:
-            return f"<AbortSignal aborted reason={self._reason!r}>"
+            return f"<AbortSignal aborted reason={_reason_of(self)!r}>"
         kind = "derived" if self._sources is not None else "source"
         return f"<AbortSignal {kind} pending>"
 
@@ -528,7 +566,7 @@ def _derive(items: list[AbortSignal], listener: Listener | None = None) -> Abort
         for s in items:
             if s._aborted:
                 derived._aborted = True
-                derived._reason = s._reason
+                derived._reason = _resolved_reason_locked(s)
                 derived._sources = ()
                 return derived
         # Flatten: link to original sources only, each once, in first-seen
@@ -555,7 +593,8 @@ def _derive(items: list[AbortSignal], listener: Listener | None = None) -> Abort
             roots = tuple(unique)
         derived._sources = roots
         ref = weakref.ref(derived)
-        links = derived._links
+        links: list[tuple[AbortSignal, _Link]] = []
+        derived._links = links
         for root in roots:
             link = _Link(ref)
             deps = root._deps

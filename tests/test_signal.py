@@ -817,6 +817,38 @@ def test_any_of_default_reason_is_the_same_object_as_the_source_reason() -> None
     assert d.reason is a.signal.reason
 
 
+@pytest.mark.timeout(20)
+def test_default_reason_is_one_object_for_every_first_reader() -> None:
+    # The default AbortError is created on the first read of `reason`
+    # (decision 0015): concurrent first readers - of the signal and of a
+    # dependent - must all get the same object, in every round.
+    readers = 8
+    for _ in range(200):
+        controller = AbortController()
+        derived = AbortSignal.any_of([controller.signal])
+        controller.abort()
+        barrier = threading.Barrier(readers)
+        seen: list[object] = []
+
+        def read(signal: AbortSignal) -> None:
+            barrier.wait()
+            seen.append(signal.reason)
+
+        threads = [
+            threading.Thread(target=read, args=(derived if i % 2 else controller.signal,)) for i in range(readers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(seen) == readers
+        assert isinstance(seen[0], AbortError) and seen[0].reason is None
+        assert all(r is seen[0] for r in seen)
+        with pytest.raises(AbortError) as info:
+            derived.throw_if_aborted()
+        assert info.value.reason is seen[0]
+
+
 def test_any_of_with_already_aborted_sources_takes_the_first_in_iteration_order() -> None:
     pending = AbortController().signal
     first = AbortSignal.already_aborted("first")
