@@ -50,15 +50,18 @@ class TimerEntry:
         self.strong: _Target | None = None
         self.cancelled = False
 
-    def __lt__(self, other: TimerEntry) -> bool:
-        return (self.when, self.seq) < (other.when, other.seq)
-
     def live(self) -> bool:
         return not self.cancelled and (self.strong is not None or self.ref() is not None)
 
 
-_cond = threading.Condition(threading.Lock())
-_heap: list[TimerEntry] = []
+# Plain `with _lock:` where nothing waits (schedule, cancel): entering a
+# Condition costs two Python-level calls; notify() only needs the lock held.
+_lock = threading.Lock()
+_cond = threading.Condition(_lock)
+# Heap items are (when, seq, entry): ordered by C tuple comparison (seq is
+# unique, so entries are never compared), not by a Python __lt__ called
+# log(n) times per schedule.
+_heap: list[tuple[float, int, TimerEntry]] = []
 _seq = itertools.count()
 _thread: threading.Thread | None = None
 # When the timer thread will wake on its own: the deadline it sleeps until,
@@ -78,11 +81,11 @@ def _released(_ref: object) -> None:
     # lock happens to be free, compact right away.
     global _garbage
     _garbage += 1
-    if _cond.acquire(blocking=False):
+    if _lock.acquire(blocking=False):
         try:
             _maybe_compact_locked()
         finally:
-            _cond.release()
+            _lock.release()
 
 
 # Below this many dead entries a compaction is not worth its cost: arming and
@@ -95,7 +98,7 @@ def _maybe_compact_locked() -> None:
     global _garbage
     if _garbage < _COMPACT_MIN or (_garbage * 2 < len(_heap) and _garbage < 4096):
         return
-    _heap[:] = [e for e in _heap if e.live()]
+    _heap[:] = [item for item in _heap if item[2].live()]
     heapq.heapify(_heap)
     _garbage = 0
 
@@ -114,8 +117,9 @@ def _after_fork_in_child() -> None:
     # by the parent's timer thread. Give the child a fresh lock, re-heapify
     # (the parent's thread may have been between two steps of a compaction)
     # and a timer thread of its own if inherited timers are pending.
-    global _cond, _thread, _wake_at
-    _cond = threading.Condition(threading.Lock())
+    global _lock, _cond, _thread, _wake_at
+    _lock = threading.Lock()
+    _cond = threading.Condition(_lock)
     _thread = None
     _wake_at = math.inf
     heapq.heapify(_heap)
@@ -131,9 +135,9 @@ def schedule(delay: float, target: _Target) -> TimerEntry:
     """Arrange ``target._on_timer()`` to run on the timer thread after
     ``delay`` seconds (monotonic clock). Returns the entry for ``cancel``."""
     entry = TimerEntry(time.monotonic() + delay, next(_seq), target)
-    with _cond:
+    with _lock:
         _maybe_compact_locked()
-        heapq.heappush(_heap, entry)
+        heapq.heappush(_heap, (entry.when, entry.seq, entry))
         if _thread is None:
             _start_thread_locked()
         elif entry.when < _wake_at:
@@ -144,7 +148,7 @@ def schedule(delay: float, target: _Target) -> TimerEntry:
 def cancel(entry: TimerEntry) -> None:
     """Drop ``entry``: its target will not be fired. Idempotent, O(1)."""
     global _garbage
-    with _cond:
+    with _lock:
         if entry.cancelled:
             return
         entry.cancelled = True
@@ -155,8 +159,8 @@ def cancel(entry: TimerEntry) -> None:
 
 def pending_count() -> int:
     """Entries that can still fire (diagnostics and leak tests)."""
-    with _cond:
-        return sum(1 for e in _heap if e.live())
+    with _lock:
+        return sum(1 for item in _heap if item[2].live())
 
 
 def _run() -> None:
@@ -164,17 +168,17 @@ def _run() -> None:
     while True:
         with _cond:
             while True:
-                while _heap and not _heap[0].live():
+                while _heap and not _heap[0][2].live():
                     heapq.heappop(_heap)
                 if not _heap:
                     _wake_at = math.inf
                     _cond.wait()
                     _wake_at = -math.inf
                     continue
-                delay = _heap[0].when - time.monotonic()
+                delay = _heap[0][0] - time.monotonic()
                 if delay <= 0:
                     break
-                _wake_at = _heap[0].when
+                _wake_at = _heap[0][0]
                 # Clamp: Condition.wait() raises OverflowError above
                 # threading.TIMEOUT_MAX, and a valid but huge timeout
                 # (AbortSignal.timeout(1e300)) must not kill the one timer
@@ -182,7 +186,7 @@ def _run() -> None:
                 # early only makes the loop rescan and sleep again.
                 _cond.wait(min(delay, threading.TIMEOUT_MAX))
                 _wake_at = -math.inf
-            entry = heapq.heappop(_heap)
+            entry = heapq.heappop(_heap)[2]
             # Read `strong` once: a listener removal on another thread clears
             # it under the signal lock (not this one). Reading it twice
             # ("is not None", then the value) could see the signal, then
