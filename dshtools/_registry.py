@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from _thread import get_ident
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -156,28 +157,43 @@ _ACCEPT: Final = Accept()
 _NOT_INVOKED: Final = object()
 
 
+_WORKER: Final = object()  # the claim's value when the worker won it
+
+
 class _Handoff:
     """One body's hand-off between the calling thread and a worker.
 
-    ``claim`` holds one entry; whoever pops it first decides the call: the
-    worker (the body runs) or ``withdraw`` (it never runs). ``dict.pop`` is
-    atomic, so no lock is needed. ``done`` is acquired at creation and
-    released exactly once: by the worker after the body returned, or by the
-    withdrawal. ``outcome`` is ``_NOT_INVOKED`` or ``(ok, value)``."""
+    ``claim`` gets one entry, by ``dict.setdefault`` (one atomic step): the
+    first to insert decides the call - the worker (``_WORKER``: the body
+    runs) or a withdrawal (a fresh token: it never runs) - and the entry
+    stays, so the decision can be re-read. ``done`` is acquired at creation
+    and released once: by the worker after the body returned (``finished``
+    is set first) or by the withdrawal that won. ``settled()`` re-reads the
+    decision, so a ``KeyboardInterrupt`` that lands just after the waiter
+    consumed ``done`` (or between a withdrawal's claim and its release)
+    cannot leave the waiter blocked on a lock nobody will release again.
+    ``outcome`` is ``_NOT_INVOKED`` or ``(ok, value)``."""
 
-    __slots__ = ("claim", "done", "outcome")
+    __slots__ = ("claim", "done", "outcome", "finished")
 
     def __init__(self) -> None:
-        self.claim: dict[int, bool] = {0: True}
+        self.claim: dict[int, object] = {}
         self.done = threading.Lock()
         self.done.acquire()
         self.outcome: Any = _NOT_INVOKED
+        self.finished = False
 
     def withdraw(self, _signal: object = None) -> None:
         """Withdraw a call still queued (also the fused signal's listener);
         a no-op once the worker claimed it."""
-        if self.claim.pop(0, None) is not None:
+        mine = object()
+        if self.claim.setdefault(0, mine) is mine:
             self.done.release()
+
+    def settled(self) -> bool:
+        """The body returned, or the call was withdrawn before it started."""
+        winner = self.claim.get(0)
+        return self.finished or (winner is not None and winner is not _WORKER)
 
 
 @attrs.frozen
@@ -217,6 +233,8 @@ class _Run:
         "attempts",
         "joining",
         "_children",
+        "body_thread",
+        "submit_error",
     )
 
     def __init__(self, registry: ToolRegistry, call: ToolExecutionInput, hooks: _Hooks) -> None:
@@ -244,6 +262,8 @@ class _Run:
         self.attempts: set[object] = set()
         self.joining = False
         self._children = itertools.count(1)
+        self.body_thread = 0  # threading.get_ident() of the thread that ran the body
+        self.submit_error: BaseException | None = None
 
     @property
     def view(self) -> ToolExecution:
@@ -444,14 +464,15 @@ class ToolRegistry:
         when called from a registry worker (it would wait for itself)."""
         if _on_worker_of(self):
             raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
+        # Not "already closed" by the flag alone: a close() interrupted by
+        # Ctrl-C while waiting left `_closed` set, and the next one must
+        # still wait for the bodies and shut the executor down.
         with self._lock:
-            already = self._closed
             self._closed = True
-            if not already:
-                while self._bodies:
-                    self._idle.wait(_SLICE)
-        if not already and self._owns_executor:
-            self._executor.shutdown(wait=True)
+            while self._bodies:
+                self._idle.wait(_SLICE)
+        if self._owns_executor:
+            self._executor.shutdown(wait=True)  # idempotent
 
     def __enter__(self) -> ToolRegistry:
         return self
@@ -644,55 +665,68 @@ class ToolRegistry:
         # On a registry worker the body runs inline (nothing is queued, so
         # there is nothing to withdraw); otherwise the hand-off's withdrawal
         # is the fused signal's listener from birth (one lock round trip).
+        # The registry aborts `fused` itself on KeyboardInterrupt, so signals
+        # a body derives from it must link to it (aborts_directly).
         handoff = None if _on_worker() else _Handoff()
         fused = _derive(
-            [caller] if outer is caller else [caller, outer], None if handoff is None else handoff.withdraw
+            [caller] if outer is caller else [caller, outer],
+            None if handoff is None else handoff.withdraw,
+            aborts_directly=True,
         )
         run.cancel_signal = fused
         if fused.aborted:
             fused.close()
             return aborted(fused.reason, invoked=False)
-        if self._closed and not _on_worker_of(self):
-            # close() ran while this call was in admission: its executor may
-            # be gone. The body never runs; nothing was dispatched.
-            fused.close()
-            return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
-        definition = run.definition
-        assert definition is not None
-        ctx = _run_context(
-            run.token,
-            call.call_id,
-            run.root_call_id,
-            call.name,
-            run.arguments,
-            call.agent,
-            call.parent,
-            definition,
-            fused,
-            run,
-        )
-        slot.signal = fused
         bodies = self._bodies
         attempt = object()  # one per next() call: a wrapper may retry or hedge
+        # Registered before the closed check (close() sets `_closed`, then
+        # reads `_bodies`): either close() waits for this attempt, or this
+        # call sees `_closed` and never dispatches.
         bodies.add(attempt)
         run.attempts.add(attempt)
         try:
+            if self._closed and not _on_worker_of(self):
+                # close() ran while this call was in admission: its executor
+                # may be gone. The body never runs; nothing was dispatched.
+                return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
+            definition = run.definition
+            assert definition is not None
+            ctx = _run_context(
+                run.token,
+                call.call_id,
+                run.root_call_id,
+                call.name,
+                run.arguments,
+                call.agent,
+                call.parent,
+                definition,
+                fused,
+                run,
+            )
+            slot.signal = fused
             if handoff is None:
                 outcome = self._body(run, definition, ctx, fused)
             else:
                 outcome = self._submit_and_join(run, definition, ctx, fused, handoff)
         finally:
-            # Detaches from the caller's signal; the withdrawal listener goes
-            # with the closed signal (it can no longer abort).
-            fused.close()
-            slot.signal = outer
-            bodies.discard(attempt)
-            run.attempts.discard(attempt)
-            if (self._closed and not bodies) or run.joining:
-                # close() or _join_attempts may be waiting; a missed notify
-                # costs them one slice.
-                with self._lock:
-                    self._idle.notify_all()
+            # Bookkeeping first, each step reached even if an interrupt lands
+            # in the one before: a stale attempt would block close() and
+            # _join_attempts forever.
+            try:
+                try:
+                    bodies.discard(attempt)
+                finally:
+                    run.attempts.discard(attempt)
+                if (self._closed and not bodies) or run.joining:
+                    # close() or _join_attempts may be waiting; a missed
+                    # notify costs them one slice.
+                    with self._lock:
+                        self._idle.notify_all()
+            finally:
+                slot.signal = outer
+                # Detaches from the caller's signal; the withdrawal listener
+                # goes with the closed signal (it can no longer abort).
+                fused.close()
         return self._to_result(run, definition, outcome, fused)
 
     def _body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
@@ -701,23 +735,29 @@ class ToolRegistry:
         if fused.aborted:
             return _NOT_INVOKED
         run.body_invoked = True
+        run.body_thread = get_ident()
         try:
             return (True, definition.execute(run.arguments, ctx))
         except BaseException as exc:  # every body fault is a result, never a crash
             return (False, exc)
 
-    def _trampoline(self, handoff: _Handoff, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> None:
-        # Runs on an executor worker. Claiming the handoff is the single
+    def _trampoline(
+        self, handoff: _Handoff, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
+    ) -> None:
+        # Runs on an executor worker. Claiming the hand-off is the single
         # point where the call goes from queued to running: if the call was
         # withdrawn first, nothing runs (the waiter was released already).
-        if handoff.claim.pop(0, None) is None:
+        if handoff.claim.setdefault(0, _WORKER) is not _WORKER:
             return
-        _enter_worker(self)
         try:
-            handoff.outcome = self._body(run, definition, ctx, fused)
+            _enter_worker(self)
+            try:
+                handoff.outcome = self._body(run, definition, ctx, fused)
+            finally:
+                _leave_worker()
         finally:
-            _leave_worker()
             # Last: the waiting thread resumes with the GIL nearly free.
+            handoff.finished = True
             handoff.done.release()
 
     def _submit_and_join(
@@ -742,28 +782,55 @@ class ToolRegistry:
                     submitted = True
                     try:
                         work = self._executor.submit(self._trampoline, handoff, run, definition, ctx, fused)
-                    except RuntimeError:
-                        # The executor was shut down (a supplied one, or ours
-                        # by close() during admission): nothing was queued.
-                        handoff.withdraw(fused)
+                    except Exception as exc:
+                        # Shut down (RuntimeError: a supplied executor, or ours
+                        # by close() during admission) or otherwise refused. It
+                        # may have queued the work before raising: withdraw,
+                        # and keep joining if the worker claimed it anyway.
+                        run.submit_error = exc
+                        handoff.withdraw()
                 if interrupt is not None:
                     if not fused.aborted:
                         fused._abort(interrupt)
-                    handoff.withdraw(fused)
-                if done.acquire(True, _SLICE):
+                    else:
+                        # A second interrupt may have landed inside that
+                        # abort, after the signal was marked but before its
+                        # listeners ran (a body woken only by a listener
+                        # would never wake): run what is still pending. Each
+                        # listener is claimed by a pop, so none runs twice.
+                        fused._dispatch(list(fused._listeners))
+                    handoff.withdraw()
+                if handoff.settled() or done.acquire(True, _SLICE) or handoff.settled():
                     break
-                if work is not None and work.cancelled():
-                    # The executor dropped the queued item (shutdown with
-                    # cancel_futures=True): the trampoline never runs.
-                    handoff.withdraw(fused)
+                if work is not None and work.done():
+                    # The executor finished the work item without running the
+                    # trampoline to the end: dropped it (shutdown with
+                    # cancel_futures=True) or failed it (a broken pool).
+                    # Withdrawing is a no-op if the trampoline claimed.
+                    if not work.cancelled() and work.exception() is not None:
+                        run.submit_error = work.exception()
+                    handoff.withdraw()
             except KeyboardInterrupt as ki:
                 # Abort the dispatch signal and keep joining: never abandon.
                 if interrupt is None:
                     interrupt = ki
+        outcome = handoff.outcome
+        if (
+            interrupt is None
+            and outcome is not _NOT_INVOKED
+            and not outcome[0]
+            and isinstance(outcome[1], KeyboardInterrupt)
+            and run.body_thread == get_ident()
+        ):
+            # An executor that ran the body in this very thread (inline):
+            # a Ctrl-C inside the body is this thread's interrupt, not a
+            # tool fault.
+            interrupt = outcome[1]
+            fused._abort(interrupt)
         if interrupt is not None:
             run.interrupt = interrupt
             raise interrupt
-        return handoff.outcome
+        return outcome
 
     def _to_result(self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal) -> ToolExecutionResult:
         """The body's outcome as the result the innermost ``next()`` returns.
@@ -771,8 +838,11 @@ class ToolRegistry:
         success or ``AbortError`` while the fused signal is aborted; a tool
         failure (``ToolError``, other exceptions, invalid output) stays."""
         if outcome is _NOT_INVOKED:
-            if not fused.aborted:  # withdrawn by an executor that shut down
-                return aborted(RuntimeError("the executor shut down before the call was dispatched"), invoked=False)
+            if not fused.aborted:  # withdrawn: the executor refused, dropped or failed it
+                error = run.submit_error
+                if error is None or isinstance(error, RuntimeError):
+                    error = RuntimeError("the executor shut down before the call was dispatched")
+                return aborted(error, invoked=False)
             return aborted(fused.reason, invoked=False)
         ok, payload = outcome
         if not ok:

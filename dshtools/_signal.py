@@ -186,6 +186,7 @@ class AbortSignal:
         "_timer_code",
         "_timer_seconds",
         "_closed",
+        "_aborts_directly",
         "__weakref__",
     )
     _timer_code: str  # timeout signals only
@@ -208,6 +209,10 @@ class AbortSignal:
         # controller is a hot path too).
         self._timer: _timer.TimerEntry | None = None
         self._closed = False
+        # A derived signal its owner may also abort directly (the registry's
+        # dispatch signal, on KeyboardInterrupt): signals derived from it link
+        # to it as well as to its sources, so that abort reaches them too.
+        self._aborts_directly = False
 
     # ------------------------------------------------------------------ state
 
@@ -553,13 +558,18 @@ def _timeout_signal(seconds: float, code: str) -> AbortSignal:
     return signal
 
 
-def _derive(items: list[AbortSignal], listener: Listener | None = None) -> AbortSignal:
+def _derive(
+    items: list[AbortSignal], listener: Listener | None = None, *, aborts_directly: bool = False
+) -> AbortSignal:
     """A signal derived from ``items`` (flattened). With ``listener``, the
     derived signal is born with that listener (unless an input is already
     aborted: then no listener is installed and the result reads aborted),
     under the same lock acquisition as the links: the registry's dispatch
-    signal, one lock round trip instead of two and no handle."""
+    signal, one lock round trip instead of two and no handle. With
+    ``aborts_directly`` the caller may ``_abort`` the result itself; signals
+    later derived from it then link to it as well as to its sources."""
     derived = AbortSignal()
+    derived._aborts_directly = aborts_directly
     with _LOCK:
         # Already-aborted inputs win in iteration order (a derived input that
         # aborted counts as itself, before its sources are consulted).
@@ -590,6 +600,8 @@ def _derive(items: list[AbortSignal], listener: Listener | None = None) -> Abort
                 else:
                     for root in sources:
                         unique[root] = None
+                    if s._aborts_directly and sources:
+                        unique[s] = None  # its direct abort must reach us too
             roots = tuple(unique)
         derived._sources = roots
         ref = weakref.ref(derived)

@@ -16,12 +16,10 @@ runs a pending signal handler at the eval-breaker check after a C call
 returns or at a function's entry), a probe raises it exactly there: that is
 what a Ctrl-C pending at that instant does.
 
-Tests marked ``xfail(strict=True, raises=ObservedBug)`` pin bugs found by
-this review: they raise ``ObservedBug`` only when the described bug shows;
-any other failure (a setup assertion, a renamed internal) fails for real,
-and a fixed bug turns them into a strict XPASS, i.e. a failure telling the
-fixer to drop the marker. A watchdog rescues a thread a bug left blocked, so
-no test leaves one behind.
+Each scenario that once showed a bug raises ``ObservedBug`` if that bug
+comes back (any other failure, such as a setup assertion or a renamed
+internal, fails as itself). A watchdog rescues a thread a bug left blocked,
+so no test leaves one behind.
 """
 
 from __future__ import annotations
@@ -59,7 +57,7 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals (
 
 
 class ObservedBug(Exception):
-    """The bug named in the test's xfail reason was observed."""
+    """A bug this file pins (the test's name says which) came back."""
 
 
 def sigint_main() -> None:
@@ -527,16 +525,6 @@ def test_close_keeps_waiting_for_the_running_body_while_a_queued_call_is_withdra
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "on KeyboardInterrupt the join aborts the fused signal directly (fused._abort), but signals derived "
-        "from it - a nested call's dispatch signal, any_of(run.signal), deadline(run.signal, ...) as in "
-        "io.run_process/http_request with a timeout - were flattened onto the fused signal's sources and "
-        "never see that abort: the nested/derived wait is not woken and the join waits for it however long"
-    ),
-)
 @pytest.mark.parametrize("derived", ["nested run.dispatch", "any_of(run.signal)"])
 def test_sigint_reaches_signals_derived_from_the_dispatch_signal(derived: str) -> None:
     """A real SIGINT while the main thread joins a body that waits on a
@@ -588,15 +576,6 @@ def test_sigint_reaches_signals_derived_from_the_dispatch_signal(derived: str) -
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "b880734 regression: a SIGINT pending when the join's done.acquire() succeeds raises KeyboardInterrupt "
-        "after the lock was taken; the retry loop then waits on a lock nobody will release again (the old "
-        "Future.result() was sticky), so execute blocks forever and swallows every later Ctrl-C"
-    ),
-)
 def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     """The body returned and released the hand-off lock; the main thread's
     ``done.acquire()`` returns True and a SIGINT that arrived meanwhile is
@@ -653,14 +632,6 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "_Handoff.withdraw is not interrupt-safe: a second Ctrl-C between its claim.pop() and done.release() "
-        "loses the release; the retried withdraw finds the claim gone and the waiter blocks forever"
-    ),
-)
 def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C twice on a queued call: the first (a real SIGINT while the main
     thread joins) aborts the fused signal, whose listener ``withdraw`` pops
@@ -722,15 +693,6 @@ def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_
 
 
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "the join only withdraws when the work item is cancelled(); a stdlib ThreadPoolExecutor whose "
-        "initializer failed completes queued work with BrokenThreadPool without running (or cancelling) it, "
-        "so execute waits forever (until the caller aborts)"
-    ),
-)
 def test_work_failed_by_a_broken_pool_without_running_settles_the_call() -> None:
     """``ThreadPoolExecutor(initializer=...)`` whose initializer raises:
     ``submit()`` succeeds, then the pool breaks and sets BrokenThreadPool on
@@ -762,15 +724,6 @@ def test_work_failed_by_a_broken_pool_without_running_settles_the_call() -> None
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "_submit_and_join withdraws only on RuntimeError from submit(); any other exception escapes without "
-        "withdrawing, so work that submit() had already queued still claims the hand-off and runs the body "
-        "after execute returned its result"
-    ),
-)
 def test_submit_that_raises_after_queueing_never_runs_the_body_after_execute_returned() -> None:
     """A custom executor whose ``submit()`` queues the work and then raises
     ``ValueError``. Expected: ``execute`` returns one result (the body did
@@ -793,15 +746,6 @@ def test_submit_that_raises_after_queueing_never_runs_the_body_after_execute_ret
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "with an executor that runs the work inside submit(), a Ctrl-C lands in the body in the calling "
-        "thread; _body catches BaseException, so it becomes a 'KeyboardInterrupt' failure result and "
-        "execute returns normally: the interrupt is swallowed"
-    ),
-)
 def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure() -> None:
     """Inline executor, body waiting on its signal in the main thread, a real
     SIGINT. Expected (§3 "KeyboardInterrupt", decision 0011): the dispatch
@@ -837,15 +781,6 @@ def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure()
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "check-then-act in _invoke: the `self._closed` check comes before `bodies.add(attempt)`; a close() "
-        "in between sees no body in flight and returns, then the call submits to a supplied (not shut down) "
-        "executor and its body runs after close() returned (decision 0012 says ABORTED_BEFORE_DISPATCH)"
-    ),
-)
 def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -884,16 +819,6 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "_invoke's finally is not interrupt-safe: a KeyboardInterrupt raised in fused.close() (its first "
-        "statement) skips bodies.discard/run.attempts.discard; _dispatch's finally then waits in "
-        "_join_attempts for an attempt nobody will discard (forever, absorbing later Ctrl-Cs), close() "
-        "would wait on _bodies forever, and the fused link stays on the caller signal"
-    ),
-)
 def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_forever(monkeypatch: pytest.MonkeyPatch) -> None:
     """The body returned; as the calling thread enters ``_invoke``'s
     ``finally``, a Ctrl-C is handled at the entry of ``fused.close()``
@@ -940,15 +865,6 @@ def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_foreve
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "the trampoline releases done only if its finally gets that far: run by an inline executor in the "
-        "interrupted thread, a KeyboardInterrupt at _leave_worker() skips done.release(); the join catches "
-        "the interrupt, its withdrawal finds the claim taken, and it waits forever"
-    ),
-)
 def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inline executor: the body returned and a Ctrl-C is handled at the
     entry of ``_leave_worker()`` in the trampoline's ``finally`` (probe).
@@ -981,15 +897,6 @@ def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: 
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "a second Ctrl-C inside fused._abort(), after the signal is marked aborted but before its listeners "
-        "ran, loses those listeners for good (a retried _abort returns at once: already aborted); a body "
-        "woken by a listener (the http_request idiom) never wakes and the join waits for it forever"
-    ),
-)
 def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys_listener(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1034,15 +941,6 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
 
 @posix_only
 @pytest.mark.timeout(15)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ObservedBug,
-    reason=(
-        "close() sets _closed before waiting; a Ctrl-C during that wait leaves it set, so the next close() "
-        "takes the 'already closed' path and returns at once - while a body still runs and without shutting "
-        "the own executor down"
-    ),
-)
 def test_close_after_an_interrupted_close_still_waits_for_the_running_body() -> None:
     """``close()`` on the main thread waits for a running body; a real SIGINT
     interrupts that wait. A second ``close()`` (say, in a ``finally``) must
