@@ -25,7 +25,7 @@ from typing import Any
 
 Case = Callable[[int], Callable[[], Any]]
 
-__all__ = ["CPU", "WALL", "Case", "median", "time_case", "paired", "percentile"]
+__all__ = ["CPU", "WALL", "Case", "median", "time_case", "paired", "paired_samples", "percentile"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -74,11 +74,12 @@ def time_case(case: Case, *, number: int, rounds: int, warmup: int = 1, clock: C
     return [_one_round(case, number, clock) for _ in range(rounds)]
 
 
-def paired(
+def paired_samples(
     cases: Sequence[Case], *, number: int, rounds: int, warmup: int = 1, clock: Callable[[], int] = WALL
-) -> list[float]:
-    """Median ns per operation of each case, rounds interleaved (A B A B ...)
-    so that drift in machine load affects every case alike."""
+) -> list[list[float]]:
+    """ns per operation of each case, one figure per round, rounds
+    interleaved (A B A B ...) so that drift in machine load affects every
+    case alike."""
     for case in cases:
         for _ in range(warmup):
             _one_round(case, max(1, number // 4), clock)
@@ -86,4 +87,11 @@ def paired(
     for _ in range(rounds):
         for i, case in enumerate(cases):
             samples[i].append(_one_round(case, number, clock))
-    return [median(s) for s in samples]
+    return samples
+
+
+def paired(
+    cases: Sequence[Case], *, number: int, rounds: int, warmup: int = 1, clock: Callable[[], int] = WALL
+) -> list[float]:
+    """Median ns per operation of each case (see ``paired_samples``)."""
+    return [median(s) for s in paired_samples(cases, number=number, rounds=rounds, warmup=warmup, clock=clock)]

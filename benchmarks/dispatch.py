@@ -3,7 +3,10 @@
 Baseline: a bare ``executor.submit(f).result()`` round trip on the *same*
 ``ThreadPoolExecutor`` the registry uses. Also reported: the direct-call
 floor (calling the no-op body in the calling thread) and the per-call
-overhead in microseconds (median execute minus median round trip).
+overhead in microseconds (median execute minus median round trip). The
+ratios are the median over rounds of each round's ratio (rounds are adjacent
+in time, so each compares like with like on a host whose hand-off latency
+swings between rounds).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
 
 from ._compat import TimeoutPolicy
-from ._timing import paired
+from ._timing import median, paired_samples
 
 __all__ = ["run", "make_registry"]
 
@@ -45,7 +48,7 @@ def make_registry(executor: ThreadPoolExecutor, *, hooks: bool) -> ToolRegistry:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    number, rounds = (200, 3) if quick else (1000, 9)
+    number, rounds = (200, 3) if quick else (250, 41)
     executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench")
     plain = make_registry(executor, hooks=False)
     hooked = make_registry(executor, hooks=True)
@@ -89,7 +92,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         assert not result.is_error, result
         result = hooked.execute(call)
         assert not result.is_error, result
-        floor_ns, bare_ns, plain_ns, hooked_ns = paired(
+        samples = paired_samples(
             [direct, bare, execute_with(plain), execute_with(hooked)], number=number, rounds=rounds, warmup=1
         )
         assert controller.signal.listener_count == 0
@@ -97,13 +100,19 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         plain.close()
         hooked.close()
         executor.shutdown(wait=True)
+    floor_ns, bare_ns, plain_ns, hooked_ns = (median(s) for s in samples)
+    # Ratios: the median over rounds of each round's execute / round trip.
+    # Rounds are adjacent in time, so a round's ratio compares like with
+    # like even when the host's thread hand-off latency swings several-fold
+    # between rounds (seen: 40-350 us for the same round trip).
+    bare_rounds = samples[1]
     return {
         "direct_call_ns": floor_ns,
         "bare_submit_ns": bare_ns,
         "execute_ns": plain_ns,
         "execute_with_hooks_ns": hooked_ns,
-        "ratio": plain_ns / bare_ns,
-        "with_hooks_ratio": hooked_ns / bare_ns,
+        "ratio": median([p / b for p, b in zip(samples[2], bare_rounds)]),
+        "with_hooks_ratio": median([h / b for h, b in zip(samples[3], bare_rounds)]),
         "overhead_us": (plain_ns - bare_ns) / 1000,
         "with_hooks_overhead_us": (hooked_ns - bare_ns) / 1000,
         "targets": {"ratio": 1.5, "ratio_stretch": 1.25, "with_hooks_ratio": 2.0},
