@@ -9,12 +9,12 @@ Guarantees:
   results; ``execute`` raises only for misuse (a non-call argument,
   ``RuntimeError`` after ``close()``) and re-raises ``KeyboardInterrupt``
   after publishing.
-* "Body invoked" is decided at one point: the worker, after
-  ``Future.set_running_or_notify_cancel()`` moved the work item from queued
-  to running, re-checks the dispatch-scoped signal and only then records
-  the invocation and calls the body. A call still queued when that signal
-  aborts is withdrawn (``Future.cancel()`` from the abort listener) and
-  reports ``ABORTED_BEFORE_DISPATCH``.
+* "Body invoked" is decided at one point: the worker's trampoline claims
+  the call's hand-off (``_Handoff``: one atomic ``dict.setdefault``), then
+  re-checks the dispatch-scoped signal and only then records the
+  invocation and calls the body. A call still queued when that signal
+  aborts is withdrawn (the withdrawal claims the hand-off first, from the
+  abort listener) and reports ``ABORTED_BEFORE_DISPATCH`` (decision 0016).
 * The dispatch-scoped signal is ``any_of(caller, wrapper's exec.signal)``;
   it is closed as soon as the body settles, so no link stays on the
   caller's long-lived signal (``listener_count`` back to its value before
@@ -730,7 +730,7 @@ class ToolRegistry:
         return self._to_result(run, definition, outcome, fused)
 
     def _body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
-        # Runs on the worker, after set_running_or_notify_cancel(): the one
+        # Runs on the worker, after the trampoline claimed the hand-off: the one
         # point where "queued" became "running".
         if fused.aborted:
             return _NOT_INVOKED
