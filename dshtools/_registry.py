@@ -800,14 +800,19 @@ class ToolRegistry:
                         # listener is claimed by a pop, so none runs twice.
                         fused._dispatch(list(fused._listeners))
                     handoff.withdraw()
-                if handoff.settled() or done.acquire(True, _SLICE) or handoff.settled():
+                # After an interrupt `done` may already have been consumed
+                # (the interrupt landed just after acquire() returned): read
+                # the recorded decision first. The common path waits at once.
+                if (interrupt is not None and handoff.settled()) or done.acquire(True, _SLICE):
+                    break
+                if handoff.settled():
                     break
                 if work is not None and work.done():
                     # The executor finished the work item without running the
                     # trampoline to the end: dropped it (shutdown with
                     # cancel_futures=True) or failed it (a broken pool).
                     # Withdrawing is a no-op if the trampoline claimed.
-                    if not work.cancelled() and work.exception() is not None:
+                    if not work.cancelled():
                         run.submit_error = work.exception()
                     handoff.withdraw()
             except KeyboardInterrupt as ki:
@@ -839,8 +844,10 @@ class ToolRegistry:
         failure (``ToolError``, other exceptions, invalid output) stays."""
         if outcome is _NOT_INVOKED:
             if not fused.aborted:  # withdrawn: the executor refused, dropped or failed it
+                # The executor's own error when it gave one (refused,
+                # failed); a drop by shutdown(cancel_futures=True) gives none.
                 error = run.submit_error
-                if error is None or isinstance(error, RuntimeError):
+                if error is None:
                     error = RuntimeError("the executor shut down before the call was dispatched")
                 return aborted(error, invoked=False)
             return aborted(fused.reason, invoked=False)
