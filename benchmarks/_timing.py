@@ -25,7 +25,7 @@ from typing import Any
 
 Case = Callable[[int], Callable[[], Any]]
 
-__all__ = ["CPU", "WALL", "Case", "median", "time_case", "paired", "paired_samples", "percentile"]
+__all__ = ["CPU", "WALL", "Case", "median", "paired", "paired_samples", "percentile", "time_case"]
 
 
 def median(values: Sequence[float]) -> float:

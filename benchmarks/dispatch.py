@@ -19,7 +19,7 @@ from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRe
 from ._compat import TimeoutPolicy
 from ._timing import median, paired_samples
 
-__all__ = ["run", "make_registry"]
+__all__ = ["make_registry", "run"]
 
 
 def _noop_body(args: Any, run: Any) -> None:
@@ -111,8 +111,8 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         "bare_submit_ns": bare_ns,
         "execute_ns": plain_ns,
         "execute_with_hooks_ns": hooked_ns,
-        "ratio": median([p / b for p, b in zip(samples[2], bare_rounds)]),
-        "with_hooks_ratio": median([h / b for h, b in zip(samples[3], bare_rounds)]),
+        "ratio": median([p / b for p, b in zip(samples[2], bare_rounds, strict=False)]),
+        "with_hooks_ratio": median([h / b for h, b in zip(samples[3], bare_rounds, strict=False)]),
         "overhead_us": (plain_ns - bare_ns) / 1000,
         "with_hooks_overhead_us": (hooked_ns - bare_ns) / 1000,
         "targets": {"ratio": 1.5, "ratio_stretch": 1.25, "with_hooks_ratio": 2.0},

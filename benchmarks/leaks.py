@@ -15,8 +15,7 @@ import os
 import threading
 from typing import Any
 
-from dshtools import AbortController, AbortSignal, ToolDefinition, ToolExecutionInput, ToolRegistry
-from dshtools import _timer
+from dshtools import AbortController, AbortSignal, ToolDefinition, ToolExecutionInput, ToolRegistry, _timer
 
 __all__ = ["run"]
 

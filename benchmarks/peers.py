@@ -34,7 +34,7 @@ from typing import Any
 from . import signals
 from ._timing import CPU, Case, paired
 
-__all__ = ["run", "PEERS"]
+__all__ = ["PEERS", "run"]
 
 
 def _cantok() -> dict[str, Case]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render", "replace_between_markers", "START", "END"]
+__all__ = ["END", "START", "render", "replace_between_markers"]
 
 START = "<!-- bench:start -->"
 END = "<!-- bench:end -->"
@@ -78,11 +78,16 @@ def render(results: dict[str, Any]) -> str:
             _row("---", "---:", "---", "---:", "---:"),
         ]
         for name, e in s.items():
-            lines.append(_row(f"`{name}`", _ns(e["ns_per_op"]), e["baseline"], _ns(e["baseline_ns_per_op"]), f"{e['ratio']:.2f}"))
+            lines.append(
+                _row(f"`{name}`", _ns(e["ns_per_op"]), e["baseline"], _ns(e["baseline_ns_per_op"]), f"{e['ratio']:.2f}")
+            )
         sc = results.get("signal_scaling")
         if sc:
             per = ", ".join(f"N={k.split('_')[1]}: {_ns(v)}" for k, v in sc["ns_per_listener"].items())
-            lines += ["", f"Abort with N listeners, cost per listener: {per}; linearity (largest N vs N=1000, 1.0 = linear): {sc['linearity']:.2f}."]
+            lines += [
+                "",
+                f"Abort with N listeners, cost per listener: {per}; linearity (largest N vs N=1000, 1.0 = linear): {sc['linearity']:.2f}.",
+            ]
         lines.append("")
     p = results.get("peers")
     skipped = meta.get("peers_skipped", {})
@@ -116,7 +121,13 @@ def render(results: dict[str, Any]) -> str:
             "",
             _row("path", "p50", "p99", "target p99", "met"),
             _row("---", "---:", "---:", "---:", ":---:"),
-            _row("`abort()` → `signal.wait()` resumes", f"{lat['wait_p50_ms']:.3f} ms", f"{lat['wait_p99_ms']:.3f} ms", "≤ 1 ms", _ok(lat["wait_p99_ms"], 1.0)),
+            _row(
+                "`abort()` → `signal.wait()` resumes",
+                f"{lat['wait_p50_ms']:.3f} ms",
+                f"{lat['wait_p99_ms']:.3f} ms",
+                "≤ 1 ms",
+                _ok(lat["wait_p99_ms"], 1.0),
+            ),
             _row(
                 "`abort()` → `execute` returns `ABORTED`",
                 f"{lat['execute_p50_ms']:.3f} ms",
@@ -139,7 +150,12 @@ def render(results: dict[str, Any]) -> str:
                 "0",
                 _ok(lk["listener_count_after"], 0),
             ),
-            _row("RSS growth over those dispatches", f"{lk['rss_growth_mb']:.2f} MB", "< 5 MB", _ok(lk["rss_growth_mb"], 4.999)),
+            _row(
+                "RSS growth over those dispatches",
+                f"{lk['rss_growth_mb']:.2f} MB",
+                "< 5 MB",
+                _ok(lk["rss_growth_mb"], 4.999),
+            ),
             _row(
                 f"threads alive with {lk['pending_timeouts']:,} pending timeouts",
                 f"{lk['threads_with_10k_timeouts']} (before: {lk['threads_before']}; "
@@ -158,7 +174,13 @@ def render(results: dict[str, Any]) -> str:
             "",
             _row("measure", "median", "ratio", "target", "met"),
             _row("---", "---:", "---:", "---:", ":---:"),
-            _row("`execute_batch` vs the ideal", f"{b['wall_ms']:.1f} ms", f"{b['ratio_to_ideal']:.2f}", "≤ 1.2", _ok(b["ratio_to_ideal"], 1.2)),
+            _row(
+                "`execute_batch` vs the ideal",
+                f"{b['wall_ms']:.1f} ms",
+                f"{b['ratio_to_ideal']:.2f}",
+                "≤ 1.2",
+                _ok(b["ratio_to_ideal"], 1.2),
+            ),
             _row(
                 "`ThreadPoolExecutor.map` of `time.sleep` (baseline)",
                 f"{b['executor_map_ms']:.1f} ms",

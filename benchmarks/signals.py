@@ -25,7 +25,7 @@ from dshtools import AbortController, AbortSignal
 
 from ._timing import CPU, Case, paired
 
-__all__ = ["EventWithCallbacks", "OURS", "BASELINE", "run", "cb", "cb0"]
+__all__ = ["BASELINE", "OURS", "EventWithCallbacks", "cb", "cb0", "run"]
 
 
 def cb(_signal: object) -> None:
@@ -37,7 +37,7 @@ def cb0() -> None:
 
 
 class EventWithCallbacks:
-    __slots__ = ("event", "callbacks")
+    __slots__ = ("callbacks", "event")
 
     def __init__(self) -> None:
         self.event = threading.Event()

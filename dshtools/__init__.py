@@ -1,10 +1,10 @@
 """dshtools: cancellable, joined-never-abandoned tool execution for
 synchronous Python LLM agents. The public API is re-exported here once;
-see DESIGN.md and docs/ for the contract."""
+see docs/contract.md and docs/ for the contract."""
 
+from ._batch import execute_batch
 from ._deadline import Deadline, deadline, timeout_of
 from ._errors import AbortError, TimeoutReason
-from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._freeze import thaw
 from ._hooks import (
     Accept,
@@ -24,9 +24,9 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
-from ._registry import ToolRegistry
 from ._policies import TimeoutPolicy
-from ._batch import execute_batch
+from ._registry import ToolRegistry
+from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import (
     DENIED,
     INVALID_ARGS,
@@ -49,18 +49,17 @@ from ._types import (
 )
 
 __all__ = [
+    "DENIED",
+    "INVALID_ARGS",
+    "INVALID_TOOL_OUTPUT",
+    "TOOL_ABORTED",
+    "TOOL_ABORTED_BEFORE_DISPATCH",
+    "TOOL_TIMEOUT",
+    "UNKNOWN_TOOL",
     "AbortController",
     "AbortError",
     "AbortSignal",
-    "Deadline",
-    "ListenerHandle",
-    "TimeoutReason",
-    "deadline",
-    "timeout_of",
-    # policies and scheduling (DESIGN.md §4)
-    "TimeoutPolicy",
-    "execute_batch",
-    # registry (DESIGN.md §2, §3)
+    # registry (docs/contract.md §2, §3)
     "Accept",
     "Allow",
     "ApprovalDecision",
@@ -69,22 +68,21 @@ __all__ = [
     "AroundDispatch",
     "Ask",
     "Block",
-    "DENIED",
+    "Deadline",
     "Deny",
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
     "Guard",
-    "INVALID_ARGS",
-    "INVALID_TOOL_OUTPUT",
+    "ListenerHandle",
     "PostExecuteDecision",
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
     "ResultObserver",
-    "TOOL_ABORTED",
-    "TOOL_ABORTED_BEFORE_DISPATCH",
-    "TOOL_TIMEOUT",
+    # policies and scheduling (docs/contract.md §4)
+    "TimeoutPolicy",
+    "TimeoutReason",
     "ToolDefinition",
     "ToolDispatchExecution",
     "ToolError",
@@ -95,8 +93,10 @@ __all__ = [
     "ToolRegistry",
     "ToolRunContext",
     "ToolSuccess",
-    "UNKNOWN_TOOL",
+    "deadline",
+    "execute_batch",
     "thaw",
+    "timeout_of",
 ]
 
 __version__ = "0.1.0"

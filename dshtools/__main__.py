@@ -1,4 +1,4 @@
-"""``python -m dshtools``: the command line (DESIGN.md §6).
+"""``python -m dshtools``: the command line (docs/contract.md §6).
 
 ``python -m dshtools [demo]`` replays the bundled transcript against real
 blocking tools; ``python -m dshtools replay TRANSCRIPT.json --tools

@@ -1,4 +1,4 @@
-"""Admission: step 3 of the pipeline (DESIGN.md §3, §7).
+"""Admission: step 3 of the pipeline (docs/contract.md §3, §7).
 
 The pre-execute waterfall, approval for ``Ask`` and the guards, run in the
 calling thread. Guarantees:
@@ -29,7 +29,7 @@ from ._types import UNKNOWN_TOOL, ToolExecution, aborted, failure
 if TYPE_CHECKING:
     from ._registry import _Run
 
-__all__ = ["admit", "HookReturnError", "describe", "ALLOW"]
+__all__ = ["ALLOW", "HookReturnError", "admit", "describe"]
 
 ALLOW: Final = Allow()
 
@@ -51,6 +51,7 @@ def _cancelled(run: _Run) -> bool:
         return True
     return False
 
+
 def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
     # An AbortError while the caller is aborted is cancellation observed;
     # anything else fails closed (a broken policy never lets a call through).
@@ -58,21 +59,25 @@ def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
         return
     run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
 
+
 def admit(run: _Run, approver: Approver | None) -> None:
-    """Step 3 of DESIGN.md §3 for ``run`` (in the calling thread); leaves
+    """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread); leaves
     ``run.result`` unset when the call may be dispatched."""
     hooks = run.hooks
     if not (hooks.pre_execute or hooks.guards):  # nothing to ask: the hot path
         if _cancelled(run):
             return
         if run.definition is None:
-            run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
+            run.settle(
+                failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
+            )
         return
     view = run.view
     # Pre-execute waterfall.
     pre = hooks.pre_execute
     decision: PreExecuteDecision = ALLOW
     if pre:
+
         def call_at(i: int) -> PreExecuteDecision:
             if i == len(pre):
                 return ALLOW
@@ -121,12 +126,18 @@ def admit(run: _Run, approver: Approver | None) -> None:
     if _cancelled(run):
         return
     if run.definition is None:
-        run.settle(failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False)
+        run.settle(
+            failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
+        )
+
 
 def _approve(run: _Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
     """Ask the approver; True to proceed, else the run is settled."""
     if approver is None:
-        run.settle(denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'), skip_post=False)
+        run.settle(
+            denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'),
+            skip_post=False,
+        )
         return False
     request = ApprovalRequest(view, ask.reason, run.call.signal)
     try:

@@ -1,4 +1,4 @@
-"""Batch execution of one model turn's tool calls (DESIGN.md §4).
+"""Batch execution of one model turn's tool calls (docs/contract.md §4).
 
 Guarantees:
 
@@ -36,8 +36,8 @@ signals end with no listener left by the batch.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterable
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -67,7 +67,7 @@ def _check_max_parallel(value: object) -> int:
 class _Slot:
     """One call's progress through the batch."""
 
-    __slots__ = ("index", "call", "run", "submitted", "started", "withdrawn", "finished", "done", "error")
+    __slots__ = ("call", "done", "error", "finished", "index", "run", "started", "submitted", "withdrawn")
 
     def __init__(self, index: int, call: ToolExecutionInput) -> None:
         self.index = index
@@ -344,7 +344,7 @@ def execute_batch(
     Raises ``TypeError`` for a non-signal ``signal`` or a non-input call,
     ``ValueError`` for ``max_parallel < 1``, ``RuntimeError`` when the
     registry is closed; re-raises ``KeyboardInterrupt`` after every result
-    was published. Source: DESIGN.md §4.
+    was published. Source: docs/contract.md §4.
     """
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")

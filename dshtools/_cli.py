@@ -1,5 +1,5 @@
 """The command line: ``python -m dshtools demo`` and ``python -m dshtools
-replay`` (DESIGN.md §6).
+replay`` (docs/contract.md §6).
 
 Guarantees:
 
@@ -75,7 +75,7 @@ from ._registry import ToolRegistry
 # runner and its instrumentation in dshtools._cli_run, the result table in
 # dshtools._cli_table, the descendant check in dshtools._cli_descendants.
 
-__all__ = ["main", "UsageError", "load_transcript", "load_registry"]
+__all__ = ["UsageError", "load_registry", "load_transcript", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -198,7 +198,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 def timeout_warning(registry: ToolRegistry) -> str | None:
     """One line when a registered tool declares ``timeout`` but no
     ``TimeoutPolicy`` is installed on ``registry`` (the timeout is then not
-    enforced: DESIGN.md §4 makes the policy opt-in); else ``None``. Reads
+    enforced: docs/contract.md §4 makes the policy opt-in); else ``None``. Reads
     the registry's private tables (a copy-on-write snapshot, safe without
     its lock)."""
     timed = sorted(name for name, d in registry._definitions.items() if d.timeout is not None)
@@ -242,7 +242,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (DESIGN.md §6: one line on
+    """argparse with a one-line usage error (docs/contract.md §6: one line on
     stderr, exit 2); ``--help`` still prints the full usage."""
 
     def error(self, message: str) -> NoReturn:
@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser(
         "replay",
         help="replay a transcript's tool calls against your own registry",
-        description="Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {\"messages\": [...]} "
+        description='Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {"messages": [...]} '
         "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
         "against the registry named by --tools. Hooks already on that registry apply; no policy is added "
         "(install TimeoutPolicy yourself for per-tool timeouts; a one-line warning on stderr says when a tool "

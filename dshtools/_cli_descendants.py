@@ -1,4 +1,4 @@
-"""The process half of the command line's quiescence check (DESIGN.md §6):
+"""The process half of the command line's quiescence check (docs/contract.md §6):
 every live descendant of this process, and the Linux child subreaper that
 keeps orphaned grandchildren among them.
 
@@ -132,13 +132,10 @@ def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
     me = os.getpid()
     if how == "none":
         return (f"no live descendant process: NOT CHECKED (no psutil and no /proc; pid {me})", True)
-    scope = (
-        f"every non-zombie process below pid {me} in the parent tree, via {how}; "
-        + (
-            "orphaned grandchildren are re-parented here (child subreaper) and count"
-            if reaper.active
-            else "not a child subreaper here, so a grandchild orphaned to init is not seen"
-        )
+    scope = f"every non-zombie process below pid {me} in the parent tree, via {how}; " + (
+        "orphaned grandchildren are re-parented here (child subreaper) and count"
+        if reaper.active
+        else "not a child subreaper here, so a grandchild orphaned to init is not seen"
     )
     if alive:
         return (f"no live descendant process ({scope}; alive: {', '.join(map(str, alive))})", False)

@@ -1,4 +1,4 @@
-"""Inputs of ``python -m dshtools replay`` (DESIGN.md §6): the transcript
+"""Inputs of ``python -m dshtools replay`` (docs/contract.md §6): the transcript
 (a file or standard input) and the ``--tools MODULE:ATTRIBUTE`` registry.
 
 Guarantees:
@@ -77,7 +77,7 @@ def _numbered_batches(data: object, source: str) -> list[tuple[int, list[Any]]]:
         messages = data
     else:
         raise UsageError(
-            f"{source}: expected a message list, a {{\"messages\": [...]}} object or an assistant message, "
+            f'{source}: expected a message list, a {{"messages": [...]}} object or an assistant message, '
             f"not a JSON {type(data).__name__}"
         )
     batches: list[tuple[int, list[Any]]] = []
@@ -115,7 +115,9 @@ def load_transcript(path: str) -> list[tuple[int, list[Any]]]:
     return _numbered_batches(_read_json(path), "<stdin>" if path == STDIN else path)
 
 
-def _to_inputs(batches: list[tuple[int, list[Any]]], signal: AbortSignal, source: str) -> list[list[ToolExecutionInput]]:
+def _to_inputs(
+    batches: list[tuple[int, list[Any]]], signal: AbortSignal, source: str
+) -> list[list[ToolExecutionInput]]:
     converted: list[list[ToolExecutionInput]] = []
     for number, calls in batches:
         try:

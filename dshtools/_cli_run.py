@@ -1,5 +1,5 @@
 """The replay runner behind ``python -m dshtools demo`` and ``replay``
-(DESIGN.md §6) and its instrumentation: the dispatch meter, the result
+(docs/contract.md §6) and its instrumentation: the dispatch meter, the result
 collector and the progress ticker.
 
 Guarantees:
@@ -102,7 +102,9 @@ class _Meter:
         self._invoked: set[ExecutionToken] = set()
         self._raised: set[ExecutionToken] = set()
 
-    def __call__(self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+    def __call__(
+        self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]
+    ) -> ToolExecutionResult:
         # A wrapper may call next() more than once, even concurrently (a
         # retry or a hedge): each entry gets its own key.
         with self._lock:
@@ -164,7 +166,7 @@ class _Meter:
 
 class _Collector:
     """A result observer that keeps every published result, in publication
-    order (model order within a batch; DESIGN.md §4)."""
+    order (model order within a batch; docs/contract.md §4)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

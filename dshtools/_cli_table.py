@@ -1,4 +1,4 @@
-"""The result table of ``python -m dshtools`` (DESIGN.md §6): one row per
+"""The result table of ``python -m dshtools`` (docs/contract.md §6): one row per
 call with batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
 was invoked, the dispatch duration, and the start of the model text.

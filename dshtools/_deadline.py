@@ -1,4 +1,4 @@
-"""Deadlines: the timing and classification half of timeouts (DESIGN.md §1).
+"""Deadlines: the timing and classification half of timeouts (docs/contract.md §1).
 
 A ``Deadline`` only *says* "time is up" (its signal aborts with a
 ``TimeoutReason``); stopping the work belongs to whoever owns it. Guarantees:
@@ -28,7 +28,7 @@ class Deadline:
     ``seconds`` (the budget, or ``None`` when no timer was armed), ``code``.
     """
 
-    __slots__ = ("signal", "seconds", "code", "_timer_signal", "_owns_signal")
+    __slots__ = ("_owns_signal", "_timer_signal", "code", "seconds", "signal")
 
     def __init__(self, upstream: AbortSignal | None, seconds: float | None, code: str) -> None:
         if not isinstance(code, str):
@@ -84,7 +84,7 @@ def deadline(upstream: AbortSignal | None, seconds: float | None, code: str) -> 
     ``upstream`` (``None``: no upstream). The timer fires on the shared timer
     thread with ``TimeoutReason(code, seconds)``. Raises ``TypeError`` for a
     non-number ``seconds`` or non-``str`` code, ``ValueError`` for NaN or
-    infinity. Source: DESIGN.md §1."""
+    infinity. Source: docs/contract.md §1."""
     return Deadline(upstream, seconds, code)
 
 

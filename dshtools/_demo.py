@@ -1,4 +1,4 @@
-"""The built-in default of ``python -m dshtools demo`` (DESIGN.md §6): a
+"""The built-in default of ``python -m dshtools demo`` (docs/contract.md §6): a
 local HTTP server and four real blocking tools.
 
 Guarantees:
@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import io as dio
-from ._process_session import _group_alive
-from ._policies import TimeoutPolicy
-from ._registry import ToolRegistry
 from ._hooks import ToolDefinition
+from ._policies import TimeoutPolicy
+from ._process_session import _group_alive
+from ._registry import ToolRegistry
 from ._types import ToolError, ToolRunContext
 
 __all__ = ["DemoServer", "DemoTools", "group_alive"]
@@ -68,7 +68,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         path = urllib.parse.urlsplit(self.path).path
         if path == "/fast":
             self._send(200, b'{"ok": true, "endpoint": "fast"}\n')
@@ -102,7 +102,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 except OSError:
                     return
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the demo prints its own table
 
 
@@ -265,8 +265,7 @@ class DemoTools:
     def _definitions(self) -> Iterator[ToolDefinition]:
         yield ToolDefinition(
             "shell",
-            "Run a POSIX shell command in the demo's work directory. Exclusive "
-            "unless read_only is true.",
+            "Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true.",
             {
                 "type": "object",
                 "properties": {"command": {"type": "string"}, "read_only": {"type": "boolean"}},

@@ -1,4 +1,4 @@
-"""Exceptions and abort reasons shared by every layer (DESIGN.md §1).
+"""Exceptions and abort reasons shared by every layer (docs/contract.md §1).
 
 Guarantees:
 
@@ -17,7 +17,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["AbortError", "TimeoutReason", "report_unraisable", "check_seconds"]
+__all__ = ["AbortError", "TimeoutReason", "check_seconds", "report_unraisable"]
 
 
 class AbortError(Exception):
@@ -25,7 +25,7 @@ class AbortError(Exception):
 
     ``AbortError(reason=None)``: ``.reason`` holds the signal's reason (any
     object, ``None`` only for a hand-made error). When the reason is a
-    ``BaseException`` it is also set as ``__cause__``. Source: DESIGN.md §1.
+    ``BaseException`` it is also set as ``__cause__``. Source: docs/contract.md §1.
     """
 
     reason: object
@@ -55,7 +55,7 @@ class TimeoutReason(TimeoutError):
     ``TimeoutReason(code, seconds)``: ``code`` classifies the timer (for
     example ``"TOOL_TIMEOUT"`` for the timeout policy, ``"TIMEOUT"`` for
     ``AbortSignal.timeout``); ``seconds`` is the budget that ran out, in
-    seconds. Source: DESIGN.md §1.
+    seconds. Source: docs/contract.md §1.
     """
 
     code: str
@@ -78,7 +78,7 @@ class TimeoutReason(TimeoutError):
 class _UnraisableArgs:
     """Duck-typed ``sys.UnraisableHookArgs`` (the real type is not constructible)."""
 
-    __slots__ = ("exc_type", "exc_value", "exc_traceback", "err_msg", "object")
+    __slots__ = ("err_msg", "exc_traceback", "exc_type", "exc_value", "object")
 
     def __init__(self, exc: BaseException, err_msg: str, obj: object) -> None:
         self.exc_type: type[BaseException] = type(exc)

@@ -1,4 +1,4 @@
-"""Deep, lossless, iterative freezing of JSON values (DESIGN.md §2, §3 step 1).
+"""Deep, lossless, iterative freezing of JSON values (docs/contract.md §2, §3 step 1).
 
 Guarantees:
 
@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Final, NoReturn
 
-__all__ = ["FrozenDict", "FreezeError", "freeze", "freeze_with_height", "thaw", "json_path", "depth_of", "dumps"]
+__all__ = ["FreezeError", "FrozenDict", "depth_of", "dumps", "freeze", "freeze_with_height", "json_path", "thaw"]
 
 
 class FrozenDict(dict[str, Any]):
@@ -126,7 +126,7 @@ def json_path(parts: list[object]) -> str:
 
 
 class _Frame:
-    __slots__ = ("src", "items", "out", "key", "is_map", "pending_key", "height")
+    __slots__ = ("height", "is_map", "items", "key", "out", "pending_key", "src")
 
     def __init__(self, src: Any, is_map: bool, key: object) -> None:
         self.src = src
@@ -206,19 +206,21 @@ def _fast(value: Any, depth: int, budget: list[int]) -> tuple[Any, int]:
             if type(k) is not str:
                 raise _Fallback
             ct = type(c)
-            if ct is str or ct is int or ct is bool or c is None:
-                out[k] = c
-            elif ct is float and not (math.isnan(c) or math.isinf(c)):
+            if (
+                ct is str
+                or ct is int
+                or ct is bool
+                or c is None
+                or (ct is float and not (math.isnan(c) or math.isinf(c)))
+            ):
                 out[k] = c
             elif ct is dict or ct is list or ct is tuple:
                 out[k], ch = _fast(c, depth + 1, budget)
-                if ch > h:
-                    h = ch
+                h = max(h, ch)
             elif ct is FrozenDict:
                 out[k] = c
                 ch = c.height
-                if ch > h:
-                    h = ch
+                h = max(h, ch)
             else:
                 raise _Fallback
         return _make(out, h + 1), h + 1
@@ -226,20 +228,22 @@ def _fast(value: Any, depth: int, budget: list[int]) -> tuple[Any, int]:
         items = []
         for c in value:
             ct = type(c)
-            if ct is str or ct is int or ct is bool or c is None:
-                items.append(c)
-            elif ct is float and not (math.isnan(c) or math.isinf(c)):
+            if (
+                ct is str
+                or ct is int
+                or ct is bool
+                or c is None
+                or (ct is float and not (math.isnan(c) or math.isinf(c)))
+            ):
                 items.append(c)
             elif ct is dict or ct is list or ct is tuple:
                 fc, ch = _fast(c, depth + 1, budget)
                 items.append(fc)
-                if ch > h:
-                    h = ch
+                h = max(h, ch)
             elif ct is FrozenDict:
                 items.append(c)
                 ch = c.height
-                if ch > h:
-                    h = ch
+                h = max(h, ch)
             else:
                 raise _Fallback
         return tuple(items), h + 1
@@ -313,8 +317,7 @@ def _freeze_container(root: Any) -> tuple[Any, int]:
                     break
             else:
                 raise FreezeError(_scalar_problem(child) or "unsupported value", _path_of(stack, where))
-            if ch > frame.height:
-                frame.height = ch
+            frame.height = max(frame.height, ch)
             if frame.is_map:
                 frame.out[where] = frozen
             else:
@@ -328,8 +331,7 @@ def _freeze_container(root: Any) -> tuple[Any, int]:
             memo[id(frame.src)] = (frame.src, built, h)
             if stack:
                 parent = stack[-1]
-                if h > parent.height:
-                    parent.height = h
+                parent.height = max(parent.height, h)
                 if parent.is_map:
                     parent.out[parent.pending_key] = built
                 else:
@@ -344,7 +346,7 @@ def thaw(value: object) -> Any:
     """The mutable twin of a frozen value: read-only mappings (any
     ``Mapping``) become ``dict``, tuples and lists become ``list``, scalars
     are returned as they are. Iterative (deep values work); a container
-    reached twice is thawed once and shared. Source: DESIGN.md §2."""
+    reached twice is thawed once and shared. Source: docs/contract.md §2."""
     from collections.abc import Mapping
 
     def is_map(v: object) -> bool:
@@ -407,8 +409,7 @@ def depth_of(value: object) -> int:
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         v, d = stack.pop()
-        if d > best:
-            best = d
+        best = max(best, d)
         children: Any = v.values() if isinstance(v, dict) else v
         for c in children:
             if isinstance(c, (dict, list, tuple)) and id(c) not in seen:
@@ -431,7 +432,7 @@ def dumps(value: object) -> str:
     except RecursionError:
         pass
     out: list[str] = []
-    enc: Any = getattr(json.encoder, "encode_basestring")
+    enc: Any = json.encoder.encode_basestring
     # Stack of pending tokens: either a value to encode or a literal string.
     todo: list[tuple[bool, object]] = [(True, value)]
     while todo:

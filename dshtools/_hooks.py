@@ -1,4 +1,4 @@
-"""Tool definitions and the value types hooks return (DESIGN.md §3).
+"""Tool definitions and the value types hooks return (docs/contract.md §3).
 
 Guarantees:
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -33,23 +33,23 @@ from ._types import (
 )
 
 __all__ = [
-    "ToolDefinition",
-    "Allow",
-    "Deny",
-    "Ask",
     "Accept",
-    "Block",
-    "ApprovalRequest",
+    "Allow",
     "ApprovalDecision",
-    "PreExecuteDecision",
-    "PostExecuteDecision",
-    "PreExecuteHook",
-    "Guard",
+    "ApprovalRequest",
     "Approver",
     "AroundDispatch",
+    "Ask",
+    "Block",
+    "Deny",
+    "Guard",
+    "PostExecuteDecision",
     "PostExecuteHook",
+    "PreExecuteDecision",
+    "PreExecuteHook",
     "ResultObserver",
     "ToolBody",
+    "ToolDefinition",
 ]
 
 ToolBody = Callable[[Any, ToolRunContext], object]
@@ -108,7 +108,7 @@ def _opt_schema_converter(value: object) -> Any:
 class ToolDefinition:
     """One tool: ``ToolDefinition(name, description, parameters, execute, *,
     output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
-    finalize_content=None)`` (DESIGN.md §3).
+    finalize_content=None)`` (docs/contract.md §3).
 
     * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
       deep-frozen and compiled here; invalid → ``ValueError``.
@@ -137,15 +137,21 @@ class ToolDefinition:
     is_concurrency_safe: Callable[[Any], bool] | None = attrs.field(
         default=None, kw_only=True, validator=_check_callable("is_concurrency_safe", True)
     )
-    finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = (
-        attrs.field(default=None, kw_only=True, validator=_check_callable("finalize_content", True))
+    finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable("finalize_content", True)
     )
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_parameters_validator", CompiledSchema(self.parameters, f"parameters of {self.name!r}"))
-        out = None if self.output_schema is None else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
+        object.__setattr__(
+            self, "_parameters_validator", CompiledSchema(self.parameters, f"parameters of {self.name!r}")
+        )
+        out = (
+            None
+            if self.output_schema is None
+            else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
+        )
         object.__setattr__(self, "_output_validator", out)
 
     def schema(self) -> dict[str, Any]:
@@ -172,10 +178,12 @@ class Deny:
 class Ask:
     """Pre-execute decision: ask the approver; ``reason`` is shown to it."""
 
-    reason: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
+    reason: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
 
 
-PreExecuteDecision = Union[Allow, Deny, Ask]
+PreExecuteDecision: TypeAlias = Allow | Deny | Ask
 ApprovalDecision = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
 
 
@@ -257,13 +265,11 @@ class Block:
     )
 
 
-PostExecuteDecision = Union[Accept, Block]
+PostExecuteDecision: TypeAlias = Accept | Block
 
 PreExecuteHook = Callable[[ToolExecution, Callable[[], PreExecuteDecision]], PreExecuteDecision]
-Guard = Callable[[ToolExecution], Union[str, None]]
+Guard = Callable[[ToolExecution], str | None]
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
 AroundDispatch = Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]
-PostExecuteHook = Callable[
-    [ToolExecution, ToolExecutionResult, Callable[[], PostExecuteDecision]], PostExecuteDecision
-]
+PostExecuteHook = Callable[[ToolExecution, ToolExecutionResult, Callable[[], PostExecuteDecision]], PostExecuteDecision]
 ResultObserver = Callable[[ToolExecution, ToolExecutionResult], None]

@@ -1,4 +1,4 @@
-"""The HTTP client internals behind ``dshtools.io.http_request`` (DESIGN.md
+"""The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md
 §5): case-insensitive response headers, the socket guard an abort listener
 shuts down, ``http.client`` connections that connect through that guard,
 and the request/response exchange.
@@ -99,7 +99,7 @@ class _SocketGuard:
     new socket down at once, and the caller re-checks the signal right after.
     """
 
-    __slots__ = ("_lock", "_sock", "_shut")
+    __slots__ = ("_lock", "_shut", "_sock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -146,7 +146,7 @@ class _SocketGuard:
             except OSError as exc:
                 self.close()
                 if signal.aborted:
-                    raise _abort_error(signal)
+                    raise _abort_error(signal) from exc
                 last = exc
         raise last if last is not None else OSError(f"getaddrinfo({host!r}) returned no address")
 

@@ -1,4 +1,4 @@
-"""Checking and building results (DESIGN.md §2, §3 steps 5-7).
+"""Checking and building results (docs/contract.md §2, §3 steps 5-7).
 
 Every result that leaves the pipeline passes through here: a success's
 ``value`` is deep-frozen and validated against ``output_schema``, content
@@ -26,21 +26,21 @@ from ._types import (
     ToolExecutionResult,
     ToolFailure,
     ToolSuccess,
+    _success,
     exception_failure,
     failure,
-    _success,
     text_content,
 )
 
 __all__ = [
-    "denied",
-    "invalid_output",
+    "apply_post_decision",
+    "check_result",
+    "check_success",
     "content_blocks",
     "contexts_of",
-    "check_success",
-    "check_result",
-    "apply_post_decision",
+    "denied",
     "finalize",
+    "invalid_output",
 ]
 
 
@@ -51,7 +51,9 @@ def denied(message: str) -> ToolFailure:
 
 def invalid_output(name: str, problem: str) -> ToolFailure:
     """``Error: tool "<name>" returned invalid output: <problem>``."""
-    return failure(f'tool "{name}" returned invalid output: {problem}', name="InvalidToolOutputError", code=INVALID_TOOL_OUTPUT)
+    return failure(
+        f'tool "{name}" returned invalid output: {problem}', name="InvalidToolOutputError", code=INVALID_TOOL_OUTPUT
+    )
 
 
 def content_blocks(content: Any) -> tuple[ContentBlock, ...] | str:
@@ -103,8 +105,11 @@ def check_success(
 ) -> ToolExecutionResult:
     """Freeze and validate a success's ``value``; render content when
     ``content`` is None. INVALID_TOOL_OUTPUT on any problem."""
-    if value is None and content is None and base is None and (
-        definition is None or (definition._output_validator is None and definition.render is None)
+    if (
+        value is None
+        and content is None
+        and base is None
+        and (definition is None or (definition._output_validator is None and definition.render is None))
     ):
         # The common "done, nothing to say" body: its content never varies.
         return _success(None, _NULL_CONTENT)
@@ -130,6 +135,7 @@ def check_success(
     if base is None:
         return _success(frozen, blocks)
     return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
+
 
 def check_result(name: str, definition: ToolDefinition | None, result: ToolExecutionResult) -> ToolExecutionResult:
     """Validate a result built outside the registry (a wrapper's)."""
@@ -166,7 +172,9 @@ def apply_post_decision(
         if isinstance(blocks, str):
             return attrs.evolve(invalid_output(name, blocks), additional_contexts=result.additional_contexts), False
         text = "\n".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-        return ToolFailure(ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)), blocks, None, contexts), True
+        return ToolFailure(
+            ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)), blocks, None, contexts
+        ), True
     if isinstance(result, ToolFailure):
         return attrs.evolve(result, additional_contexts=contexts) if extra else result, False
     if decision.has_value:
@@ -192,6 +200,7 @@ def finalize(definition: ToolDefinition, view: ToolExecution, result: ToolSucces
     blocks = content_blocks(content)
     if isinstance(blocks, str):
         return attrs.evolve(
-            invalid_output(definition.name, f"finalize_content: {blocks}"), additional_contexts=result.additional_contexts
+            invalid_output(definition.name, f"finalize_content: {blocks}"),
+            additional_contexts=result.additional_contexts,
         )
     return attrs.evolve(result, content=blocks)

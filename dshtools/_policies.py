@@ -1,4 +1,4 @@
-"""Around-dispatch policies (DESIGN.md §4).
+"""Around-dispatch policies (docs/contract.md §4).
 
 ``TimeoutPolicy`` is the *classification* half of a tool timeout: it arms a
 ``Deadline`` over the dispatch signal, hands the deadline's signal to the
@@ -45,7 +45,7 @@ class TimeoutPolicy:
     ``ToolFailure`` with code ``TOOL_TIMEOUT``, info name
     ``ToolTimeoutError``, text ``Error: tool call timed out after <ms>ms``
     and ``meta["reason"]`` the ``TimeoutReason`` — whatever the body
-    returned or raised. Source: DESIGN.md §4.
+    returned or raised. Source: docs/contract.md §4.
     """
 
     __slots__ = ()

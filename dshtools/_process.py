@@ -1,4 +1,4 @@
-"""The process machinery behind ``dshtools.io.run_process`` (DESIGN.md §5):
+"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md §5):
 the abort self-pipe and the ``select`` loop that feeds the child, drains
 its pipes, terminates its session and reaps it. Who is in the session and
 how a member is signalled safely is ``dshtools._process_session``.
@@ -59,7 +59,7 @@ class _Waker:
     lock, ``wake`` either writes before ``close`` or sees ``closed``.
     """
 
-    __slots__ = ("_lock", "_closed", "read_fd", "_write_fd")
+    __slots__ = ("_closed", "_lock", "_write_fd", "read_fd")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -251,7 +251,7 @@ class _Supervisor:
             else:
                 wait = None if self.pidfd is not None else _LEADER_POLL
 
-            for key, events in sel.select(wait):
+            for key, _events in sel.select(wait):
                 fd = key.fd
                 if fd == self.waker.read_fd:
                     self.waker.drain()

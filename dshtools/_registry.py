@@ -1,4 +1,4 @@
-"""``ToolRegistry``: the policy pipeline of one call (DESIGN.md §3, §7).
+"""``ToolRegistry``: the policy pipeline of one call (docs/contract.md §3, §7).
 
 Guarantees:
 
@@ -48,13 +48,13 @@ import itertools
 import threading
 from _thread import get_ident
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
+from ._admission import HookReturnError, admit, describe
 from ._errors import AbortError, report_unraisable
 from ._freeze import FreezeError, FrozenDict, freeze_with_height
 from ._hooks import (
@@ -73,7 +73,6 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
-from ._admission import HookReturnError, admit, describe
 from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
 from ._signal import AbortSignal, _derive
 from ._types import (
@@ -94,21 +93,22 @@ from ._types import (
 )
 
 __all__ = [
-    "ToolRegistry",
     "DEFAULT_MAX_WORKERS",
+    "Accept",
+    "Allow",
+    "ApprovalRequest",
+    "Ask",
+    "Block",
+    "Deny",
     # defined in _hooks, re-exported here (the registry's vocabulary)
     "ToolDefinition",
-    "Allow",
-    "Deny",
-    "Ask",
-    "Accept",
-    "Block",
-    "ApprovalRequest",
+    "ToolRegistry",
 ]
 
 DEFAULT_MAX_WORKERS: Final = 32
 _SLICE: Final = 0.25
 _T = TypeVar("_T")
+
 
 # Threads currently running registry work (a body, a function given to
 # _submit, or a nested run.dispatch): the registries they work for, innermost
@@ -174,7 +174,7 @@ class _Handoff:
     cannot leave the waiter blocked on a lock nobody will release again.
     ``outcome`` is ``_NOT_INVOKED`` or ``(ok, value)``."""
 
-    __slots__ = ("claim", "done", "outcome", "finished")
+    __slots__ = ("claim", "done", "finished", "outcome")
 
     def __init__(self) -> None:
         self.claim: dict[int, object] = {}
@@ -211,30 +211,30 @@ class _Run:
     ``interrupt``."""
 
     __slots__ = (
-        "registry",
-        "call",
-        "definition",
-        "hooks",
-        "token",
-        "root_call_id",
-        "arguments",
-        "_view",
-        "result",
-        "body_invoked",
-        "skip_post",
-        "interrupt",
-        "cancel_signal",
-        "tool_contexts",
-        "drop_tool_contexts",
-        "body_success",
-        "body_abort",
-        "settled",
-        "published",
-        "attempts",
-        "joining",
         "_children",
+        "_view",
+        "arguments",
+        "attempts",
+        "body_abort",
+        "body_invoked",
+        "body_success",
         "body_thread",
+        "call",
+        "cancel_signal",
+        "definition",
+        "drop_tool_contexts",
+        "hooks",
+        "interrupt",
+        "joining",
+        "published",
+        "registry",
+        "result",
+        "root_call_id",
+        "settled",
+        "skip_post",
         "submit_error",
+        "token",
+        "tool_contexts",
     )
 
     def __init__(self, registry: ToolRegistry, call: ToolExecutionInput, hooks: _Hooks) -> None:
@@ -328,7 +328,7 @@ class ToolRegistry:
     (``close()`` then waits for this registry's in-flight bodies only).
     Giving both raises ``ValueError``. Hook registration and ``execute`` are
     thread-safe; each call snapshots the hooks at its start. Source:
-    DESIGN.md §3.
+    docs/contract.md §3.
     """
 
     def __init__(
@@ -485,7 +485,7 @@ class ToolRegistry:
     # --------------------------------------------------------------- execute
 
     def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
-        """Run one call through the pipeline of DESIGN.md §3 and return its
+        """Run one call through the pipeline of docs/contract.md §3 and return its
         frozen result (blocks the calling thread). Raises ``TypeError`` for a
         non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
         ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
@@ -525,13 +525,17 @@ class ToolRegistry:
         try:
             run.arguments, height = freeze_with_height(call.arguments)
         except FreezeError as exc:
-            run.settle(failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True)
+            run.settle(
+                failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True
+            )
             return run
         if definition is not None:
             problems = definition._parameters_validator.problems(run.arguments, height)
             if problems:
                 run.settle(
-                    failure("invalid arguments: " + "; ".join(problems), name="InvalidArgumentsError", code=INVALID_ARGS),
+                    failure(
+                        "invalid arguments: " + "; ".join(problems), name="InvalidArgumentsError", code=INVALID_ARGS
+                    ),
                     skip_post=True,
                 )
                 return run
@@ -837,7 +841,9 @@ class ToolRegistry:
             raise interrupt
         return outcome
 
-    def _to_result(self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal) -> ToolExecutionResult:
+    def _to_result(
+        self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal
+    ) -> ToolExecutionResult:
         """The body's outcome as the result the innermost ``next()`` returns.
         Classified already here (step 5), so wrappers see ``ABORTED`` for a
         success or ``AbortError`` while the fused signal is aborted; a tool
@@ -887,7 +893,9 @@ class ToolRegistry:
                 result = self._post_execute(run, run.view, result)
             signal = run.call.signal
             if isinstance(result, ToolSuccess) and signal.aborted:
-                result = aborted(signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
+                result = aborted(
+                    signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts
+                )
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
                 result = finalize(definition, run.view, result)

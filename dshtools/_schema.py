@@ -1,4 +1,4 @@
-"""JSON Schema compilation and validation with ``jsonschema-rs`` (DESIGN.md §3).
+"""JSON Schema compilation and validation with ``jsonschema-rs`` (docs/contract.md §3).
 
 Guarantees:
 
@@ -23,7 +23,7 @@ import jsonschema_rs
 
 from ._freeze import json_path
 
-__all__ = ["CompiledSchema", "INLINE_DEPTH", "MAX_DEPTH"]
+__all__ = ["INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
 
 INLINE_DEPTH: Final = 200
 MAX_DEPTH: Final = 200_000

@@ -1,4 +1,4 @@
-"""``AbortController`` / ``AbortSignal``: the cancellation primitive (DESIGN.md §1).
+"""``AbortController`` / ``AbortSignal``: the cancellation primitive (docs/contract.md §1).
 
 Guarantees:
 
@@ -55,14 +55,14 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from types import TracebackType
 from operator import attrgetter
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _timer
 from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable
 
-__all__ = ["AbortController", "AbortSignal", "ListenerHandle", "Listener"]
+__all__ = ["AbortController", "AbortSignal", "Listener", "ListenerHandle"]
 
 Listener = Callable[["AbortSignal"], object]
 
@@ -134,7 +134,7 @@ class ListenerHandle:
     blocks, and is also what leaving a ``with`` block does.
     """
 
-    __slots__ = ("_signal", "_key", "registered")
+    __slots__ = ("_key", "_signal", "registered")
 
     def __init__(self, signal: AbortSignal, key: int | None, registered: bool) -> None:
         self._signal = signal
@@ -169,25 +169,25 @@ class AbortSignal:
 
     Obtain one from ``AbortController().signal`` or the factories
     ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
-    never aborts. Every method is thread-safe. Source: DESIGN.md §1.
+    never aborts. Every method is thread-safe. Source: docs/contract.md §1.
     """
 
     __slots__ = (
+        "__weakref__",
         "_aborted",
-        "_reason",
-        "_event",
-        "_listeners",
+        "_aborts_directly",
+        "_closed",
         "_deps",
         "_deps_prune_at",
-        "_strong_deps",
-        "_sources",
+        "_event",
         "_links",
+        "_listeners",
+        "_reason",
+        "_sources",
+        "_strong_deps",
         "_timer",
         "_timer_code",
         "_timer_seconds",
-        "_closed",
-        "_aborts_directly",
-        "__weakref__",
     )
     _timer_code: str  # timeout signals only
     _timer_seconds: float
@@ -635,7 +635,7 @@ class AbortController:
     ``abort(reason=None)``: the first call wins and sets ``signal.reason``
     (``None`` means a default ``AbortError()``; ``0``, ``""``, ``False`` are
     kept as given); later calls do nothing. Listeners run in the calling
-    thread before ``abort`` returns. Source: DESIGN.md §1.
+    thread before ``abort`` returns. Source: docs/contract.md §1.
     """
 
     __slots__ = ("signal",)

@@ -1,4 +1,4 @@
-"""The one process-wide timer thread behind every timeout (DESIGN.md §1).
+"""The one process-wide timer thread behind every timeout (docs/contract.md §1).
 
 Guarantees:
 
@@ -30,7 +30,7 @@ from typing import Protocol
 
 from ._errors import report_unraisable
 
-__all__ = ["TimerEntry", "schedule", "cancel", "pending_count"]
+__all__ = ["TimerEntry", "cancel", "pending_count", "schedule"]
 
 
 class _Target(Protocol):
@@ -41,7 +41,7 @@ class TimerEntry:
     """One scheduled firing. ``strong`` is set by the target while it must be
     kept alive; ``cancelled`` is final."""
 
-    __slots__ = ("when", "seq", "ref", "strong", "cancelled", "__weakref__")
+    __slots__ = ("__weakref__", "cancelled", "ref", "seq", "strong", "when")
 
     def __init__(self, when: float, seq: int, target: _Target) -> None:
         self.when = when

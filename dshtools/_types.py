@@ -1,4 +1,4 @@
-"""Calls, views, results and codes: the data types of a tool call (DESIGN.md §2).
+"""Calls, views, results and codes: the data types of a tool call (docs/contract.md §2).
 
 Guarantees:
 
@@ -12,9 +12,9 @@ Guarantees:
   ``AttributeError``).
 * Results are frozen. The registry deep-freezes a result's ``value``,
   ``content`` and contexts before anyone outside the pipeline sees it
-  (DESIGN.md §3 step 7); ``meta`` is a read-only mapping (not deep-frozen)
+  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not deep-frozen)
   from construction on.
-* Every code constant of DESIGN.md §2 is defined here, once.
+* Every code constant of docs/contract.md §2 is defined here, once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, Union
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 import attrs
 
@@ -34,30 +34,30 @@ if TYPE_CHECKING:
     from ._hooks import ToolDefinition
 
 __all__ = [
-    "TOOL_ABORTED_BEFORE_DISPATCH",
-    "TOOL_ABORTED",
-    "TOOL_TIMEOUT",
-    "UNKNOWN_TOOL",
+    "DENIED",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
-    "DENIED",
+    "TOOL_ABORTED",
+    "TOOL_ABORTED_BEFORE_DISPATCH",
+    "TOOL_TIMEOUT",
+    "UNKNOWN_TOOL",
     "ContentBlock",
-    "ExecutionToken",
-    "ToolExecutionInput",
-    "ToolExecution",
-    "ToolDispatchExecution",
-    "ToolRunContext",
-    "ErrorInfo",
     "ErrorDetail",
-    "ToolSuccess",
-    "ToolFailure",
-    "ToolExecutionResult",
+    "ErrorInfo",
+    "ExecutionToken",
+    "ToolDispatchExecution",
     "ToolError",
+    "ToolExecution",
+    "ToolExecutionInput",
+    "ToolExecutionResult",
+    "ToolFailure",
+    "ToolRunContext",
+    "ToolSuccess",
+    "aborted",
+    "exception_failure",
     "failure",
     "text_content",
     "thaw",
-    "exception_failure",
-    "aborted",
 ]
 
 # ---------------------------------------------------------------- codes (§2)
@@ -83,7 +83,7 @@ class ExecutionToken:
     """An opaque identity for one execution: compares equal only to itself,
     hashable. Nested calls carry their parent's token as ``parent``."""
 
-    __slots__ = ("_n", "__weakref__")
+    __slots__ = ("__weakref__", "_n")
 
     def __init__(self) -> None:
         self._n = next(_token_ids)
@@ -130,7 +130,7 @@ class ToolExecutionInput:
 
     ``ToolExecutionInput(call_id, name, arguments, signal, agent=None,
     parent=None, root_call_id=None)``. ``signal`` is required: a
-    non-``AbortSignal`` raises ``TypeError`` here (DESIGN.md §2). ``call_id``
+    non-``AbortSignal`` raises ``TypeError`` here (docs/contract.md §2). ``call_id``
     and ``name`` must be ``str`` (``TypeError``); ``arguments`` is anything
     and is checked by the registry (``INVALID_ARGS``). Frozen, so
     ``attrs.evolve(call, signal=...)`` derives a variant. Equality is
@@ -204,7 +204,7 @@ class ToolSuccess:
     registry), ``content`` (content blocks for the model; a ``str`` becomes
     one text block), ``meta`` (read-only mapping or ``None``),
     ``additional_contexts`` (JSON objects). ``is_error`` is ``False``,
-    ``code`` is ``None``. Source: DESIGN.md §2."""
+    ``code`` is ``None``. Source: docs/contract.md §2."""
 
     value: Any
     content: tuple[ContentBlock, ...] = attrs.field(converter=_to_content)
@@ -225,7 +225,7 @@ class ToolFailure:
     """A failed call: ``error`` (``ErrorDetail``), ``content`` (exactly one
     text block ``Error: <message>``, except a post-execute ``Block``),
     ``meta``, ``additional_contexts``. ``is_error`` is ``True``; ``code`` is
-    ``error.info.code`` or ``None``. Source: DESIGN.md §2."""
+    ``error.info.code`` or ``None``. Source: docs/contract.md §2."""
 
     error: ErrorDetail = attrs.field(validator=attrs.validators.instance_of(ErrorDetail))
     content: tuple[ContentBlock, ...] = attrs.field(converter=_to_content)
@@ -242,14 +242,14 @@ class ToolFailure:
         return None if info is None else info.code
 
 
-ToolExecutionResult = Union[ToolSuccess, ToolFailure]
+ToolExecutionResult: TypeAlias = ToolSuccess | ToolFailure
 
 
 class ToolError(Exception):
     """Raised by a tool body for a structured failure: ``ToolError(message,
     code=None)`` becomes ``ToolFailure`` with ``info.name == "ToolError"``
     and ``info.code == code`` (the code is kept even when the call was
-    cancelled meanwhile, DESIGN.md §7)."""
+    cancelled meanwhile, docs/contract.md §7)."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
         if not isinstance(message, str):
@@ -273,7 +273,7 @@ def failure(
     additional_contexts: Iterable[Mapping[str, Any]] = (),
 ) -> ToolFailure:
     """A ``ToolFailure`` with the canonical content ``Error: <message>``
-    (for policies; DESIGN.md §2)."""
+    (for policies; docs/contract.md §2)."""
     return ToolFailure(
         ErrorDetail(message, ErrorInfo(name, code)),
         text_content("Error: " + message),
@@ -284,7 +284,7 @@ def failure(
 
 def exception_failure(exc: BaseException) -> ToolFailure:
     """A raised exception as a failure: ``ToolError`` keeps its code; any
-    other exception gets its class name and no code (DESIGN.md §2)."""
+    other exception gets its class name and no code (docs/contract.md §2)."""
     if isinstance(exc, ToolError):
         return failure(exc.message, name=type(exc).__name__, code=exc.code)
     try:
@@ -342,7 +342,7 @@ class _ViewBase:
 @attrs.frozen(eq=False, kw_only=True)
 class ToolExecution(_ViewBase):
     """The read-only view of a call given to pre-execute hooks, guards,
-    post-execute hooks and result observers (DESIGN.md §2).
+    post-execute hooks and result observers (docs/contract.md §2).
 
     ``signal`` is the caller's signal; every attribute is read-only
     (``attrs.exceptions.FrozenInstanceError``, an ``AttributeError``).
@@ -362,7 +362,7 @@ class _SignalSlot:
 
 @attrs.frozen(eq=False, kw_only=True)
 class ToolDispatchExecution(_ViewBase):
-    """The view given to around-dispatch wrappers (DESIGN.md §2, §3 step 4).
+    """The view given to around-dispatch wrappers (docs/contract.md §2, §3 step 4).
 
     Like ``ToolExecution`` except ``signal`` is replaceable: a wrapper may
     assign another ``AbortSignal`` (anything else: ``TypeError``) and must
@@ -403,7 +403,7 @@ ToolDispatchExecution.__delattr__ = _dispatch_delattr  # type: ignore[method-ass
 
 @attrs.frozen(eq=False, kw_only=True)
 class ToolRunContext(_ViewBase):
-    """The view a tool body receives as ``run`` (DESIGN.md §2).
+    """The view a tool body receives as ``run`` (docs/contract.md §2).
 
     ``signal`` (read-only) is the dispatch-scoped signal: the caller's
     signal fused with any wrapper's replacement; a cooperative body checks
@@ -429,7 +429,6 @@ class ToolRunContext(_ViewBase):
         ``signal=self.signal`` and ``call_id`` (default
         ``"<call_id>:<n>"``). Never raises for tool/policy faults."""
         return self._run.dispatch(name, arguments, call_id, self.signal, self.token)
-
 
 
 # ----------------------------------------------------- trusted constructors

@@ -1,4 +1,4 @@
-"""Cancellable blocking I/O: capabilities that own termination (DESIGN.md §5).
+"""Cancellable blocking I/O: capabilities that own termination (docs/contract.md §5).
 
 A tool body that blocks (sleeps, waits on a future, runs a process, talks
 HTTP, reads a file) hands its ``AbortSignal`` to one of these helpers. Each
@@ -93,7 +93,7 @@ def sleep(seconds: float, signal: AbortSignal) -> None:
     ``signal`` is already aborted, or within about a millisecond of an abort
     from another thread. Adds no listener. Raises ``TypeError`` for a
     non-number, ``ValueError`` for a negative, NaN or infinite duration.
-    Source: DESIGN.md §5.
+    Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     value = check_seconds(seconds)
@@ -131,7 +131,7 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
     Abort wins a tie with completion. The listener added on ``signal`` is
     removed before returning or raising. A small done-callback (setting a
     private event) stays attached to the future, as ``Future`` has no way to
-    remove one. Source: DESIGN.md §5.
+    remove one. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(future, concurrent.futures.Future):
@@ -168,7 +168,7 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
     that never delivers data is *not* interrupted (the check happens between
     chunks only). ``OSError`` (missing file, permissions) propagates. Adds no
     listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size`` that
-    is not a positive ``int``. Source: DESIGN.md §5.
+    is not a positive ``int``. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -255,7 +255,7 @@ def run_process(
     Raises ``TypeError`` for a string ``argv``, non-bytes ``input`` or a
     non-number ``timeout``/``grace`` (the message names the parameter),
     ``ValueError`` for an empty ``argv``, a negative ``grace`` or a NaN or
-    infinite ``timeout``/``grace``. Source: DESIGN.md §5.
+    infinite ``timeout``/``grace``. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(argv, (str, bytes)):
@@ -294,7 +294,7 @@ class HttpResponse:
     (read-only, case-insensitive ``Mapping[str, str]``; repeated fields
     joined with ``", "``) and the whole ``body`` as ``bytes``. Any status is
     a response, not an error (a 500 is returned, not raised). Source:
-    DESIGN.md §5."""
+    docs/contract.md §5."""
 
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
@@ -335,7 +335,7 @@ def http_request(
     aborted. Starts no thread. Raises ``TypeError`` for a ``url`` that is
     not a ``str``, a non-bytes body or a non-number ``timeout`` (the message
     names the parameter); ``ValueError`` for an unsupported URL scheme, a URL
-    without host, or a NaN or infinite ``timeout``. Source: DESIGN.md §5.
+    without host, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:
@@ -374,9 +374,9 @@ def http_request(
                     return HttpResponse(*_exchange(conn, method, target, headers, body, dl.signal))
                 finally:
                     conn.close()
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 if dl.signal.aborted:
-                    raise _abort_error(dl.signal)
+                    raise _abort_error(dl.signal) from exc
                 raise
             finally:
                 handle.remove()

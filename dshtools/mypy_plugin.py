@@ -1,6 +1,6 @@
 """A mypy plugin that rejects ``del view.signal`` on the around-dispatch view.
 
-DESIGN.md §2 asks mypy to reject deleting ``ToolDispatchExecution.signal``.
+docs/contract.md §2 asks mypy to reject deleting ``ToolDispatchExecution.signal``.
 mypy itself does not check ``del`` of a property that has no deleter
 (python/mypy#12904), so this plugin adds exactly that check and nothing
 else. Enable it in the mypy configuration::
@@ -46,7 +46,7 @@ from mypy.nodes import (
 from mypy.plugin import AttributeContext, Plugin
 from mypy.types import Type
 
-__all__ = ["plugin", "DshtoolsPlugin"]
+__all__ = ["DshtoolsPlugin", "plugin"]
 
 _UNDELETABLE = frozenset(
     {
@@ -117,13 +117,16 @@ class DshtoolsPlugin(Plugin):
 
     def _check(self, ctx: AttributeContext) -> Type:
         tree = getattr(ctx.api, "tree", None)
-        if isinstance(ctx.context, MemberExpr) and isinstance(tree, MypyFile):
-            if id(ctx.context) in self._del_targets(tree):
-                ctx.api.fail(
-                    f'"{ctx.context.name}" of the around-dispatch view cannot be deleted; assign another AbortSignal',
-                    ctx.context,
-                    code=MISC,
-                )
+        if (
+            isinstance(ctx.context, MemberExpr)
+            and isinstance(tree, MypyFile)
+            and id(ctx.context) in self._del_targets(tree)
+        ):
+            ctx.api.fail(
+                f'"{ctx.context.name}" of the around-dispatch view cannot be deleted; assign another AbortSignal',
+                ctx.context,
+                code=MISC,
+            )
         return ctx.default_attr_type
 
 

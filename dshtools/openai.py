@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions interop, without the SDK (DESIGN.md §6).
+"""OpenAI Chat Completions interop, without the SDK (docs/contract.md §6).
 
 Three conversions, all plain ``dict``/``list`` JSON in and out:
 
@@ -17,7 +17,7 @@ Guarantees:
   model writes ``function.arguments`` as a JSON *string*, and it can be
   broken (truncated, single-quoted, ``NaN``). Such a call still becomes a
   ``ToolExecutionInput``; its ``arguments`` is a ``MalformedArguments``
-  value, which the registry's materialization (DESIGN.md §3 step 1) rejects,
+  value, which the registry's materialization (docs/contract.md §3 step 1) rejects,
   so executing the call yields an ``INVALID_ARGS`` failure whose message
   names the JSON error. The model sees what it got wrong and can retry.
 * Only the *shape* of the message is the caller's problem: a message that
@@ -64,7 +64,7 @@ def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
     ``{"type": "function", "function": {"name": ..., "description": ...,
     "parameters": <JSON Schema object>}}``. The result is a fresh, plain,
     mutable JSON structure (``dict``/``list``): editing it does not touch
-    the registry. Source: DESIGN.md §6."""
+    the registry. Source: docs/contract.md §6."""
     out: list[dict[str, Any]] = []
     for schema in registry.schemas():
         plain = thaw(schema)
@@ -89,8 +89,8 @@ class MalformedArguments:
     line and column).
 
     Not a JSON value, so the registry rejects it at materialization
-    (DESIGN.md §3 step 1) and the call's result is an ``INVALID_ARGS``
-    failure, with precedence over everything else (DESIGN.md §7), whose
+    (docs/contract.md §3 step 1) and the call's result is an ``INVALID_ARGS``
+    failure, with precedence over everything else (docs/contract.md §7), whose
     text is ``Error: invalid arguments: arguments are not valid JSON:
     <error> at $`` (the freeze step reads ``__json_problem__``).
     """
@@ -150,7 +150,7 @@ def calls_from_message(
     wrong JSON type, and ``ValueError`` for a message whose ``role`` is not
     ``"assistant"``, a call whose ``type`` is not ``"function"``, a missing
     or empty ``id``/``function.name``, or ids repeated within the message.
-    Source: DESIGN.md §6.
+    Source: docs/contract.md §6.
     """
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
@@ -208,7 +208,7 @@ def tool_message(call_id: str, result: ToolExecutionResult) -> dict[str, Any]:
     A non-text block is rendered as its JSON, never dropped. The result's
     ``additional_contexts`` are not part of the tool message: where they go
     in the conversation is the agent loop's decision. Raises ``TypeError``
-    for a non-``str`` ``call_id``. Source: DESIGN.md §6.
+    for a non-``str`` ``call_id``. Source: docs/contract.md §6.
     """
     if not isinstance(call_id, str):
         raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
@@ -219,14 +219,11 @@ def tool_message(call_id: str, result: ToolExecutionResult) -> dict[str, Any]:
     }
 
 
-def tool_messages(
-    calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]
-) -> list[dict[str, Any]]:
+def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[dict[str, Any]]:
     """``tool_message`` for each ``(call, result)`` pair, in order (the
     order Chat Completions expects after the assistant message). Raises
-    ``ValueError`` when the two lengths differ. Source: DESIGN.md §6."""
+    ``ValueError`` when the two lengths differ. Source: docs/contract.md §6."""
     results = list(results)
     if len(results) != len(calls):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [tool_message(call.call_id, result) for call, result in zip(calls, results)]
-
+    return [tool_message(call.call_id, result) for call, result in zip(calls, results, strict=False)]

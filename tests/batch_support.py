@@ -110,4 +110,4 @@ def calls(name: str, n: int, signal: Any, args: Mapping[str, Any] | None = None)
     return [ToolExecutionInput(f"c{i}", name, dict(args or {}), signal) for i in range(n)]
 
 
-__all__ = ["Recorder", "tool", "calls", "Allow", "Accept"]
+__all__ = ["Accept", "Allow", "Recorder", "calls", "tool"]

@@ -23,7 +23,9 @@ from dshtools import (
 OBJECT: dict[str, Any] = {"type": "object"}
 
 
-def call(name: str, arguments: object = None, signal: AbortSignal | None = None, call_id: str = "c1") -> ToolExecutionInput:
+def call(
+    name: str, arguments: object = None, signal: AbortSignal | None = None, call_id: str = "c1"
+) -> ToolExecutionInput:
     return ToolExecutionInput(call_id, name, {} if arguments is None else arguments, signal or AbortController().signal)
 
 
@@ -57,7 +59,6 @@ class Recorder:
 
         def guard(e: Any) -> None:
             self.note("guard")
-            return None
 
         def around(e: Any, nxt: Any) -> Any:
             self.note("around-dispatch")

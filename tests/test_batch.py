@@ -1,4 +1,4 @@
-"""execute_batch (DESIGN.md §4) and field cases B14, B16, B32."""
+"""execute_batch (docs/contract.md §4) and field cases B14, B16, B32."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from batch_support import Recorder, calls, tool
 
 from dshtools import (
     TOOL_ABORTED,
@@ -22,8 +23,6 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-
-from batch_support import Recorder, calls, tool
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 
@@ -43,13 +42,13 @@ def registry(rec: Recorder) -> Any:
 def _assert_one_result_per_call(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     assert len(results) == len(ids)
     assert rec.order("result") == ids  # published once each, in model order
-    for cid, result in zip(ids, results):
+    for cid, result in zip(ids, results, strict=False):
         assert rec.results[cid] == [result]
 
 
 def _assert_invocation_consistent(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     """ABORTED_BEFORE_DISPATCH exactly where the body never started."""
-    for cid, result in zip(ids, results):
+    for cid, result in zip(ids, results, strict=False):
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
             assert cid not in rec.started, cid
         else:
@@ -96,7 +95,9 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
         return 1
 
     registry.register(tool("g", rec, body))
-    results = execute_batch(registry, calls("g", 9, AbortController().signal), signal=AbortController().signal, max_parallel=3)
+    results = execute_batch(
+        registry, calls("g", 9, AbortController().signal), signal=AbortController().signal, max_parallel=3
+    )
     assert [r.value for r in results] == [1] * 9
     assert peak[0] == 3
 
@@ -160,8 +161,17 @@ def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
         r.register(make("raises", boom))
         r.register(make("none", None))
         sig = AbortController().signal
-        modes = {n: r.execution_mode(ToolExecutionInput("c", n, {}, sig)) for n in ["yes", "truthy", "raises", "none", "unknown"]}
-    assert modes == {"yes": "parallel", "truthy": "exclusive", "raises": "exclusive", "none": "exclusive", "unknown": "exclusive"}
+        modes = {
+            n: r.execution_mode(ToolExecutionInput("c", n, {}, sig))
+            for n in ["yes", "truthy", "raises", "none", "unknown"]
+        }
+    assert modes == {
+        "yes": "parallel",
+        "truthy": "exclusive",
+        "raises": "exclusive",
+        "none": "exclusive",
+        "unknown": "exclusive",
+    }
 
 
 @pytest.mark.timeout(10)
@@ -169,7 +179,11 @@ def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: To
     registry.register(tool("t", rec, lambda _a, _r: "ok"))
     live = AbortController().signal
     dead = AbortSignal.already_aborted("gone")
-    batch = [ToolExecutionInput("a", "t", {}, live), ToolExecutionInput("b", "t", {}, dead), ToolExecutionInput("c", "t", {}, live)]
+    batch = [
+        ToolExecutionInput("a", "t", {}, live),
+        ToolExecutionInput("b", "t", {}, dead),
+        ToolExecutionInput("c", "t", {}, live),
+    ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
     assert [r.code for r in results] == [None, TOOL_ABORTED_BEFORE_DISPATCH, None]
     assert results[1].meta is not None and results[1].meta["reason"] == "gone"
@@ -182,7 +196,9 @@ def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: To
 def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegistry, rec: Recorder) -> None:
     registry.register(tool("t", rec, lambda _a, _r: "ok"))
     sig = AbortController().signal
-    results = execute_batch(registry, [ToolExecutionInput("a", "nope", {}, sig), ToolExecutionInput("b", "t", {}, sig)], signal=sig)
+    results = execute_batch(
+        registry, [ToolExecutionInput("a", "nope", {}, sig), ToolExecutionInput("b", "t", {}, sig)], signal=sig
+    )
     assert [r.code for r in results] == [UNKNOWN_TOOL, None]
 
 
@@ -251,7 +267,7 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(rec: Record
 
     with ToolRegistry() as registry:
         rec.install(registry)
-        registry.register(tool("t", rec, lambda _a, run: run.signal.wait(0.05) and "x" or "ok"))
+        registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
         real = registry._dispatch
 
         def faulty(run: Any) -> Any:
@@ -261,7 +277,9 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(rec: Record
 
         registry._dispatch = faulty  # type: ignore[method-assign]
         with pytest.raises(Boom):
-            execute_batch(registry, calls("t", 8, AbortController().signal), signal=AbortController().signal, max_parallel=4)
+            execute_batch(
+                registry, calls("t", 8, AbortController().signal), signal=AbortController().signal, max_parallel=4
+            )
         assert rec.running == 0  # started work drained before the raise
         # Only real outcomes were published; c3 got none.
         assert "c3" not in rec.results
@@ -352,7 +370,9 @@ def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistr
 
     threading.Thread(target=interrupt).start()
     with pytest.raises(KeyboardInterrupt):
-        execute_batch(registry, calls("work", 30, AbortController().signal), signal=AbortController().signal, max_parallel=3)
+        execute_batch(
+            registry, calls("work", 30, AbortController().signal), signal=AbortController().signal, max_parallel=3
+        )
     raised_at = time.monotonic()
     assert raised_at - interrupted_at[0] < 0.5
     assert rec.running == 0  # the 3 running bodies were signalled and joined

@@ -71,7 +71,9 @@ def test_dispatch_leak_case_leaves_no_listener_on_the_shared_signal() -> None:
     assert figures["errors"] == 0
 
 
-def test_quick_run_writes_every_required_key_and_renders_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_run_writes_every_required_key_and_renders_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "results.json"
     assert bench_main.main(["--quick", "--out", str(out)]) == 0
     results = json.loads(out.read_text())

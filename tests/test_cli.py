@@ -1,4 +1,4 @@
-"""The command line end to end (DESIGN.md §6): ``python -m dshtools demo``
+"""The command line end to end (docs/contract.md §6): ``python -m dshtools demo``
 and ``replay`` run as real subprocesses.
 
 Synchronisation with the child never sleeps: the SIGINT test reads the line
@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-TOOLS_MODULE = '''
+TOOLS_MODULE = """
 import subprocess
 import sys
 import threading
@@ -130,7 +130,7 @@ def bad_factory():
 
 def raising_factory():
     raise RuntimeError("no tools today")
-'''
+"""
 
 TIMEOUT_S = 30
 
@@ -315,7 +315,11 @@ def test_replay_runs_each_assistant_message_as_one_batch(tools_dir: Path) -> Non
     ["message-list", "messages-object", "one-assistant-message"],
 )
 def test_replay_json_prints_parsable_tool_messages_for_every_transcript_shape(tools_dir: Path, shape: str) -> None:
-    message = {"role": "assistant", "content": None, "tool_calls": [_call("c1", "echo", {"text": "hi"}), _call("c2", "fail", {})]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [_call("c1", "echo", {"text": "hi"}), _call("c2", "fail", {})],
+    }
     data: object = {
         "message-list": [{"role": "user", "content": "hi"}, message],
         "messages-object": {"messages": [message]},
@@ -410,7 +414,9 @@ def test_sigint_during_replay_cancels_joins_and_exits_130(tools_dir: Path) -> No
 
 def _bad_cases(tmp: Path) -> dict[str, list[str]]:
     (tmp / "bad.json").write_text("{not json")
-    (tmp / "none.json").write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]))
+    (tmp / "none.json").write_text(
+        json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}])
+    )
     (tmp / "scalar.json").write_text("42")
     (tmp / "noid.json").write_text(json.dumps({"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}))
     (tmp / "cli_broken_mod.py").write_text('raise RuntimeError("line one\\nline two")\n')
@@ -491,7 +497,6 @@ def test_transcript_shapes_parse_in_process() -> None:
     for bad in ([], {"messages": "x"}, "str", [1], [{"role": "assistant", "tool_calls": "x"}]):
         with pytest.raises(UsageError):
             transcript_batches(bad)
-
 
 
 class _FakeTty:

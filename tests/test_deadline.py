@@ -1,4 +1,4 @@
-"""``deadline()`` / ``Deadline`` / ``timeout_of()`` (DESIGN.md §1, deadline helpers)."""
+"""``deadline()`` / ``Deadline`` / ``timeout_of()`` (docs/contract.md §1, deadline helpers)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from dshtools import (
     AbortSignal,
     Deadline,
     TimeoutReason,
+    _timer,
     deadline,
     timeout_of,
 )
-from dshtools import _timer
 
 
 def pending_baseline() -> int:

@@ -40,13 +40,24 @@ def python_blocks(page: str) -> list[str]:
 
 @pytest.mark.timeout(180)
 def test_mkdocs_build_strict_succeeds(tmp_path: Path) -> None:
-    if shutil.which("mkdocs") is None and subprocess.run(
-        [sys.executable, "-c", "import mkdocs"], capture_output=True
-    ).returncode:
+    if (
+        shutil.which("mkdocs") is None
+        and subprocess.run([sys.executable, "-c", "import mkdocs"], capture_output=True).returncode
+    ):
         pytest.fail("mkdocs is not installed (it is part of the test extra)")
     site = tmp_path / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Field cases B02, B04, B07, B09, B10, B11 (FIELD-CASES.md) at the level of
+"""Field cases B02, B04, B07, B09, B10, B11 (docs/field-cases.md) at the level of
 the signal primitive. Races are forced with barriers, not sleeps; every
 thread is a daemon and every barrier wait has a 1 s watchdog, so a deadlock
 fails the test instead of hanging the run."""
@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason
-from dshtools import _timer
+from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason, _timer
 
 
 @pytest.fixture
@@ -174,9 +173,7 @@ def test_b04_10000_long_timeouts_are_not_pinned_until_their_deadline(close: bool
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("close", [True, False], ids=["closed", "dropped"])
-def test_b04_no_timer_callback_fires_later_for_released_timeouts(
-    close: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_b04_no_timer_callback_fires_later_for_released_timeouts(close: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # Shortened sample: 200 timeouts of 0.2 s, subscribed and unsubscribed,
     # then closed or dropped. Count every timer callback that still fires.
     fired: list[int] = []
@@ -322,7 +319,7 @@ def test_b10_cross_unregistering_listeners_never_deadlock(fast_switching: Any) -
 
 @pytest.mark.timeout(120)
 def test_b11_remove_under_a_user_lock_racing_abort_never_deadlocks(fast_switching: Any) -> None:
-    # Documented outcome (DESIGN.md §1): remove() never waits. When it
+    # Documented outcome (docs/contract.md §1): remove() never waits. When it
     # returns, the listener has either been committed to run by the aborting
     # thread (it may be running, possibly blocked on the caller's lock, and
     # will finish once the lock is released) or it will never run. In

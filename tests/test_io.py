@@ -1,5 +1,5 @@
 """dshtools.io: sleep, wait_future, read_file, run_process; argument checks of
-http_request (its behaviour is in test_io_http.py). DESIGN.md §5.
+http_request (its behaviour is in test_io_http.py). docs/contract.md §5.
 
 Aborts "from another thread at time t" are scheduled on the shared timer
 thread (a listener on ``AbortSignal.timeout(t)`` that aborts the caller's
@@ -23,11 +23,10 @@ import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
-from dshtools import _process_session
-from dshtools import io as dio
 from io_support import AbortLater
+
+from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, _process_session, timeout_of
+from dshtools import io as dio
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
 # "about a millisecond" (DESIGN §1 wait) with slack for a shared 2-core box.
@@ -153,6 +152,7 @@ def test_wait_future_abort_cancels_a_still_queued_future() -> None:
     started, release = threading.Event(), threading.Event()
     ran = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
+
         def block() -> None:
             started.set()
             release.wait()
@@ -259,13 +259,21 @@ def test_run_process_returns_completed_process_and_nonzero_exit_is_not_an_error(
     c = AbortController()
     r = dio.run_process(["sh", "-c", "echo out; echo err >&2; exit 3"], c.signal)
     assert isinstance(r, subprocess.CompletedProcess)
-    assert (r.args, r.returncode, r.stdout, r.stderr) == (["sh", "-c", "echo out; echo err >&2; exit 3"], 3, b"out\n", b"err\n")
+    assert (r.args, r.returncode, r.stdout, r.stderr) == (
+        ["sh", "-c", "echo out; echo err >&2; exit 3"],
+        3,
+        b"out\n",
+        b"err\n",
+    )
     assert c.signal.listener_count == 0
 
 
 def test_run_process_passes_cwd_env_and_gives_devnull_stdin(tmp_path: Path) -> None:
     r = dio.run_process(
-        ["sh", "-c", 'pwd; echo "$DSH_X"; cat'], AbortController().signal, cwd=tmp_path, env={"DSH_X": "y", "PATH": os.environ["PATH"]}
+        ["sh", "-c", 'pwd; echo "$DSH_X"; cat'],
+        AbortController().signal,
+        cwd=tmp_path,
+        env={"DSH_X": "y", "PATH": os.environ["PATH"]},
     )
     assert r.stdout == f"{os.path.realpath(tmp_path)}\ny\n".encode()
 
@@ -284,8 +292,13 @@ def test_run_process_feeds_large_input_while_reading_large_output() -> None:
     assert r.stdout == data and r.returncode == 0
 
 
-def _spawn_and_wait_for_pids(tmp_path: Path, script: str, **kwargs: Any) -> tuple[
-    concurrent.futures.Future[subprocess.CompletedProcess[bytes]], concurrent.futures.ThreadPoolExecutor, list[int], AbortController
+def _spawn_and_wait_for_pids(
+    tmp_path: Path, script: str, **kwargs: Any
+) -> tuple[
+    concurrent.futures.Future[subprocess.CompletedProcess[bytes]],
+    concurrent.futures.ThreadPoolExecutor,
+    list[int],
+    AbortController,
 ]:
     """Start ``run_process(sh -c script)`` in a worker; the script writes
     the pids it wants watched (shell first) into a FIFO, which this thread
@@ -454,6 +467,7 @@ def test_run_process_keyboard_interrupt_in_the_loop_kills_and_reaps_the_group(
 
 # ------------------------------------------- run_process: the whole session
 
+
 def _session_members(sid: int) -> list[int]:
     """Live (non-zombie) processes whose session id is ``sid``."""
     members = []
@@ -469,10 +483,7 @@ def _session_members(sid: int) -> list[int]:
 # GNU timeout calls setpgid(0, 0) before forking, so it and its child leave
 # the shell's process group (but not its session). The innermost shell
 # reports "shell timeout grandchild" pids, then becomes `sleep`.
-ESCAPE = (
-    'export OUTER=$$; '
-    "timeout 30 sh -c 'echo \"$OUTER $PPID $$\" > \"$1\"; exec sleep 30' sh \"$1\" & "
-)
+ESCAPE = 'export OUTER=$$; timeout 30 sh -c \'echo "$OUTER $PPID $$" > "$1"; exec sleep 30\' sh "$1" & '
 
 
 @pytest.mark.timeout(30)
@@ -559,21 +570,21 @@ def test_run_process_member_signal_is_rechecked_against_the_session_id() -> None
 
 def test_run_process_type_errors_name_the_parameter() -> None:
     sig = AbortController().signal
-    with pytest.raises(TypeError, match="^timeout must be a number"):
+    with pytest.raises(TypeError, match=r"^timeout must be a number"):
         dio.run_process(["true"], sig, timeout="1")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="^grace must be a number"):
+    with pytest.raises(TypeError, match=r"^grace must be a number"):
         dio.run_process(["true"], sig, grace="1")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="^timeout must be finite"):
+    with pytest.raises(ValueError, match=r"^timeout must be finite"):
         dio.run_process(["true"], sig, timeout=float("nan"))
     assert sig.listener_count == 0
 
 
 def test_http_request_rejects_a_non_str_url_with_a_type_error() -> None:
     sig = AbortController().signal
-    with pytest.raises(TypeError, match="^url must be a str, not NoneType"):
+    with pytest.raises(TypeError, match=r"^url must be a str, not NoneType"):
         dio.http_request("GET", None, sig)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="^url must be a str, not bytes"):
+    with pytest.raises(TypeError, match=r"^url must be a str, not bytes"):
         dio.http_request("GET", b"http://127.0.0.1/", sig)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="^timeout must be a number"):
+    with pytest.raises(TypeError, match=r"^timeout must be a number"):
         dio.http_request("GET", "http://127.0.0.1/", sig, timeout="1")  # type: ignore[arg-type]
     assert sig.listener_count == 0

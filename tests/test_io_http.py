@@ -1,4 +1,4 @@
-"""dshtools.io.http_request against real loopback servers (DESIGN.md §5;
+"""dshtools.io.http_request against real loopback servers (docs/contract.md §5;
 field cases B12, B24, B26).
 
 Every server here is a thread of this process bound to 127.0.0.1. Timed
@@ -22,10 +22,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import attrs
 import pytest
+from io_support import AbortLater
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from io_support import AbortLater
 
 # DESIGN §5 / the brief: a blocked connect or read is unblocked within
 # 100 ms of the abort.

@@ -1,5 +1,5 @@
 """dshtools.openai: Chat Completions tools, tool_calls and tool messages
-(DESIGN.md §6), exercised through a real ToolRegistry."""
+(docs/contract.md §6), exercised through a real ToolRegistry."""
 
 from __future__ import annotations
 
@@ -59,7 +59,10 @@ def test_tools_param_wraps_every_schema_as_a_function_tool(registry: ToolRegistr
     tools = doa.tools_param(registry)
     assert tools == [
         {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": ADD_PARAMS}},
-        {"type": "function", "function": {"name": "fail", "description": "Always fails.", "parameters": {"type": "object"}}},
+        {
+            "type": "function",
+            "function": {"name": "fail", "description": "Always fails.", "parameters": {"type": "object"}},
+        },
     ]
     # Round trip: plain JSON, and each entry carries exactly registry.schemas().
     assert json.loads(json.dumps(tools)) == tools
@@ -125,7 +128,10 @@ def test_malformed_json_arguments_execute_to_invalid_args_through_a_real_registr
 
     registry.add_pre_execute(pre)
     c = AbortController()
-    message = {"role": "assistant", "tool_calls": [_call("bad", "add", '{"a": 1, "b": '), _call("ok", "add", '{"a": 2, "b": 3}')]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [_call("bad", "add", '{"a": 1, "b": '), _call("ok", "add", '{"a": 2, "b": 3}')],
+    }
     calls = doa.calls_from_message(message, signal=c.signal)
     bad, ok = (registry.execute(x) for x in calls)
     assert isinstance(bad, ToolFailure) and bad.code == INVALID_ARGS

@@ -1,5 +1,5 @@
-"""The pipeline of one ``execute`` (DESIGN.md §3 steps 1-7) and the
-precedence of DESIGN.md §7: one test per cancellation scenario of §3, plus
+"""The pipeline of one ``execute`` (docs/contract.md §3 steps 1-7) and the
+precedence of docs/contract.md §7: one test per cancellation scenario of §3, plus
 the dispatch mechanics (queue withdrawal, joining, fused signal, nesting,
 close). Bad inputs: test_registry_bad_input.py; stress:
 test_registry_stress.py; field cases: test_registry_field_cases.py."""
@@ -39,7 +39,6 @@ from dshtools import (
     Ask,
     Block,
     Deny,
-    ToolDefinition,
     ToolError,
     ToolExecutionInput,
     ToolFailure,
@@ -436,7 +435,7 @@ def test_queued_call_withdrawn_on_abort_never_runs() -> None:
         queued_ran = threading.Event()
         registry.register(tool("block", lambda a, r: blocker_started.set() or release.wait(5)))
         registry.register(tool("queued", lambda a, r: queued_ran.set()))
-        t1, box1 = run_in_thread(lambda: registry.execute(call("block")))
+        t1, _box1 = run_in_thread(lambda: registry.execute(call("block")))
         blocker_started.wait(5)
         controller = AbortController()
         t2, box2 = run_in_thread(lambda: registry.execute(call("queued", signal=controller.signal)))
@@ -568,7 +567,9 @@ def test_arguments_are_snapshotted_at_call_start(registry: ToolRegistry) -> None
 
 
 def test_output_schema_violation_is_invalid_tool_output(registry: ToolRegistry) -> None:
-    registry.register(tool("t", lambda a, r: {"n": "x"}, output_schema={"type": "object", "properties": {"n": {"type": "integer"}}}))
+    registry.register(
+        tool("t", lambda a, r: {"n": "x"}, output_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    )
     result = registry.execute(call("t"))
     assert result.code == INVALID_TOOL_OUTPUT
     assert result.content[0]["text"] == 'Error: tool "t" returned invalid output: "x" is not of type "integer" at $.n'
@@ -646,6 +647,7 @@ def test_finalize_content_replaces_only_success_content(registry: ToolRegistry) 
 def test_waterfalls_run_first_registered_outermost(registry: ToolRegistry) -> None:
     order: list[str] = []
     for name in ("a", "b"):
+
         def pre(e: Any, nxt: Any, name: str = name) -> Any:
             order.append(f"pre-{name}-in")
             d = nxt()
@@ -663,8 +665,14 @@ def test_waterfalls_run_first_registered_outermost(registry: ToolRegistry) -> No
     registry.register(tool("t", ok_body))
     registry.execute(call("t"))
     assert order == [
-        "pre-a-in", "pre-b-in", "pre-b-out", "pre-a-out",
-        "around-a-in", "around-b-in", "around-b-out", "around-a-out",
+        "pre-a-in",
+        "pre-b-in",
+        "pre-b-out",
+        "pre-a-out",
+        "around-a-in",
+        "around-b-in",
+        "around-b-out",
+        "around-a-out",
     ]
 
 
@@ -716,7 +724,13 @@ def test_schemas_get_and_duplicate_registration(registry: ToolRegistry) -> None:
     unregister = registry.register(d)
     assert registry.get("t") is d and registry.get("x") is None
     schemas = registry.schemas()
-    assert schemas == [{"name": "t", "description": "t tool", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+    assert schemas == [
+        {
+            "name": "t",
+            "description": "t tool",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        }
+    ]
     schemas[0]["parameters"]["type"] = "mutated"  # a fresh copy
     assert registry.schemas()[0]["parameters"]["type"] == "object"
     with pytest.raises(ValueError):

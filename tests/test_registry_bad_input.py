@@ -1,7 +1,7 @@
 """Malformed input never crashes ``execute`` and never hangs a call.
 
 Each malformed input yields either a failure result **with a code**
-(DESIGN.md §2 codes) or a clear exception where the mistake is made
+(docs/contract.md §2 codes) or a clear exception where the mistake is made
 (constructing a call or a definition, registering). The list:
 
 Arguments (-> INVALID_ARGS)
@@ -174,7 +174,22 @@ def body(args: Any, run: Any) -> Any:
         (lambda: ToolDefinition("a b", "", OBJECT, body), ValueError),
         (lambda: ToolDefinition("t", "", OBJECT, body, render=5), TypeError),  # D11
     ],
-    ids=["D1", "D2", "D3", "D4", "D5-0", "D5-neg", "D5-nan", "D5-inf", "D6-str", "D6-bool", "D7", "D8-empty", "D8-space", "D11"],
+    ids=[
+        "D1",
+        "D2",
+        "D3",
+        "D4",
+        "D5-0",
+        "D5-neg",
+        "D5-nan",
+        "D5-inf",
+        "D6-str",
+        "D6-bool",
+        "D7",
+        "D8-empty",
+        "D8-space",
+        "D11",
+    ],
 )
 def test_bad_definitions_fail_at_construction(make: Any, exc: type[Exception]) -> None:
     with pytest.raises(exc):
@@ -216,8 +231,20 @@ HOOK_CASES: list[tuple[str, Any, Any, dict[str, Any], str]] = [
     ("H6", _install("add_around_dispatch", lambda e, nxt: None), None, {}, INVALID_TOOL_OUTPUT),
     ("H7", _install("add_around_dispatch", lambda e, nxt: {"value": 1}), None, {}, INVALID_TOOL_OUTPUT),
     ("H8", _install("add_post_execute", lambda e, r, nxt: None), None, {}, INVALID_TOOL_OUTPUT),
-    ("H9", _install("add_post_execute", lambda e, r, nxt: Accept(content=[{"text": "no type"}])), None, {}, INVALID_TOOL_OUTPUT),
-    ("H10", _install("add_post_execute", lambda e, r, nxt: Accept(additional_contexts=["text"])), None, {}, INVALID_TOOL_OUTPUT),
+    (
+        "H9",
+        _install("add_post_execute", lambda e, r, nxt: Accept(content=[{"text": "no type"}])),
+        None,
+        {},
+        INVALID_TOOL_OUTPUT,
+    ),
+    (
+        "H10",
+        _install("add_post_execute", lambda e, r, nxt: Accept(additional_contexts=["text"])),
+        None,
+        {},
+        INVALID_TOOL_OUTPUT,
+    ),
     ("H11", None, None, {"render": lambda v: 5}, INVALID_TOOL_OUTPUT),
     ("H12", None, None, {"finalize_content": lambda e, r: object()}, INVALID_TOOL_OUTPUT),
     ("H13", _install("add_around_dispatch", lambda e, nxt: ToolSuccess(1, [5])), None, {}, INVALID_TOOL_OUTPUT),
@@ -228,7 +255,9 @@ HOOK_CASES: list[tuple[str, Any, Any, dict[str, Any], str]] = [
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("setup, approver, extra, code", [c[1:] for c in HOOK_CASES], ids=[c[0] for c in HOOK_CASES])
-def test_hook_returning_the_wrong_type_is_a_coded_failure(setup: Any, approver: Any, extra: dict[str, Any], code: str) -> None:
+def test_hook_returning_the_wrong_type_is_a_coded_failure(
+    setup: Any, approver: Any, extra: dict[str, Any], code: str
+) -> None:
     observed: list[Any] = []
     with ToolRegistry(approver=approver) as registry:
         if setup is not None:

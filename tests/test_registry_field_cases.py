@@ -1,4 +1,4 @@
-"""Field cases from FIELD-CASES.md, registry part: B03, B16 (single-call /
+"""Field cases from docs/field-cases.md, registry part: B03, B16 (single-call /
 registry part; the batch part lives with execute_batch), B17, B18, B19 (a),
 B22. Reductions of a case's numbers are stated in the test's docstring."""
 
@@ -190,7 +190,12 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
         top = "inner" if depth == 2 else "mid"
         registry.register(tool("outer", lambda a, r: r.dispatch(top, {}).value))
         t0 = time.monotonic()
-        callers = [run_in_thread(lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))) for i in range(outers)]
+        callers = [
+            run_in_thread(
+                lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))
+            )
+            for i in range(outers)
+        ]
         for t, _ in callers:
             t.join(5)
         elapsed = time.monotonic() - t0
@@ -224,7 +229,9 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     callers = []
     for i in range(1000):
         controller = AbortController()
-        t, box = run_in_thread(lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s)))
+        t, box = run_in_thread(
+            lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s))
+        )
         controller.abort()
         callers.append((f"c{i}", t, box))
     t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""The dispatch hand-off under adversarial interleavings (DESIGN.md §3 steps
+"""The dispatch hand-off under adversarial interleavings (docs/contract.md §3 steps
 4-5, "KeyboardInterrupt", "Never: a result for a call whose body is still
 running; two results for one call"; decision 0012).
 
@@ -42,8 +42,8 @@ from dshtools import (
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolRegistry,
+    _registry,
 )
-from dshtools import _registry
 
 __all__ = ["unraisable"]  # fixture re-exported for pytest
 
@@ -458,7 +458,9 @@ def test_inline_executor_is_never_called_when_the_wrapper_signal_is_already_abor
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("first", ["abort", "shutdown"])
-def test_cancel_futures_shutdown_and_caller_abort_both_withdraw_one_call_once(first: str, unraisable: list[Any]) -> None:
+def test_cancel_futures_shutdown_and_caller_abort_both_withdraw_one_call_once(
+    first: str, unraisable: list[Any]
+) -> None:
     """The queued call is withdrawn twice over - by the caller's abort and by
     ``shutdown(cancel_futures=True)`` dropping the work item - in either
     order: one ABORTED_BEFORE_DISPATCH, the hand-off lock released once (a
@@ -500,7 +502,7 @@ def test_close_keeps_waiting_for_the_running_body_while_a_queued_call_is_withdra
     started, release = threading.Event(), threading.Event()
     ran = threading.Event()
     registry = ToolRegistry(max_workers=1)
-    registry.register(tool("block", lambda a, r: started.set() or release.wait(5) and "done"))
+    registry.register(tool("block", lambda a, r: started.set() or (release.wait(5) and "done")))
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))
     blocker, bbox = run_in_thread(lambda: registry.execute(call("block", call_id="b")))
     assert started.wait(5)
@@ -632,7 +634,9 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
 
 @posix_only
 @pytest.mark.timeout(15)
-def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Ctrl-C twice on a queued call: the first (a real SIGINT while the main
     thread joins) aborts the fused signal, whose listener ``withdraw`` pops
     the claim; the second lands right after that pop (probe: the claim's
@@ -819,7 +823,9 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
 
 
 @pytest.mark.timeout(10)
-def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_forever(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The body returned; as the calling thread enters ``_invoke``'s
     ``finally``, a Ctrl-C is handled at the entry of ``fused.close()``
     (probe: ``AbortSignal.close`` raises there once). Expected: execute
@@ -944,7 +950,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
 def test_close_after_an_interrupted_close_still_waits_for_the_running_body() -> None:
     """``close()`` on the main thread waits for a running body; a real SIGINT
     interrupts that wait. A second ``close()`` (say, in a ``finally``) must
-    still wait for the body and shut the executor down (DESIGN.md §3:
+    still wait for the body and shut the executor down (docs/contract.md §3:
     "close() waits for in-flight bodies"; idempotent means "closed once
     complete", not "return once started")."""
     assert threading.current_thread() is MAIN

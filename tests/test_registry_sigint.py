@@ -1,4 +1,4 @@
-"""A real SIGINT reaches ``execute`` on the main thread (DESIGN.md §3,
+"""A real SIGINT reaches ``execute`` on the main thread (docs/contract.md §3,
 "KeyboardInterrupt"; field case B19 a): the dispatch signal aborts, the body
 is joined, the ``ABORTED`` result is published, then ``KeyboardInterrupt``
 surfaces and the script exits 130."""

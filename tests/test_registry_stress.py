@@ -4,7 +4,7 @@ Pins the registry's global guarantees under real interleavings: exactly one
 result per call (to the caller and to observers), ``ABORTED_BEFORE_DISPATCH``
 only when the body never ran, ``ABORTED`` only when it did, no body still
 running when ``execute`` returned, and no listener left on any caller signal
-(DESIGN.md §3, "Never: ...")."""
+(docs/contract.md §3, "Never: ...")."""
 
 from __future__ import annotations
 

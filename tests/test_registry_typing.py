@@ -1,4 +1,4 @@
-"""mypy enforces the registry's typing contract (DESIGN.md §2): it rejects
+"""mypy enforces the registry's typing contract (docs/contract.md §2): it rejects
 assigning a read-only ``signal``, assigning ``None`` to or deleting the
 dispatch view's ``signal``, and a ``ToolExecutionInput`` without ``signal``;
 it accepts replacing the dispatch view's ``signal`` with another signal."""

@@ -1,4 +1,4 @@
-"""AbortController / AbortSignal semantics (DESIGN.md §1, "Semantics" and
+"""AbortController / AbortSignal semantics (docs/contract.md §1, "Semantics" and
 "Precise points"). Timeouts live in test_timer.py, deadlines in
 test_deadline.py, field cases in test_field_signal.py."""
 
@@ -549,9 +549,7 @@ def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
             derived.append(d)  # (kept alive by its listener anyway)
             targets.append(d)
         for target in targets:
-            target.add_listener(
-                lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason))
-            )
+            target.add_listener(lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason)))
     barrier = threading.Barrier(n_threads)
     reasons: dict[int, object] = {}
     errors: list[BaseException] = []
@@ -574,7 +572,7 @@ def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
         t.join(100)
     assert not errors
     winners = set()
-    for c, log in zip(controllers, runs):
+    for c, log in zip(controllers, runs, strict=False):
         assert c.signal.aborted
         assert len(log) == n_listeners  # every listener exactly once
         idents = {ident for ident, _ in log}
@@ -709,10 +707,7 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     controllers = [AbortController() for _ in range(rounds)]
     derived = [AbortSignal.any_of([c.signal]) for c in controllers]
     counts = [0] * rounds
-    handles = [
-        d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
-        for i, d in enumerate(derived)
-    ]
+    handles = [d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1)) for i, d in enumerate(derived)]
     aborted_at_removal = [False] * rounds
     barrier = threading.Barrier(2)
 
@@ -1088,9 +1083,8 @@ def test_with_block_returns_the_signal_and_closes_it() -> None:
 
 def test_with_block_closes_on_exception_and_does_not_swallow_it() -> None:
     x = AbortController()
-    with pytest.raises(KeyError):
-        with AbortSignal.any_of([x.signal]):
-            raise KeyError("k")
+    with pytest.raises(KeyError), AbortSignal.any_of([x.signal]):
+        raise KeyError("k")
     assert x.signal.listener_count == 0
 
 
@@ -1137,7 +1131,7 @@ def test_any_of_over_a_closed_derived_whose_source_aborted_leaves_no_link() -> N
 
 def test_closing_an_intermediate_does_not_detach_signals_flattened_from_it() -> None:
     # Flattening links `outer` to x itself; closing `inner` afterwards only
-    # detaches `inner` (DESIGN.md §1: links to the original sources).
+    # detaches `inner` (docs/contract.md §1: links to the original sources).
     x = AbortController()
     inner = AbortSignal.any_of([x.signal])
     outer = AbortSignal.any_of([inner])
@@ -1172,7 +1166,7 @@ def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching:
         t.start()
     for t in threads:
         t.join(50)
-    for d, n, x in zip(ds, counts, xs):
+    for d, n, x in zip(ds, counts, xs, strict=False):
         assert n == (1 if d.aborted else 0)
         assert x.signal.listener_count == 0
 

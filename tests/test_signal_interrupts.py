@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal
-from dshtools import _signal
+from dshtools import AbortController, AbortSignal, _signal
 
 
 def _raiser(exc: BaseException) -> Any:

@@ -1,7 +1,7 @@
 """Property test: random graphs of controllers, timeouts, already-aborted
 signals and ``any_of`` (including ``any_of`` over derived signals), with
 random aborts, timer firings, closes, listener registrations and removals,
-agree with a small reference model (DESIGN.md §1) on every node's
+agree with a small reference model (docs/contract.md §1) on every node's
 ``aborted``/``reason``/``listener_count`` and on the exact order listeners run.
 
 Timeouts use a 3600 s duration and are fired deterministically by calling
@@ -90,11 +90,7 @@ class Model:
         node = self.nodes[idx]
         n = len(node.listeners)
         if node.kind in ("ctrl", "timeout") and not node.aborted:
-            n += sum(
-                1
-                for d in self.nodes
-                if d.kind == "derived" and not d.aborted and not d.closed and idx in d.roots
-            )
+            n += sum(1 for d in self.nodes if d.kind == "derived" and not d.aborted and not d.closed and idx in d.roots)
         return n
 
     def check(self) -> None:
@@ -108,8 +104,22 @@ class Model:
 
 
 op_names = st.sampled_from(
-    ["ctrl", "ctrl", "timeout", "already", "any_of", "any_of", "any_of", "abort", "abort",
-     "fire", "close", "listen", "listen", "remove"]
+    [
+        "ctrl",
+        "ctrl",
+        "timeout",
+        "already",
+        "any_of",
+        "any_of",
+        "any_of",
+        "abort",
+        "abort",
+        "fire",
+        "close",
+        "listen",
+        "listen",
+        "remove",
+    ]
 )
 
 
@@ -136,9 +146,7 @@ def test_signal_graphs_agree_with_the_reference_model(data: st.DataObject) -> No
                 nodes.append(node)
             elif op == "any_of":
                 if nodes:
-                    children = data.draw(
-                        st.lists(st.integers(0, len(nodes) - 1), max_size=4), label="children"
-                    )
+                    children = data.draw(st.lists(st.integers(0, len(nodes) - 1), max_size=4), label="children")
                 else:
                     children = []
                 s = AbortSignal.any_of([nodes[c].signal for c in children])
@@ -197,14 +205,13 @@ def test_signal_graphs_agree_with_the_reference_model(data: st.DataObject) -> No
                     else:
                         assert handle.registered is True
                         nodes[idx].listeners.append(lid)
-            elif op == "remove":
-                if m.listeners:
-                    lid = data.draw(st.integers(0, len(m.listeners) - 1), label="remove")
-                    listener = m.listeners[lid]
-                    listener.handle.remove()
-                    pending = nodes[listener.node].listeners
-                    if lid in pending:
-                        pending.remove(lid)
+            elif op == "remove" and m.listeners:
+                lid = data.draw(st.integers(0, len(m.listeners) - 1), label="remove")
+                listener = m.listeners[lid]
+                listener.handle.remove()
+                pending = nodes[listener.node].listeners
+                if lid in pending:
+                    pending.remove(lid)
             # Exact listener order, and every listener saw the final state of
             # this step (all marking happens before any listener runs).
             assert [lid for lid, _ in m.log] == expected_log

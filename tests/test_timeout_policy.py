@@ -1,4 +1,4 @@
-"""TimeoutPolicy (DESIGN.md §4) and field cases B21, B23, B28, B30, B31."""
+"""TimeoutPolicy (docs/contract.md §4) and field cases B21, B23, B28, B30, B31."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from batch_support import Recorder, tool
 
 from dshtools import (
     TOOL_ABORTED,
@@ -24,14 +25,12 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
+    _timer,
     deadline,
     execute_batch,
     timeout_of,
 )
-from dshtools import _timer
 from dshtools.io import sleep as io_sleep
-
-from batch_support import Recorder, tool
 
 
 @pytest.fixture
@@ -162,7 +161,9 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
 
     policy = TimeoutPolicy()
 
-    def recording_policy(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+    def recording_policy(
+        execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]
+    ) -> ToolExecutionResult:
         r = policy(execution, nxt)
         inner_results.append(r)
         return r
@@ -358,7 +359,9 @@ def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
     body_saw_abort_at: list[float] = []
     started = threading.Event()
 
-    def own_signal_wrapper(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+    def own_signal_wrapper(
+        execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]
+    ) -> ToolExecutionResult:
         upstream = execution.signal
         execution.signal = AbortController().signal  # NOT linked to the caller
         try:

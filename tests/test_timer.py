@@ -1,4 +1,4 @@
-"""``AbortSignal.timeout`` and the one shared timer thread (DESIGN.md §1)."""
+"""``AbortSignal.timeout`` and the one shared timer thread (docs/contract.md §1)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
-from dshtools import _timer
+from dshtools import AbortController, AbortSignal, TimeoutReason, _timer, deadline
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
     done = threading.Event()
     durations = (0.3, 0.1, 0.2)  # 100 ms apart: robust to a slow machine
     signals = [AbortSignal.timeout(d) for d in durations]
-    for s, d in zip(signals, durations):
+    for s, d in zip(signals, durations, strict=False):
         s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))
     assert done.wait(5)
     assert order == [0.1, 0.2, 0.3]
@@ -164,9 +163,7 @@ def test_timer_thread_survives_a_raising_listener(unraisable: list[Any]) -> None
 
 
 @pytest.mark.timeout(30)
-def test_timer_thread_survives_a_failing_timer_callback(
-    unraisable: list[Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_timer_thread_survives_a_failing_timer_callback(unraisable: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     original = AbortSignal._on_timer
     doomed: list[AbortSignal] = []
 
@@ -349,7 +346,8 @@ def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> 
         for s in signals:
             assert s.wait(5)
     assert counts == [[1] * (per_thread // 50)] * n_threads
-    del signals, short_signals
+    del signals
+    short_signals.clear()
     assert pending_baseline() == baseline
 
 

@@ -1,4 +1,4 @@
-"""Calls, views, results, codes and the deep freeze (DESIGN.md §2)."""
+"""Calls, views, results, codes and the deep freeze (docs/contract.md §2)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,22 @@ from dshtools import (
     ToolSuccess,
     thaw,
 )
-from dshtools._freeze import FreezeError, FrozenDict, dumps, freeze, freeze_with_height
+from dshtools._freeze import FreezeError, dumps, freeze, freeze_with_height
 from dshtools._types import aborted, exception_failure, failure
 
 
 def test_code_constants_have_the_contract_values() -> None:
-    assert (TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, TOOL_TIMEOUT) == ("ABORTED_BEFORE_DISPATCH", "ABORTED", "TOOL_TIMEOUT")
-    assert (UNKNOWN_TOOL, INVALID_ARGS, INVALID_TOOL_OUTPUT, DENIED) == ("UNKNOWN_TOOL", "INVALID_ARGS", "INVALID_TOOL_OUTPUT", "DENIED")
+    assert (TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, TOOL_TIMEOUT) == (
+        "ABORTED_BEFORE_DISPATCH",
+        "ABORTED",
+        "TOOL_TIMEOUT",
+    )
+    assert (UNKNOWN_TOOL, INVALID_ARGS, INVALID_TOOL_OUTPUT, DENIED) == (
+        "UNKNOWN_TOOL",
+        "INVALID_ARGS",
+        "INVALID_TOOL_OUTPUT",
+        "DENIED",
+    )
 
 
 # ----------------------------------------------------------------- the call
@@ -117,8 +126,15 @@ def test_tool_error_validates() -> None:
 def test_freeze_makes_read_only_mappings_and_tuples() -> None:
     f = freeze({"a": [1, {"b": 2}], "c": (3,)})
     assert f == {"a": (1, {"b": 2}), "c": (3,)}
-    for mutate in (lambda: f.__setitem__("x", 1), lambda: f.pop("a"), lambda: f.update(x=1), lambda: f.clear(),
-                   lambda: f["a"][1].setdefault("z", 0), lambda: f.__delitem__("a"), lambda: f.popitem()):
+    for mutate in (
+        lambda: f.__setitem__("x", 1),
+        lambda: f.pop("a"),
+        lambda: f.update(x=1),
+        lambda: f.clear(),
+        lambda: f["a"][1].setdefault("z", 0),
+        lambda: f.__delitem__("a"),
+        lambda: f.popitem(),
+    ):
         with pytest.raises(TypeError):
             mutate()
     assert copy.deepcopy(f) is f and pickle.loads(pickle.dumps(f)) == f
@@ -162,7 +178,7 @@ def test_freeze_dag_that_would_explode_if_unshared_is_linear() -> None:
     node: Any = [1]
     for _ in range(60):  # 2**60 paths, 60 containers
         node = [node, node]
-    f, height = freeze_with_height(node)
+    _f, height = freeze_with_height(node)
     assert height == 61
 
 
@@ -261,10 +277,17 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
         def dispatch(self, *a: object) -> Any: ...
 
     token, parent, run, signal = ExecutionToken(), ExecutionToken(), _R(), AbortController().signal
-    values: dict[str, Any] = dict(
-        token=token, call_id="c", root_call_id="r", name="n", arguments=freeze({"a": 1}),
-        agent="ag", parent=parent, definition=None, signal=signal,
-    )
+    values: dict[str, Any] = {
+        "token": token,
+        "call_id": "c",
+        "root_call_id": "r",
+        "name": "n",
+        "arguments": freeze({"a": 1}),
+        "agent": "ag",
+        "parent": parent,
+        "definition": None,
+        "signal": signal,
+    }
     built = ToolRunContext(**values, run=run)
     fast = _run_context(**values, run=run)
     _same_fields(built, fast)  # fails when a field is added to the class only

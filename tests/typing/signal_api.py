@@ -1,12 +1,10 @@
-"""Typing contract of the cancellation primitive (DESIGN.md §1), checked by
+"""Typing contract of the cancellation primitive (docs/contract.md §1), checked by
 mypy (strict, warn_unused_ignores) from tests/test_typing.py. Lines without
 an ignore must type-check; every ``# type: ignore[...]`` marks an error mypy
 must report - if it disappeared, ``warn_unused_ignores`` fails the run.
 Not imported at run time (the file name does not start with ``test_``)."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 from typing_extensions import assert_type
 
@@ -88,8 +86,8 @@ def accepted_usage() -> None:
     with deadline(None, 2, "T") as entered_deadline:
         assert_type(entered_deadline, Deadline)
 
-    assert_type(timeout_of(signal), Optional[TimeoutReason])
-    assert_type(timeout_of(error, "TOOL_TIMEOUT"), Optional[TimeoutReason])
+    assert_type(timeout_of(signal), TimeoutReason | None)
+    assert_type(timeout_of(error, "TOOL_TIMEOUT"), TimeoutReason | None)
     del timeout_error, exception
 
 

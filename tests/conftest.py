@@ -1,0 +1,1 @@
+"""Shared test scaffolding: one fixture per concept, defined once."""
