@@ -17,7 +17,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["AbortError", "TimeoutReason", "check_seconds", "report_unraisable"]
+__all__ = ["AbortError", "TimeoutReason", "check_seconds", "report_unraisable", "safe_repr", "safe_str"]
 
 
 class AbortError(Exception):
@@ -86,6 +86,39 @@ class _UnraisableArgs:
         self.exc_traceback: TracebackType | None = exc.__traceback__
         self.err_msg: str | None = err_msg
         self.object: Any = obj
+
+
+def safe_repr(obj: object) -> str:
+    """``repr(obj)``, or a stand-in naming its type when that ``repr``
+    raises: containment paths describe foreign objects (listeners,
+    observers, hooks, returned values) and must never fail doing so
+    (docs/contract.md §8 A4)."""
+    try:
+        text = repr(obj)
+        if type(text) is str:
+            return text
+    except Exception:
+        pass
+    return f"<{safe_type_name(obj)} object (repr failed)>"
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in naming its class when that ``__str__``
+    raises or returns a non-``str`` (docs/contract.md §8 A4)."""
+    try:
+        text = str(exc)
+        if type(text) is str:
+            return text
+    except Exception:
+        pass
+    return f"<{safe_type_name(exc)} (str() failed)>"
+
+
+def safe_type_name(obj: object) -> str:
+    """The name of ``obj``'s class (``type(obj).__name__`` cannot run user
+    code, but is kept in one place with the other guards)."""
+    name = type(obj).__name__
+    return name if type(name) is str else "object"
 
 
 def report_unraisable(exc: BaseException, err_msg: str, obj: object) -> None:

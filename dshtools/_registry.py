@@ -55,7 +55,7 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from ._admission import HookReturnError, admit, describe
-from ._errors import AbortError, report_unraisable
+from ._errors import AbortError, report_unraisable, safe_repr
 from ._freeze import FreezeError, FrozenDict, freeze_with_height
 from ._hooks import (
     Accept,
@@ -914,7 +914,7 @@ class ToolRegistry:
                 if run.interrupt is None:
                     run.interrupt = ki
             except BaseException as exc:
-                report_unraisable(exc, f"Exception in result observer {observer!r}", result)
+                report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
         return result
 
     def _post_execute(self, run: _Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:

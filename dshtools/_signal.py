@@ -60,7 +60,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _timer
-from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable
+from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable, safe_repr
 
 __all__ = ["AbortController", "AbortSignal", "Listener", "ListenerHandle"]
 
@@ -448,7 +448,7 @@ class AbortSignal:
             try:  # _call(), inlined: this loop is the cost of abort()
                 callback(self)
             except Exception as exc:
-                report_unraisable(exc, f"Exception in abort listener {callback!r}", self)
+                report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), self)
             except BaseException as exc:  # KeyboardInterrupt, SystemExit: kept
                 if interrupt is None:
                     interrupt = exc
@@ -626,7 +626,7 @@ def _call(callback: Listener, signal: AbortSignal) -> None:
     try:
         callback(signal)
     except Exception as exc:
-        report_unraisable(exc, f"Exception in abort listener {callback!r}", signal)
+        report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
 
 
 class AbortController:
