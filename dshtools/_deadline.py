@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from ._errors import AbortError, TimeoutReason, check_seconds
-from ._signal import AbortSignal, _derive, _timeout_signal
+from ._signal import AbortSignal, _timeout_signal, derive
 
 __all__ = ["Deadline", "deadline", "timeout_of"]
 
@@ -48,7 +48,7 @@ class Deadline:
         self.seconds = value
         timer = _timeout_signal(value, code)
         self._timer_signal = timer
-        self.signal = _derive([upstream, timer] if upstream is not None else [timer])
+        self.signal = derive([upstream, timer] if upstream is not None else [timer])
         self._owns_signal = True
 
     @property

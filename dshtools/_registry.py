@@ -74,7 +74,7 @@ from ._hooks import (
     ToolDefinition,
 )
 from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
-from ._signal import AbortSignal, _derive
+from ._signal import AbortSignal, abort_owned, derive
 from ._types import (
     INVALID_ARGS,
     ExecutionToken,
@@ -672,7 +672,7 @@ class ToolRegistry:
         # The registry aborts `fused` itself on KeyboardInterrupt, so signals
         # a body derives from it must link to it (aborts_directly).
         handoff = None if _on_worker() else _Handoff()
-        fused = _derive(
+        fused = derive(
             [caller] if outer is caller else [caller, outer],
             None if handoff is None else handoff.withdraw,
             aborts_directly=True,
@@ -794,15 +794,8 @@ class ToolRegistry:
                         run.submit_error = exc
                         handoff.withdraw()
                 if interrupt is not None:
-                    if not fused.aborted:
-                        fused._abort(interrupt)
-                    else:
-                        # A second interrupt may have landed inside that
-                        # abort, after the signal was marked but before its
-                        # listeners ran (a body woken only by a listener
-                        # would never wake): run what is still pending. Each
-                        # listener is claimed by a pop, so none runs twice.
-                        fused._dispatch(list(fused._listeners))
+                    # Also runs listeners a second interrupt left pending.
+                    abort_owned(fused, interrupt)
                     handoff.withdraw()
                 # After an interrupt `done` may already have been consumed
                 # (the interrupt landed just after acquire() returned): read
@@ -835,7 +828,7 @@ class ToolRegistry:
             # a Ctrl-C inside the body is this thread's interrupt, not a
             # tool fault.
             interrupt = outcome[1]
-            fused._abort(interrupt)
+            abort_owned(fused, interrupt)
         if interrupt is not None:
             run.interrupt = interrupt
             raise interrupt

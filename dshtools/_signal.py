@@ -521,7 +521,7 @@ class AbortSignal:
         for s in items:
             if not isinstance(s, AbortSignal):
                 raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
-        return _derive(items)
+        return derive(items)
 
     @staticmethod
     def timeout(seconds: float) -> AbortSignal:
@@ -558,16 +558,16 @@ def _timeout_signal(seconds: float, code: str) -> AbortSignal:
     return signal
 
 
-def _derive(
-    items: list[AbortSignal], listener: Listener | None = None, *, aborts_directly: bool = False
-) -> AbortSignal:
+def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts_directly: bool = False) -> AbortSignal:
     """A signal derived from ``items`` (flattened). With ``listener``, the
     derived signal is born with that listener (unless an input is already
     aborted: then no listener is installed and the result reads aborted),
     under the same lock acquisition as the links: the registry's dispatch
     signal, one lock round trip instead of two and no handle. With
-    ``aborts_directly`` the caller may ``_abort`` the result itself; signals
-    later derived from it then link to it as well as to its sources."""
+    ``aborts_directly`` the caller may abort the result itself
+    (``abort_owned``); signals later derived from it then link to it as well
+    as to its sources. Package-internal (the registry's and ``deadline``'s
+    seam into this module)."""
     derived = AbortSignal()
     derived._aborts_directly = aborts_directly
     with _LOCK:
@@ -618,6 +618,22 @@ def _derive(
             derived._listeners[_next_key()] = listener
             derived._keepalive_changed_locked()
     return derived
+
+
+def abort_owned(signal: AbortSignal, reason: object) -> None:
+    """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
+    by the caller that owns it (the registry's dispatch signal on
+    ``KeyboardInterrupt``). If it is already aborted, run the listeners it
+    still has pending: a second interrupt may have landed inside the first
+    abort, after the signal was marked but before its listeners ran, and a
+    body woken only by a listener would then never wake. Each listener is
+    claimed by one atomic pop, so none runs twice. Package-internal."""
+    if not signal._aborted:
+        signal._abort(reason)
+    elif signal._listeners:
+        interrupt = signal._dispatch(list(signal._listeners))
+        if interrupt is not None:
+            raise interrupt
 
 
 def _call(callback: Listener, signal: AbortSignal) -> None:
