@@ -1,7 +1,10 @@
-"""``python -m benchmarks [--quick] [--only SECTION ...] [--out PATH] [--update-docs]``
+"""``python -m benchmarks [--quick] [--only SECTION ...] [--no-instructions] [--out PATH] [--update-docs]``
 
-Runs every section (under 60 s on 2 cores), prints a Markdown table and
-writes the figures to ``benchmarks/results.json``.
+Runs every section, prints a Markdown table and writes the figures to
+``benchmarks/results.json``. The wall-clock sections take about a minute on
+2 cores; the instruction counts (callgrind, when ``valgrind`` is installed)
+add a few minutes and are merged into ``dispatch`` (``--quick`` and
+``--no-instructions`` leave them out).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, latency, leaks, peers, report, signals
+from . import batch, dispatch, instructions, latency, leaks, peers, report, signals
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -33,7 +36,9 @@ DEFAULT_OUT = HERE / "results.json"
 DOCS_PAGE = HERE.parent / "docs" / "benchmarks.md"
 
 
-def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
+def run_all(
+    *, quick: bool, only: list[str] | None = None, progress: bool = True, count_instructions: bool = True
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     t0 = time.monotonic()
@@ -50,6 +55,10 @@ def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True
             extra["peer_versions"] = figures["versions"]
             extra["peers_skipped"] = figures["skipped"]
             figures = figures["results"]
+        if name == "dispatch" and count_instructions and not quick:
+            if progress:
+                print("[benchmarks] dispatch instructions (callgrind) ...", file=sys.stderr, flush=True)
+            figures.update(instructions.run())
         results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
@@ -71,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few rounds of everything (smoke use; rough figures)")
     parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
+    parser.add_argument(
+        "--no-instructions", action="store_true", help="skip the callgrind instruction counts (minutes)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
     parser.add_argument("--update-docs", action="store_true", help=f"also rewrite the table in {DOCS_PAGE}")
     args = parser.parse_args(argv)
-    results = run_all(quick=args.quick, only=args.only)
+    results = run_all(quick=args.quick, only=args.only, count_instructions=not args.no_instructions)
     table = report.render(results)
     print(table)
     if not args.no_write:

@@ -13,10 +13,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
+from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry, execute_batch
 from dshtools.io import sleep
 
-from ._compat import execute_batch
 from ._timing import median
 
 __all__ = ["run"]

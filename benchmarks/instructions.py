@@ -1,0 +1,126 @@
+"""Load-independent dispatch cost: machine instructions per call, counted
+with callgrind (``valgrind --tool=callgrind``), which counts the same on a
+quiet machine and a busy one.
+
+Each case runs in a child interpreter under callgrind twice, with ``SHORT``
+and ``LONG`` calls after the same warm-up; the difference divided by
+``LONG - SHORT`` is the cost of one call with start-up, imports and warm-up
+cancelled out. Every thread is counted (the worker's side of a hand-off
+too). Cases:
+
+* ``bare``: ``executor.submit(f).result()`` on a ``ThreadPoolExecutor``
+  (the baseline);
+* ``execute``: ``registry.execute`` of a no-op tool on the same kind of
+  pool;
+* ``execute_hooks``: the same with ``TimeoutPolicy`` (armed: the tool
+  declares a timeout), a pass-through pre-execute and post-execute hook and
+  a result observer.
+
+Keys: ``dispatch.instructions_ratio`` (execute / bare) and
+``dispatch.with_hooks_instructions_ratio``; skipped with a note when
+``valgrind`` is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CASES", "count", "run"]
+
+CASES = ("bare", "execute", "execute_hooks")
+SHORT, LONG = 200, 1200
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+_CHILD = r"""
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+case, n = sys.argv[1], int(sys.argv[2])
+executor = ThreadPoolExecutor(max_workers=4)
+
+def noop():
+    return None
+
+if case == "bare":
+    submit = executor.submit
+    for _ in range(200):
+        submit(noop).result()
+    for _ in range(n):
+        submit(noop).result()
+else:
+    from dshtools import AbortController, ToolExecutionInput
+    from benchmarks.dispatch import make_registry
+
+    registry = make_registry(executor, hooks=case == "execute_hooks")
+    call = ToolExecutionInput("call-1", "noop", {}, AbortController().signal)
+    execute = registry.execute
+    for _ in range(200):
+        assert not execute(call).is_error
+    for _ in range(n):
+        execute(call)
+    registry.close()
+executor.shutdown(wait=True)
+"""
+
+
+def _collected(case: str, calls: int, valgrind: str) -> int:
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [
+                valgrind,
+                "--tool=callgrind",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-c",
+                _CHILD,
+                case,
+                str(calls),
+            ],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    match = _COLLECTED.search(proc.stderr)
+    if proc.returncode != 0 or match is None:
+        raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def count(case: str, valgrind: str) -> float:
+    """Instructions per call of ``case`` (one of ``CASES``)."""
+    return (_collected(case, LONG, valgrind) - _collected(case, SHORT, valgrind)) / (LONG - SHORT)
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return {"skipped": "valgrind is not installed: no instruction counts"}
+    per_call = {case: count(case, valgrind) for case in CASES}
+    bare = per_call["bare"]
+    return {
+        "bare_submit_instructions": per_call["bare"],
+        "execute_instructions": per_call["execute"],
+        "execute_with_hooks_instructions": per_call["execute_hooks"],
+        "instructions_ratio": per_call["execute"] / bare,
+        "with_hooks_instructions_ratio": per_call["execute_hooks"] / bare,
+        "instruction_targets": {"instructions_ratio": 1.8, "with_hooks_instructions_ratio": 3.5},
+        "calls_counted": LONG - SHORT,
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(), indent=2))
