@@ -366,7 +366,9 @@ class _StdioServer:
                 serving.cancel()
 
     async def serve(self, handle_signals: bool) -> int:
-        server: Server[Any] = Server(self._name, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        server: Server[Any] = Server(
+            self._name, version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
         send_in, receive_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         send_out, receive_out = anyio.create_memory_object_stream[SessionMessage](0)
         reader = threading.Thread(
@@ -391,6 +393,12 @@ class _StdioServer:
             send_out.close()
             receive_in.close()
         return 0 if self.signum is None else 128 + self.signum
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
