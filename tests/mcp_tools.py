@@ -9,6 +9,8 @@
   ``<tag>.abort`` gets ``time.time()`` and the reason when its signal
   aborts (written by the listener, the instant the abort reaches the
   body); ``<tag>.ended`` is written when the body returns or raises.
+* ``note {"tag"}`` -- exclusive (no ``is_concurrency_safe``): writes
+  ``<tag>.start`` with ``time.time()`` and returns.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def _slow(args: Any, run: ToolRunContext) -> str:
         (OUT / f"{tag}.ended").write_text(json.dumps({"t": time.time()}))
 
 
+def _note(args: Any, run: ToolRunContext) -> str:
+    (OUT / f"{args['tag']}.start").write_text(json.dumps({"t": time.time()}))
+    return "noted"
+
+
 def _parallel(_args: object) -> bool:
     return True
 
@@ -69,5 +76,13 @@ registry.register(
         {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
         _slow,
         is_concurrency_safe=_parallel,
+    )
+)
+registry.register(
+    ToolDefinition(
+        "note",
+        "Record the time (an exclusive tool)",
+        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
+        _note,
     )
 )

@@ -163,7 +163,7 @@ def test_lists_the_registry_tools_and_calls_one_with_stdout_kept_clean(tmp_path:
         with anyio.fail_after(10):
             listed = await server.session.list_tools()
             by_name = {tool.name: tool for tool in listed.tools}
-            assert sorted(by_name) == ["echo", "slow"]
+            assert sorted(by_name) == ["echo", "note", "slow"]
             assert by_name["echo"].input_schema == {
                 "type": "object",
                 "properties": {"text": {"type": "string"}},
@@ -292,6 +292,35 @@ def test_sigterm_aborts_every_call_joins_and_exits_143(tmp_path: Path) -> None:
             assert server.record(tag, "ended") is not None
         assert no_sleep_left(first)
         assert all(no_sleep_left(child) for child in children)
+
+    run(tmp_path, scenario)
+
+
+@pytest.mark.timeout(20)
+def test_an_exclusive_call_waits_for_the_call_in_flight(tmp_path: Path) -> None:
+    async def scenario(server: Server) -> None:
+        noted: list[object] = []
+
+        async def slow() -> None:
+            await server.session.call_tool("slow", {"tag": "first"})
+
+        async def note() -> None:
+            noted.append(await server.session.call_tool("note", {"tag": "second"}))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg, anyio.create_task_group() as slow_group:
+                slow_group.start_soon(slow)
+                await server.sleep_child()
+                tg.start_soon(note)
+                # The server reads requests in order: once this ping is
+                # answered, the note call was received and is queued.
+                await server.session.send_ping()
+                assert server.record("second", "start") is None
+                slow_group.cancel_scope.cancel()
+        ended, started = server.record("first", "ended"), server.record("second", "start")
+        assert ended is not None and started is not None
+        assert started["t"] >= ended["t"]
+        assert len(noted) == 1
 
     run(tmp_path, scenario)
 
