@@ -34,6 +34,8 @@ Command line::
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
                     [--cancel-after S] [--max-parallel N] [--json]
+    dshtools mcp --tools MODULE:ATTRIBUTE [--name N]   (see dshtools.mcp; exits 0 at
+                    end of input, 128 + signum after SIGTERM/SIGINT)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
 one (``MODULE`` is imported with the current directory on ``sys.path``;
