@@ -247,16 +247,16 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 def cmd_mcp(ns: argparse.Namespace) -> int:
     """Serve ``--tools`` as an MCP server on stdio (docs/contract.md §11; see
     ``dshtools.mcp``): 0 at end of input, 128 + signum after SIGTERM/SIGINT."""
-    try:
-        from .mcp import serve_stdio
-    except ImportError as exc:
-        if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "anyio"):
-            raise
-        raise UsageError(f"the mcp command needs the MCP SDK: pip install 'dshtools[mcp]' ({exc})") from None
     # A module that prints while it is imported must not corrupt the protocol.
     with contextlib.redirect_stdout(sys.stderr):
         registry = load_registry(ns.tools)
     try:
+        try:
+            from .mcp import serve_stdio
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "anyio"):
+                raise
+            raise UsageError(f"the mcp command needs the MCP SDK: pip install 'dshtools[mcp]' ({exc})") from None
         return serve_stdio(registry, name=ns.name)
     finally:
         registry.close()

@@ -198,6 +198,16 @@ class _Gate:
                 self._cond.wait()
         return True
 
+    def drop(self, ticket: _Ticket) -> None:
+        """Give up ``ticket`` whether or not it was admitted (its call will
+        not run)."""
+        with self._cond:
+            if not ticket.admitted:
+                self._queue.remove(ticket)
+                self._admit_locked()
+                return
+        self.leave(ticket)
+
     def leave(self, ticket: _Ticket) -> None:
         with self._cond:
             self._running -= 1
@@ -290,7 +300,11 @@ class _StdioServer:
                 except anyio.RunFinishedError:  # pragma: no cover - the loop always joins first
                     pass
 
-        threading.Thread(target=run, name=f"dshtools-mcp-{call.call_id}", daemon=True).start()
+        try:
+            threading.Thread(target=run, name=f"dshtools-mcp-{call.call_id}", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: this call does not run
+            self._gate.drop(ticket)
+            return _tool_result(exc)
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():

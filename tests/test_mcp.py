@@ -158,7 +158,7 @@ def no_sleep_left(child: psutil.Process) -> bool:
 
 
 @pytest.mark.timeout(20)
-def test_lists_the_registry_tools_and_calls_one_with_stdout_kept_clean(tmp_path: Path) -> None:
+def test_lists_the_tools_calls_them_and_keeps_stdout_clean(tmp_path: Path) -> None:
     async def scenario(server: Server) -> None:
         with anyio.fail_after(10):
             listed = await server.session.list_tools()
@@ -178,6 +178,14 @@ def test_lists_the_registry_tools_and_calls_one_with_stdout_kept_clean(tmp_path:
             bad = await server.session.call_tool("echo", {"text": 7})
             assert bad.is_error is True
             assert "invalid arguments" in getattr(bad.content[0], "text", "")
+
+            # An unknown tool is an isError result the model can read, not a
+            # JSON-RPC error.
+            unknown = await server.session.call_tool("no_such_tool", {})
+            assert unknown.is_error is True
+            assert getattr(unknown.content[0], "text", "") == 'Error: unknown tool "no_such_tool"'
+            (answer,) = server.answers_to(server.call_id("no_such_tool"))
+            assert isinstance(answer, types.JSONRPCResponse)
         # The body's print and its child's output went to stderr, not into the
         # protocol (pump_out would have failed on a non-JSON line).
         await server.process.stdin.aclose() if server.process.stdin else None
@@ -186,19 +194,6 @@ def test_lists_the_registry_tools_and_calls_one_with_stdout_kept_clean(tmp_path:
         noise = server.stderr.read_text()
         assert "stray print from a tool body" in noise
         assert "stray output from a child process" in noise
-
-    run(tmp_path, scenario)
-
-
-@pytest.mark.timeout(20)
-def test_an_unknown_tool_is_an_iserror_result_not_a_protocol_error(tmp_path: Path) -> None:
-    async def scenario(server: Server) -> None:
-        with anyio.fail_after(10):
-            result = await server.session.call_tool("no_such_tool", {})
-        assert result.is_error is True
-        assert getattr(result.content[0], "text", "") == 'Error: unknown tool "no_such_tool"'
-        (answer,) = server.answers_to(server.call_id("no_such_tool"))
-        assert isinstance(answer, types.JSONRPCResponse)
 
     run(tmp_path, scenario)
 
@@ -402,3 +397,19 @@ def test_a_call_cancelled_while_queued_is_withdrawn_and_unblocks_the_queue() -> 
     gate.leave(running)
     assert behind.admitted
     gate.leave(behind)
+
+
+@pytest.mark.timeout(10)
+def test_a_dropped_ticket_frees_its_place_admitted_or_not() -> None:
+    from dshtools.mcp import _Gate
+
+    gate = _Gate()
+    first = gate.enqueue(True)
+    second = gate.enqueue(True)
+    third = gate.enqueue(False)
+    gate.drop(second)  # queued: withdrawn
+    assert not third.admitted
+    gate.drop(first)  # admitted: left
+    assert third.admitted
+    gate.leave(third)
+    assert gate.enqueue(True).admitted
