@@ -262,7 +262,10 @@ def test_end_of_input_aborts_the_call_in_flight_and_exits_after_joining_it(tmp_p
 
 
 @pytest.mark.timeout(20)
-def test_sigterm_aborts_every_call_joins_and_exits_143(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_aborts_every_call_joins_and_exits_128_plus_signum(
+    tmp_path: Path, signum: signal.Signals, status: int
+) -> None:
     async def scenario(server: Server) -> None:
         async def call(tag: str) -> None:
             try:
@@ -277,13 +280,13 @@ def test_sigterm_aborts_every_call_joins_and_exits_143(tmp_path: Path) -> None:
                 tg.start_soon(call, "term-2")
                 while len(children := _sleeps(server.process.pid)) < 2:
                     await anyio.sleep(0.01)
-                server.process.send_signal(signal.SIGTERM)
-                status = await server.process.wait()
+                server.process.send_signal(signum)
+                exit_status = await server.process.wait()
                 tg.cancel_scope.cancel()
-        assert status == 128 + signal.SIGTERM == 143
+        assert exit_status == 128 + signum == status
         for tag in ("term-1", "term-2"):
             abort = server.record(tag, "abort")
-            assert abort is not None and "SIGTERM" in abort["reason"]
+            assert abort is not None and signum.name in abort["reason"]
             assert server.record(tag, "ended") is not None
         assert no_sleep_left(first)
         assert all(no_sleep_left(child) for child in children)
