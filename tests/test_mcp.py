@@ -188,7 +188,8 @@ def test_lists_the_tools_calls_them_and_keeps_stdout_clean(tmp_path: Path) -> No
             assert isinstance(answer, types.JSONRPCResponse)
         # The body's print and its child's output went to stderr, not into the
         # protocol (pump_out would have failed on a non-JSON line).
-        await server.process.stdin.aclose() if server.process.stdin else None
+        assert server.process.stdin is not None
+        await server.process.stdin.aclose()
         with anyio.fail_after(10):
             assert await server.process.wait() == 0
         noise = server.stderr.read_text()
