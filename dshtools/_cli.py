@@ -34,6 +34,8 @@ Command line::
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
                     [--cancel-after S] [--max-parallel N] [--json]
+    dshtools mcp --tools MODULE:ATTRIBUTE [--name N]   (see dshtools.mcp; exits 0 at
+                    end of input, 128 + signum after SIGTERM/SIGINT)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
 one (``MODULE`` is imported with the current directory on ``sys.path``;
@@ -53,6 +55,7 @@ interrupted by Ctrl-C (SIGINT).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -241,6 +244,24 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         registry.close()
 
 
+def cmd_mcp(ns: argparse.Namespace) -> int:
+    """Serve ``--tools`` as an MCP server on stdio (docs/contract.md §11; see
+    ``dshtools.mcp``): 0 at end of input, 128 + signum after SIGTERM/SIGINT."""
+    # A module that prints while it is imported must not corrupt the protocol.
+    with contextlib.redirect_stdout(sys.stderr):
+        registry = load_registry(ns.tools)
+    try:
+        try:
+            from .mcp import serve_stdio
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "anyio"):
+                raise
+            raise UsageError(f"the mcp command needs the MCP SDK: pip install 'dshtools[mcp]' ({exc})") from None
+        return serve_stdio(registry, name=ns.name)
+    finally:
+        registry.close()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line usage error (docs/contract.md §6: one line on
     stderr, exit 2); ``--help`` still prints the full usage."""
@@ -321,6 +342,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(replay, None)
     replay.set_defaults(func=cmd_replay, subparser=replay)
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve your registry's tools as a Model Context Protocol server over stdio",
+        description="Serve the registry named by --tools as an MCP server on stdin/stdout (needs the mcp extra). "
+        "Each tools/call runs through the registry with its own signal; notifications/cancelled aborts it and "
+        "joins the body. Exit status: 0 at end of input; 128 + signum after SIGTERM or SIGINT, once every "
+        "call in flight was aborted and joined.",
+    )
+    mcp.add_argument(
+        "--tools",
+        required=True,
+        metavar="MODULE:ATTRIBUTE",
+        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+    )
+    mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
+    mcp.set_defaults(func=cmd_mcp, subparser=mcp)
     return parser
 
 

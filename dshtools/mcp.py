@@ -1,0 +1,428 @@
+"""A ``ToolRegistry`` served as a Model Context Protocol server over stdio
+(docs/contract.md §11), built on the official ``mcp`` SDK (extra ``mcp``).
+
+``serve_stdio(registry, *, name="dshtools")`` answers ``tools/list`` from
+``registry.schemas()`` and runs each ``tools/call`` through
+``registry.execute`` -- every hook, guard, approver and policy of the
+registry applies -- and returns when the client closes the connection.
+
+Guarantees:
+
+* **Each call has its own ``AbortController``.** The protocol's
+  ``notifications/cancelled`` for a request aborts that call's signal at
+  once, from the event loop, while the body runs in a worker thread (it is
+  not waiting for the body to notice); the handler then waits, shielded from
+  further cancellation, until ``registry.execute`` has returned, i.e. until
+  the body was joined. No response is sent for a cancelled request (the SDK
+  drops it), but the registry still publishes the call's one result to its
+  observers.
+* **End of input aborts every call in flight** (reason: the connection
+  closed), joins them, and only then does ``serve_stdio`` return.
+* **Results**: each content block of the result becomes an MCP text block
+  (a non-text block is rendered as its JSON text); ``isError`` is ``True``
+  exactly when the result is a ``ToolFailure``. An unknown tool, invalid
+  arguments or a denial are ``isError`` results (the registry's
+  ``UNKNOWN_TOOL``, ``INVALID_ARGS``, ``DENIED``), never JSON-RPC errors.
+* **Scheduling**: calls overlap, each on its own thread, except that a call
+  whose ``registry.execution_mode(call)`` is ``"exclusive"`` runs alone:
+  admission is first come, first served, so an exclusive call waits for the
+  calls admitted before it and holds back the ones that arrive after it.
+  A call cancelled while it waits never runs its body (the registry reports
+  ``ABORTED_BEFORE_DISPATCH``).
+* **Nothing but protocol on stdout.** While serving, file descriptor 1
+  points at stderr and descriptor 0 at the null device, so a ``print`` in a
+  tool, a logging handler on ``sys.stdout`` or a child process started by a
+  tool can neither corrupt the protocol stream nor read its input; the
+  protocol uses private close-on-exec duplicates of the original
+  descriptors (a child never holds the client's pipes open). Both
+  descriptors are restored when ``serve_stdio`` returns.
+* **Signals** (only when called in the main thread): SIGTERM or SIGINT
+  aborts every call in flight (reason names the signal), joins them, and
+  makes ``serve_stdio`` return ``128 + signum``. A second signal does not
+  cut the join short (SIGKILL does).
+
+Threads: the asyncio event loop (``anyio.run``) runs the protocol in the
+calling thread; a daemon thread reads stdin (a blocking read cannot be
+cancelled, so shutdown never waits for it); each call runs
+``registry.execute`` on a thread of its own, and the body on the
+registry's executor as usual.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal as _signals
+import sys
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.message import SessionMessage
+
+from ._errors import safe_str
+from ._freeze import thaw
+from ._registry import ToolRegistry
+from ._signal import AbortController, AbortSignal
+from ._types import ToolExecutionInput, ToolExecutionResult
+
+__all__ = ["serve_stdio"]
+
+_STOP_SIGNALS = (_signals.SIGTERM, _signals.SIGINT)
+
+# Abort reasons, one per way a call can be stopped from outside.
+CLIENT_CANCELLED = "the MCP client cancelled the request (notifications/cancelled)"
+CONNECTION_CLOSED = "the MCP connection closed (end of input)"
+
+
+def serve_stdio(registry: ToolRegistry, *, name: str = "dshtools") -> int:
+    """Serve ``registry``'s tools over this process's stdin/stdout as an MCP
+    server named ``name``; block until the client closes the connection.
+
+    Returns ``0`` after end of input, or ``128 + signum`` after SIGTERM or
+    SIGINT (handled only when called from the main thread). Either way every
+    call in flight was aborted and joined first: no body of ``registry`` is
+    still running when this returns. The registry is not closed (it is the
+    caller's). Raises ``RuntimeError`` when called from a running event loop
+    (it starts its own). Source: docs/contract.md §11.
+    """
+    handle_signals = threading.current_thread() is threading.main_thread()
+    with _claim_stdio() as (in_fd, out_fd):
+        server = _StdioServer(registry, name, in_fd, out_fd)
+        status: int = anyio.run(server.serve, handle_signals)
+        return status
+
+
+@contextmanager
+def _claim_stdio() -> Iterator[tuple[int, int]]:
+    """Move the protocol to private duplicates of fds 0 and 1, and point
+    fd 0 at the null device and fd 1 at stderr; restore both on exit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    in_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    out_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, 0)
+        try:
+            os.dup2(2, 1)
+        except OSError:  # no stderr: stray output is discarded instead
+            os.dup2(null, 1)
+    finally:
+        os.close(null)
+    try:
+        yield in_fd, out_fd
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+        os.dup2(out_fd, 1)
+        os.dup2(in_fd, 0)
+        os.close(out_fd)
+        # in_fd stays open: after a signal the reader thread may still be
+        # blocked reading it, and a closed number could be reused under it.
+
+
+class _Ticket:
+    __slots__ = ("admitted", "exclusive")
+
+    def __init__(self, exclusive: bool) -> None:
+        self.exclusive = exclusive
+        self.admitted = False
+
+
+class _Gate:
+    """First-come admission of calls: parallel calls overlap, an exclusive
+    call runs alone. Invariants (under ``_cond``): tickets are admitted only
+    from the head of ``_queue``, so in arrival order; ``_exclusive`` implies
+    ``_running == 1``; a parallel ticket never passes an earlier exclusive
+    one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[_Ticket] = deque()
+        self._running = 0
+        self._exclusive = False
+
+    def enqueue(self, exclusive: bool) -> _Ticket:
+        ticket = _Ticket(exclusive)
+        with self._cond:
+            self._queue.append(ticket)
+            self._admit_locked()
+        return ticket
+
+    def _admit_locked(self) -> None:
+        while self._queue:
+            head = self._queue[0]
+            if head.exclusive:
+                if self._running:
+                    break
+                self._exclusive = True
+            elif self._exclusive:
+                break
+            self._queue.popleft()
+            self._running += 1
+            head.admitted = True
+        self._cond.notify_all()
+
+    def wait(self, ticket: _Ticket, signal: AbortSignal) -> bool:
+        """Block until ``ticket`` is admitted (``True``; call ``leave``) or
+        ``signal`` aborted first (``False``; the ticket is withdrawn)."""
+
+        def wake(_signal: AbortSignal) -> None:
+            with self._cond:
+                self._cond.notify_all()
+
+        with signal.add_listener(wake), self._cond:
+            while not ticket.admitted:
+                if signal.aborted:
+                    self._queue.remove(ticket)
+                    self._admit_locked()
+                    return False
+                self._cond.wait()
+        return True
+
+    def drop(self, ticket: _Ticket) -> None:
+        """Give up ``ticket`` whether or not it was admitted (its call will
+        not run)."""
+        with self._cond:
+            if not ticket.admitted:
+                self._queue.remove(ticket)
+                self._admit_locked()
+                return
+        self.leave(ticket)
+
+    def leave(self, ticket: _Ticket) -> None:
+        with self._cond:
+            self._running -= 1
+            if ticket.exclusive:
+                self._exclusive = False
+            self._admit_locked()
+
+
+def _text(block: Mapping[str, Any]) -> str:
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        text: str = block["text"]
+    else:
+        text = json.dumps(thaw(block), ensure_ascii=False, default=repr)
+    # Lone surrogates cannot be encoded as UTF-8 on the wire.
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _tool_result(outcome: ToolExecutionResult | BaseException) -> types.CallToolResult:
+    if isinstance(outcome, BaseException):
+        text = f"Error: the server could not run the call: {type(outcome).__name__}: {safe_str(outcome)}"
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=_text({"type": "text", "text": text}))], is_error=True
+        )
+    content: list[types.ContentBlock] = [types.TextContent(type="text", text=_text(b)) for b in outcome.content]
+    return types.CallToolResult(content=content, is_error=outcome.is_error)
+
+
+class _StdioServer:
+    """One connection: the SDK's low-level ``Server`` over our own stdio
+    streams. ``stop_reason`` is set before anything cancels the handlers
+    from outside (end of input, a signal), so a handler that sees neither
+    was cancelled by the client."""
+
+    def __init__(self, registry: ToolRegistry, name: str, in_fd: int, out_fd: int) -> None:
+        self._registry = registry
+        self._name = name
+        self._in_fd = in_fd
+        self._out_fd = out_fd
+        self._gate = _Gate()
+        self.stop_reason: str | None = None
+        self.signum: int | None = None
+
+    # ------------------------------------------------------------- handlers
+
+    async def _list_tools(
+        self, _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = []
+        for schema in self._registry.schemas():
+            plain = thaw(schema)
+            tools.append(
+                types.Tool(
+                    name=plain["name"],
+                    description=plain.get("description") or None,
+                    input_schema=plain.get("parameters") or {"type": "object", "properties": {}},
+                )
+            )
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        controller = AbortController()
+        call = ToolExecutionInput(
+            call_id=f"mcp:{ctx.request_id}",
+            name=params.name,
+            arguments=params.arguments if params.arguments is not None else {},
+            signal=controller.signal,
+        )
+        ticket = self._gate.enqueue(self._registry.execution_mode(call) == "exclusive")
+        done = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        outcome: list[ToolExecutionResult | BaseException] = []
+
+        def run() -> None:
+            try:
+                admitted = self._gate.wait(ticket, controller.signal)
+                try:
+                    # Withdrawn while queued: the registry still answers
+                    # (ABORTED_BEFORE_DISPATCH, published to its observers).
+                    outcome.append(self._registry.execute(call))
+                finally:
+                    if admitted:
+                        self._gate.leave(ticket)
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                try:
+                    anyio.from_thread.run_sync(done.set, token=token)
+                except anyio.RunFinishedError:  # pragma: no cover - the loop always joins first
+                    pass
+
+        try:
+            threading.Thread(target=run, name=f"dshtools-mcp-{call.call_id}", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: this call does not run
+            self._gate.drop(ticket)
+            return _tool_result(exc)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            # Abort first, from here, without waiting for the worker to
+            # notice; then join, shielded, so the handler cannot finish (and
+            # the server cannot exit) while the body still runs.
+            controller.abort(self.stop_reason or CLIENT_CANCELLED)
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+            raise
+        return _tool_result(outcome[0])
+
+    # ------------------------------------------------------------ transport
+
+    def _read_loop(
+        self, send: MemoryObjectSendStream[SessionMessage | Exception], token: anyio.lowlevel.EventLoopToken
+    ) -> None:
+        """Reader thread: one JSON-RPC message per line of stdin."""
+        pending = bytearray()
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._in_fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                pending += chunk
+                while (end := pending.find(b"\n")) >= 0:
+                    line = bytes(pending[:end])
+                    del pending[: end + 1]
+                    if line.strip():
+                        anyio.from_thread.run(send.send, _parse(line), token=token)
+            if pending.strip():
+                anyio.from_thread.run(send.send, _parse(bytes(pending)), token=token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
+            return
+        if self.stop_reason is None:
+            self.stop_reason = CONNECTION_CLOSED
+        try:
+            anyio.from_thread.run_sync(send.close, token=token)
+        except anyio.RunFinishedError:  # pragma: no cover
+            pass
+
+    async def _write_loop(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        broken = False
+        async with receive:
+            async for message in receive:
+                if broken:
+                    continue
+                data = (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+                try:
+                    await anyio.to_thread.run_sync(_write_all, self._out_fd, data)
+                except OSError:  # the client went away; keep draining
+                    broken = True
+
+    async def _watch_signals(
+        self,
+        serving: anyio.CancelScope,
+        watching: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        # Listening until every call was joined: a second signal during the
+        # join is swallowed here instead of raising KeyboardInterrupt into it.
+        with watching, anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
+            task_status.started()
+            async for signum in received:
+                if self.signum is None:
+                    self.signum = int(signum)
+                    if self.stop_reason is None:
+                        self.stop_reason = f"the MCP server is stopping ({_signals.Signals(signum).name})"
+                serving.cancel()
+
+    async def serve(self, handle_signals: bool) -> int:
+        server: Server[Any] = Server(
+            self._name, version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        send_in, receive_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        send_out, receive_out = anyio.create_memory_object_stream[SessionMessage](0)
+        reader = threading.Thread(
+            target=self._read_loop,
+            args=(send_in, anyio.lowlevel.current_token()),
+            name="dshtools-mcp-stdin",
+            daemon=True,
+        )
+        async with anyio.create_task_group() as outer:
+            # The writer is outside the serving scope: the SDK's last
+            # writes (errors for requests cut short) still reach stdout.
+            outer.start_soon(self._write_loop, receive_out)
+            with anyio.CancelScope() as serving:
+                watching = anyio.CancelScope()
+                if handle_signals:
+                    await outer.start(self._watch_signals, serving, watching)
+                reader.start()
+                await server.run(receive_in, send_out, server.create_initialization_options())
+            # server.run returned (or was cancelled) only after every call
+            # handler finished its shielded join.
+            watching.cancel()
+            send_out.close()
+            receive_in.close()
+        return 0 if self.signum is None else 128 + self.signum
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except Exception as exc:
+        return exc
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
