@@ -1,8 +1,10 @@
 """The documentation builds strictly and says what the code does.
 
-* ``mkdocs build --strict`` (built-in theme, mkdocstrings-python; nothing is
-  fetched from the network) into a temporary directory: a broken link, a
-  missing page or an API name that no longer resolves fails the suite.
+* ``mkdocs build --strict`` (mkdocs-material, mkdocstrings-python; nothing is
+  fetched from the network) into a temporary directory: a broken link or
+  anchor, a missing page or an API name that no longer resolves fails the
+  suite. The built site loads nothing from another host (no web fonts, no
+  CDN scripts), and its diagrams are SVG files shipped with it.
 * Every ``python`` code block of the guide pages runs, in page order, in one
   namespace per page: the samples are the documentation's claims, and
   their ``assert`` lines pin what they promise.
@@ -67,6 +69,18 @@ def test_mkdocs_build_strict_succeeds(tmp_path: Path) -> None:
     assert (site / "index.html").exists()
     api = (site / "reference" / "signals" / "index.html").read_text(encoding="utf-8")
     assert "AbortSignal" in api and "add_listener" in api  # the reference is generated from docstrings
+    # Offline at view time: every script, stylesheet, image and font is served from the site itself.
+    remote = re.compile(r"""(?:<script[^>]*\ssrc|<link[^>]*\shref|<img[^>]*\ssrc)=["']?(?:https?:)?//""", re.I)
+    for page in site.rglob("*.html"):
+        found = remote.search(page.read_text(encoding="utf-8"))
+        assert found is None, f"{page.relative_to(site)} loads a remote resource: {found.group(0)}"
+    for page in site.rglob("*.css"):
+        assert "fonts.googleapis" not in page.read_text(encoding="utf-8"), page
+    # The diagrams are real images, present in the built site and referenced by the pages.
+    contract = (site / "contract" / "index.html").read_text(encoding="utf-8")
+    for diagram in ("pipeline.svg", "handoff.svg", "batch-timeline.svg"):
+        assert (site / "diagrams" / diagram).stat().st_size > 1000
+        assert f"diagrams/{diagram}" in contract
 
 
 @pytest.mark.parametrize("page", GUIDE_PAGES)
