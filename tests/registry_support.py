@@ -5,10 +5,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from dshtools import (
     AbortController,
@@ -116,17 +114,3 @@ def blocked_in_wait(thread: threading.Thread) -> bool:
 
 def tool_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
-
-
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
-@pytest.fixture
-def registry() -> Iterator[ToolRegistry]:
-    r = ToolRegistry(max_workers=4)
-    yield r
-    r.close()

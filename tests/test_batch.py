@@ -33,10 +33,9 @@ def rec() -> Recorder:
 
 
 @pytest.fixture
-def registry(rec: Recorder) -> Any:
-    with ToolRegistry() as r:
-        rec.install(r)
-        yield r
+def registry(registry: ToolRegistry, rec: Recorder) -> ToolRegistry:
+    rec.install(registry)
+    return registry
 
 
 def _assert_one_result_per_call(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:

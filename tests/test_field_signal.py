@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import random
-import sys
 import threading
 import time
 import tracemalloc
@@ -17,21 +16,6 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason, _timer
-
-
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
-@pytest.fixture
-def fast_switching() -> Any:
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def run_pair(first: Callable[[], None], second: Callable[[], None], join: float) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,11 +40,15 @@ def _fail(args: Any, run: ToolRunContext) -> Any:
 
 
 @pytest.fixture
-def registry() -> Iterator[ToolRegistry]:
-    with ToolRegistry(max_workers=2) as r:
-        r.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
-        r.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, _fail))
-        yield r
+def registry_options() -> dict[str, Any]:
+    return {"max_workers": 2}
+
+
+@pytest.fixture
+def registry(registry: ToolRegistry) -> ToolRegistry:
+    registry.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
+    registry.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, _fail))
+    return registry
 
 
 def _call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:

@@ -17,10 +17,8 @@ from registry_support import (
     Recorder,
     blocked_in_wait,
     call,
-    registry,
     run_in_thread,
     tool,
-    unraisable,
     wait_until,
 )
 
@@ -47,7 +45,10 @@ from dshtools import (
     thaw,
 )
 
-__all__ = ["registry", "unraisable"]  # fixtures re-exported for pytest
+
+@pytest.fixture
+def registry_options() -> dict[str, Any]:
+    return {"max_workers": 4}
 
 
 def ok_body(args: Any, run: Any) -> Any:

@@ -32,7 +32,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from registry_support import Recorder, blocked_in_wait, call, run_in_thread, tool, unraisable, wait_until
+from registry_support import Recorder, blocked_in_wait, call, run_in_thread, tool, wait_until
 
 from dshtools import (
     TOOL_ABORTED,
@@ -44,8 +44,6 @@ from dshtools import (
     ToolRegistry,
     _registry,
 )
-
-__all__ = ["unraisable"]  # fixture re-exported for pytest
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH

@@ -17,14 +17,6 @@ import pytest
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
 
 
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Capture what goes to sys.unraisablehook (pytest would turn it into an error)."""
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
 def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
     """Poll until `thread` is parked inside threading's wait (not a sleep used
     as synchronisation: it observes the thread's frame)."""
@@ -37,15 +29,6 @@ def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
             frame = frame.f_back
         time.sleep(0.0002)
     raise AssertionError(f"{thread!r} never blocked in wait()")
-
-
-@pytest.fixture
-def fast_switching() -> Any:
-    """Make the interpreter switch threads often, so races really interleave."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 # ---------------------------------------------------------------- state, reason

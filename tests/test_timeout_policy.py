@@ -34,10 +34,9 @@ from dshtools.io import sleep as io_sleep
 
 
 @pytest.fixture
-def registry() -> Any:
-    with ToolRegistry() as r:
-        r.add_around_dispatch(TimeoutPolicy())
-        yield r
+def registry(registry: ToolRegistry) -> ToolRegistry:
+    registry.add_around_dispatch(TimeoutPolicy())
+    return registry
 
 
 def _call(name: str, signal: AbortSignal, call_id: str = "c1", **args: Any) -> ToolExecutionInput:

@@ -17,13 +17,6 @@ import pytest
 from dshtools import AbortController, AbortSignal, TimeoutReason, _timer, deadline
 
 
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
 def pending_baseline() -> int:
     gc.collect()
     return _timer.pending_count()
