@@ -1,15 +1,7 @@
-"""Imports that may live in private modules until they are re-exported."""
+"""Names the benchmarks import from one place (both are public exports)."""
 
 from __future__ import annotations
 
-try:
-    from dshtools import TimeoutPolicy  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - before the re-export lands
-    from dshtools._policies import TimeoutPolicy
-
-try:
-    from dshtools import execute_batch  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    from dshtools._batch import execute_batch
+from dshtools import TimeoutPolicy, execute_batch
 
 __all__ = ["TimeoutPolicy", "execute_batch"]

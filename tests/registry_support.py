@@ -11,11 +11,14 @@ from typing import Any
 from dshtools import (
     AbortController,
     AbortSignal,
+    ErrorDetail,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolFailure,
     ToolRegistry,
+    ToolSuccess,
 )
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -114,3 +117,15 @@ def blocked_in_wait(thread: threading.Thread) -> bool:
 
 def tool_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
+
+
+def value_of(result: ToolExecutionResult) -> Any:
+    """A success's value; any other result fails the test, showing it."""
+    assert isinstance(result, ToolSuccess), f"expected a success, got {result!r}"
+    return result.value
+
+
+def error_of(result: ToolExecutionResult) -> ErrorDetail:
+    """A failure's error; a success fails the test, showing it."""
+    assert isinstance(result, ToolFailure), f"expected a failure, got {result!r}"
+    return result.error

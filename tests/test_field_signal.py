@@ -71,7 +71,7 @@ def _b02_trials(n: int, with_listener: bool, mix_in_controller: bool) -> None:
             del sources  # the test keeps only `fused`
             calls: list[tuple[float, object]] = []
             if with_listener:
-                fused.add_listener(lambda s, calls=calls: calls.append((time.monotonic(), s.reason)))
+                fused.add_listener(lambda s, calls=calls: calls.append((time.monotonic(), s.reason)))  # type: ignore[misc]
             trials.append((created, fused, calls))
         del fused
         gc.collect()
@@ -112,7 +112,7 @@ def test_b02_fused_timeout_with_listener_fires_after_the_test_drops_everything()
     fired = threading.Event()
     reasons: list[object] = []
     fused = AbortSignal.any_of([AbortSignal.timeout(0.05), AbortController().signal])
-    fused.add_listener(lambda s: (reasons.append(s.reason), fired.set()))
+    fused.add_listener(lambda s: (reasons.append(s.reason), fired.set()))  # type: ignore[func-returns-value]
     del fused
     for _ in range(3):
         gc.collect()
