@@ -147,7 +147,7 @@ def test_malformed_json_arguments_execute_to_invalid_args_through_a_real_registr
     assert text == f"Error: invalid arguments: arguments are not valid JSON: {sentinel.error} at $"
     assert "line 1 column" in text
     assert isinstance(ok, ToolSuccess) and ok.value == {"sum": 5}
-    assert len(ran) == 1  # INVALID_ARGS skips every later phase (DESIGN §3 step 1)
+    assert len(ran) == 1  # INVALID_ARGS skips every later phase (docs/contract.md §3, pipeline step 1)
     msgs = doa.tool_messages(calls, [bad, ok])
     assert msgs[0]["tool_call_id"] == "bad" and msgs[0]["content"].startswith("Error: invalid arguments")
     assert msgs[1]["tool_call_id"] == "ok" and json.loads(msgs[1]["content"]) == {"sum": 5}
