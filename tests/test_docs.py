@@ -120,3 +120,36 @@ def test_benchmark_page_has_the_table_markers_and_the_command() -> None:
     text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
     assert report.START in text and report.END in text
     assert "python -m benchmarks" in text
+
+
+def _sources() -> list[Path]:
+    trees = [ROOT / "dshtools", ROOT / "tests", ROOT / "benchmarks", DOCS]
+    return [p for tree in trees for p in tree.rglob("*") if p.suffix in (".py", ".md") and p.is_file()]
+
+
+def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
+    text = (DOCS / "contract.md").read_text(encoding="utf-8")
+    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)}
+    amendments = {int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)}
+    assert sections == set(range(1, 12))
+    assert amendments == set(range(1, 15))
+    cited_sections: set[int] = set()
+    cited_amendments: set[int] = set()
+    for path in _sources():
+        body = path.read_text(encoding="utf-8")
+        cited_sections |= {int(n) for n in re.findall(r"contract\.md ?§ ?(\d+)", body)}
+        cited_amendments |= {int(n) for n in re.findall(r"contract\.md ?§ ?8,? A(\d+)", body)}
+    assert cited_sections, "nothing cites the contract: the pattern is wrong"
+    assert cited_sections <= sections, sorted(cited_sections - sections)
+    assert cited_amendments <= amendments, sorted(cited_amendments - amendments)
+
+
+def test_every_field_case_cited_in_the_repository_is_listed() -> None:
+    listed = set(re.findall(r"^### ([BN]\d+)$", (DOCS / "field-cases.md").read_text(encoding="utf-8"), re.M))
+    assert {"B02", "B17", "B47", "N1", "N4"} <= listed
+    cited: set[str] = set()
+    for path in _sources():
+        for group in re.findall(r"field cases? ((?:[BN]\d+(?:, | and |/)?)+)", path.read_text(encoding="utf-8")):
+            cited |= set(re.findall(r"[BN]\d+", group))
+    assert cited, "nothing cites a field case: the pattern is wrong"
+    assert cited <= listed, sorted(cited - listed)
