@@ -5,7 +5,7 @@ see docs/contract.md and docs/ for the contract."""
 from ._batch import execute_batch
 from ._deadline import Deadline, deadline, timeout_of
 from ._errors import AbortError, TimeoutReason
-from ._freeze import thaw
+from ._freeze import FrozenDict, thaw
 from ._hooks import (
     Accept,
     Allow,
@@ -73,6 +73,7 @@ __all__ = [
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
+    "FrozenDict",
     "Guard",
     "ListenerHandle",
     "PostExecuteDecision",
@@ -100,3 +101,22 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def _report_public_module() -> None:
+    from types import FunctionType
+
+    # Public classes and functions say where users import them from
+    # (``dshtools.ToolRegistry`` in reprs, tracebacks and pickles), not the
+    # private module that defines them, as httpx and trio do. Every name in
+    # ``__all__`` is covered, including names exported later.
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, (type, FunctionType)):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):  # a builtin or extension type
+                pass
+
+
+_report_public_module()

@@ -120,7 +120,7 @@ class _Batch:
         slot = _Slot(index, attrs.evolve(call, signal=fused))
         # After cancellation the fused signal is already aborted, so _begin
         # settles the call as ABORTED_BEFORE_DISPATCH and runs no hook
-        # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
+        # (docs/contract.md §3, pipeline step 2): no pre-execute runs after the batch aborted.
         # The slot is recorded only once _begin returned: a call whose
         # _begin was interrupted counts as never begun and is settled again.
         slot.run = run = self.registry._begin(slot.call, allow_closed=True)

@@ -12,6 +12,15 @@ Guarantees:
   the depth. Deeper than ``MAX_DEPTH`` is reported as a problem, never
   attempted. The helper's creation sets ``threading.stack_size`` briefly
   (process-global); it is serialised by a lock and restored at once.
+* Validation is bounded (docs/contract.md §8 A6): time and memory grow
+  linearly with the value. The yes/no answer (``is_valid``) is linear in
+  ``jsonschema-rs``; describing violations is not, because an ``anyOf``
+  or ``oneOf`` error carries its branches' errors, each holding a copy of
+  its part of the value, so a recursive schema costs depth × size. So
+  violations are described (at most ``_MAX_ERRORS`` of them) only for an
+  invalid value within ``DESCRIBE_DEPTH`` levels and ``_DESCRIBE_BUDGET``
+  units of depth × size; any other invalid value gets one message saying
+  that it does not match, without asking the validator why.
 """
 
 from __future__ import annotations
@@ -23,14 +32,20 @@ import jsonschema_rs
 
 from ._freeze import json_path
 
-__all__ = ["INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
+__all__ = ["DESCRIBE_DEPTH", "INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
 
 INLINE_DEPTH: Final = 200
 MAX_DEPTH: Final = 200_000
+DESCRIBE_DEPTH: Final = INLINE_DEPTH
+# depth × size, with size counted in nodes (a string counts one node per
+# 64 characters): describing the violations of a value under this budget
+# stays within milliseconds and a few megabytes, whatever the schema.
+_DESCRIBE_BUDGET: Final = 100_000
 _MAX_ERRORS: Final = 5
 _MAX_MESSAGE: Final = 300
-# Measured: jsonschema-rs uses roughly 0.4-1 KiB of native stack per level
-# for a recursive ($ref/anyOf) schema; 4 KiB per level leaves ample slack.
+# Native stack given to the helper thread per level of nesting: more than
+# jsonschema-rs uses per level, recursive ($ref/anyOf) schemas included
+# (tests/test_schema_bounds.py validates 10 000 levels on it).
 _STACK_PER_LEVEL: Final = 4096
 _STACK_BASE: Final = 16 * 1024 * 1024
 _STACK_LOCK: Final = threading.Lock()
@@ -62,16 +77,20 @@ class CompiledSchema:
         levels), each ``"<message> at <JSON path>"``; empty when valid.
         Blocks; runs in the calling thread unless the value is deep."""
         if height <= INLINE_DEPTH:
-            return self._problems(value)
+            return self._problems(value, height)
         if height > MAX_DEPTH:
             return [f"value nests {height} levels deep, more than the {MAX_DEPTH} that can be validated"]
         return self._problems_on_big_stack(value, height)
 
-    def _problems(self, value: Any) -> list[str]:
+    def _problems(self, value: Any, height: int) -> list[str]:
         out: list[str] = []
         try:
             if self._validator.is_valid(value):
                 return out
+            if not _describable(value, height):
+                return [
+                    f"value does not match the schema (too large or too deeply nested, {height} levels, to locate why)"
+                ]
             for err in self._validator.iter_errors(value):
                 out.append(f"{_short(err.message)} at {json_path(list(err.instance_path))}")
                 if len(out) >= _MAX_ERRORS:
@@ -92,7 +111,7 @@ class CompiledSchema:
 
         def work() -> None:
             try:
-                box.append(self._problems(value))
+                box.append(self._problems(value, height))
             except BaseException as exc:  # pragma: no cover - reported below
                 box.append(exc)
 
@@ -110,6 +129,31 @@ class CompiledSchema:
         if isinstance(result, BaseException):
             return [f"value could not be validated: {type(result).__name__}: {_short(str(result))}"]
         return result
+
+
+def _describable(value: Any, height: int) -> bool:
+    """Whether asking the validator for messages about ``value`` (a frozen
+    JSON value nested ``height`` levels) stays within the bound: linear,
+    and stops counting as soon as the budget is spent."""
+    if height > DESCRIBE_DEPTH:
+        return False
+    budget = _DESCRIBE_BUDGET // max(height, 1)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            budget -= 1 + len(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            budget -= 1
+            stack.extend(item)
+        elif isinstance(item, str):
+            budget -= 1 + len(item) // 64
+        else:
+            budget -= 1
+        if budget < 0:
+            return False
+    return True
 
 
 def _short(text: str) -> str:

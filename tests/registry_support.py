@@ -5,19 +5,20 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from dshtools import (
     AbortController,
     AbortSignal,
+    ErrorDetail,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolFailure,
     ToolRegistry,
+    ToolSuccess,
 )
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -118,15 +119,13 @@ def tool_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
 
 
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
+def value_of(result: ToolExecutionResult) -> Any:
+    """A success's value; any other result fails the test, showing it."""
+    assert isinstance(result, ToolSuccess), f"expected a success, got {result!r}"
+    return result.value
 
 
-@pytest.fixture
-def registry() -> Iterator[ToolRegistry]:
-    r = ToolRegistry(max_workers=4)
-    yield r
-    r.close()
+def error_of(result: ToolExecutionResult) -> ErrorDetail:
+    """A failure's error; a success fails the test, showing it."""
+    assert isinstance(result, ToolFailure), f"expected a failure, got {result!r}"
+    return result.error

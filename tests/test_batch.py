@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from batch_support import Recorder, calls, tool
+from registry_support import error_of, value_of
 
 from dshtools import (
     TOOL_ABORTED,
@@ -33,10 +34,9 @@ def rec() -> Recorder:
 
 
 @pytest.fixture
-def registry(rec: Recorder) -> Any:
-    with ToolRegistry() as r:
-        rec.install(r)
-        yield r
+def registry(registry: ToolRegistry, rec: Recorder) -> ToolRegistry:
+    rec.install(registry)
+    return registry
 
 
 def _assert_one_result_per_call(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
@@ -80,7 +80,7 @@ def test_parallel_safe_calls_overlap(registry: ToolRegistry, rec: Recorder) -> N
     barrier = threading.Barrier(2, timeout=5)
     registry.register(tool("meet", rec, lambda _a, _r: barrier.wait() >= 0))
     results = execute_batch(registry, calls("meet", 2, AbortController().signal), signal=AbortController().signal)
-    assert [r.value for r in results] == [True, True]
+    assert [value_of(r) for r in results] == [True, True]
 
 
 @pytest.mark.timeout(10)
@@ -98,7 +98,7 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
     results = execute_batch(
         registry, calls("g", 9, AbortController().signal), signal=AbortController().signal, max_parallel=3
     )
-    assert [r.value for r in results] == [1] * 9
+    assert [value_of(r) for r in results] == [1] * 9
     assert peak[0] == 3
 
 
@@ -114,7 +114,7 @@ def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Reco
         ToolExecutionInput("p3", "p", {}, sig),
     ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
-    assert [r.value for r in results] == ["p", "p", "x", "p"]
+    assert [value_of(r) for r in results] == ["p", "p", "x", "p"]
     ev = rec.events
     idx = {e: ev.index(e) for e in ev}
     # x1 begins only after p1 and p2 were fully published ...
@@ -138,7 +138,7 @@ def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: 
 
     registry.register(tool("t", rec, body))
     results = execute_batch(registry, calls("t", 3, AbortController().signal), signal=AbortController().signal)
-    assert [r.value for r in results] == ["c0", "c1", "c2"]
+    assert [value_of(r) for r in results] == ["c0", "c1", "c2"]
     assert rec.order("body_end")[-1] == "c0"
     assert rec.order("pre") == ["c0", "c1", "c2"]
     assert rec.order("post") == ["c0", "c1", "c2"]
@@ -253,7 +253,7 @@ def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegis
 @pytest.mark.timeout(20)
 def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegistry, rec: Recorder) -> None:
     batch = AbortController()
-    registry.register(tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))
+    registry.register(tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))  # type: ignore[func-returns-value]
     results = execute_batch(registry, calls("x", 5, AbortController().signal), signal=batch.signal)
     assert [r.code for r in results] == [TOOL_ABORTED] + [TOOL_ABORTED_BEFORE_DISPATCH] * 4
     assert rec.order("pre") == ["c0"]
@@ -404,6 +404,7 @@ def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec:
     results = execute_batch(registry, calls("t", 5, AbortController().signal), signal=AbortController().signal)
     assert time.monotonic() - t0 < 2
     assert results[1].is_error and results[1].code is None
-    assert results[1].error.info is not None and results[1].error.info.name == "ValueError"
-    assert [r.value for i, r in enumerate(results) if i != 1] == ["ok"] * 4
+    info = error_of(results[1]).info
+    assert info is not None and info.name == "ValueError"
+    assert [value_of(r) for i, r in enumerate(results) if i != 1] == ["ok"] * 4
     assert not any(r.code in CANCELLED for r in results)

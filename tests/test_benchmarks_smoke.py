@@ -28,7 +28,7 @@ REQUIRED_KEYS = [
 ]
 
 
-def _lookup(results: dict, dotted: str) -> object:
+def _lookup(results: dict[str, object], dotted: str) -> object:
     node: object = results
     for part in dotted.split("."):
         assert isinstance(node, dict) and part in node, f"missing {dotted}"

@@ -1,8 +1,10 @@
 """The documentation builds strictly and says what the code does.
 
-* ``mkdocs build --strict`` (built-in theme, mkdocstrings-python; nothing is
-  fetched from the network) into a temporary directory: a broken link, a
-  missing page or an API name that no longer resolves fails the suite.
+* ``mkdocs build --strict`` (mkdocs-material, mkdocstrings-python; nothing is
+  fetched from the network) into a temporary directory: a broken link or
+  anchor, a missing page or an API name that no longer resolves fails the
+  suite. The built site loads nothing from another host (no web fonts, no
+  CDN scripts), and its diagrams are SVG files shipped with it.
 * Every ``python`` code block of the guide pages runs, in page order, in one
   namespace per page: the samples are the documentation's claims, and
   their ``assert`` lines pin what they promise.
@@ -67,6 +69,18 @@ def test_mkdocs_build_strict_succeeds(tmp_path: Path) -> None:
     assert (site / "index.html").exists()
     api = (site / "reference" / "signals" / "index.html").read_text(encoding="utf-8")
     assert "AbortSignal" in api and "add_listener" in api  # the reference is generated from docstrings
+    # Offline at view time: every script, stylesheet, image and font is served from the site itself.
+    remote = re.compile(r"""(?:<script[^>]*\ssrc|<link[^>]*\shref|<img[^>]*\ssrc)=["']?(?:https?:)?//""", re.I)
+    for page in site.rglob("*.html"):
+        found = remote.search(page.read_text(encoding="utf-8"))
+        assert found is None, f"{page.relative_to(site)} loads a remote resource: {found.group(0)}"
+    for page in site.rglob("*.css"):
+        assert "fonts.googleapis" not in page.read_text(encoding="utf-8"), page
+    # The diagrams are real images, present in the built site and referenced by the pages.
+    contract = (site / "contract" / "index.html").read_text(encoding="utf-8")
+    for diagram in ("pipeline.svg", "handoff.svg", "batch-timeline.svg"):
+        assert (site / "diagrams" / diagram).stat().st_size > 1000
+        assert f"diagrams/{diagram}" in contract
 
 
 @pytest.mark.parametrize("page", GUIDE_PAGES)
@@ -106,3 +120,36 @@ def test_benchmark_page_has_the_table_markers_and_the_command() -> None:
     text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
     assert report.START in text and report.END in text
     assert "python -m benchmarks" in text
+
+
+def _sources() -> list[Path]:
+    trees = [ROOT / "dshtools", ROOT / "tests", ROOT / "benchmarks", DOCS]
+    return [p for tree in trees for p in tree.rglob("*") if p.suffix in (".py", ".md") and p.is_file()]
+
+
+def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
+    text = (DOCS / "contract.md").read_text(encoding="utf-8")
+    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)}
+    amendments = {int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)}
+    assert sections == set(range(1, 12))
+    assert amendments == set(range(1, 15))
+    cited_sections: set[int] = set()
+    cited_amendments: set[int] = set()
+    for path in _sources():
+        body = path.read_text(encoding="utf-8")
+        cited_sections |= {int(n) for n in re.findall(r"contract\.md ?§ ?(\d+)", body)}
+        cited_amendments |= {int(n) for n in re.findall(r"contract\.md ?§ ?8,? A(\d+)", body)}
+    assert cited_sections, "nothing cites the contract: the pattern is wrong"
+    assert cited_sections <= sections, sorted(cited_sections - sections)
+    assert cited_amendments <= amendments, sorted(cited_amendments - amendments)
+
+
+def test_every_field_case_cited_in_the_repository_is_listed() -> None:
+    listed = set(re.findall(r"^### ([BN]\d+)$", (DOCS / "field-cases.md").read_text(encoding="utf-8"), re.M))
+    assert {"B02", "B17", "B47", "N1", "N4"} <= listed
+    cited: set[str] = set()
+    for path in _sources():
+        for group in re.findall(r"field cases? ((?:[BN]\d+(?:, | and |/)?)+)", path.read_text(encoding="utf-8")):
+            cited |= set(re.findall(r"[BN]\d+", group))
+    assert cited, "nothing cites a field case: the pattern is wrong"
+    assert cited <= listed, sorted(cited - listed)

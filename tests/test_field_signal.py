@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import random
-import sys
 import threading
 import time
 import tracemalloc
@@ -17,21 +16,6 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason, _timer
-
-
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
-@pytest.fixture
-def fast_switching() -> Any:
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def run_pair(first: Callable[[], None], second: Callable[[], None], join: float) -> None:
@@ -87,7 +71,7 @@ def _b02_trials(n: int, with_listener: bool, mix_in_controller: bool) -> None:
             del sources  # the test keeps only `fused`
             calls: list[tuple[float, object]] = []
             if with_listener:
-                fused.add_listener(lambda s, calls=calls: calls.append((time.monotonic(), s.reason)))
+                fused.add_listener(lambda s, calls=calls: calls.append((time.monotonic(), s.reason)))  # type: ignore[misc]
             trials.append((created, fused, calls))
         del fused
         gc.collect()
@@ -128,7 +112,7 @@ def test_b02_fused_timeout_with_listener_fires_after_the_test_drops_everything()
     fired = threading.Event()
     reasons: list[object] = []
     fused = AbortSignal.any_of([AbortSignal.timeout(0.05), AbortController().signal])
-    fused.add_listener(lambda s: (reasons.append(s.reason), fired.set()))
+    fused.add_listener(lambda s: (reasons.append(s.reason), fired.set()))  # type: ignore[func-returns-value]
     del fused
     for _ in range(3):
         gc.collect()

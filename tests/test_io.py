@@ -29,7 +29,7 @@ from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, _p
 from dshtools import io as dio
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
-# "about a millisecond" (DESIGN §1 wait) with slack for a shared 2-core box.
+# "about a millisecond" (docs/contract.md §1, wait) with slack for a shared 2-core box.
 PROMPT = 0.1
 
 

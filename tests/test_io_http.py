@@ -27,7 +27,7 @@ from io_support import AbortLater
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
 
-# DESIGN §5 / the brief: a blocked connect or read is unblocked within
+# docs/contract.md §5: a blocked connect or read is unblocked within
 # 100 ms of the abort.
 PROMPT = 0.1
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,11 +40,15 @@ def _fail(args: Any, run: ToolRunContext) -> Any:
 
 
 @pytest.fixture
-def registry() -> Iterator[ToolRegistry]:
-    with ToolRegistry(max_workers=2) as r:
-        r.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
-        r.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, _fail))
-        yield r
+def registry_options() -> dict[str, Any]:
+    return {"max_workers": 2}
+
+
+@pytest.fixture
+def registry(registry: ToolRegistry) -> ToolRegistry:
+    registry.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
+    registry.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, _fail))
+    return registry
 
 
 def _call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
@@ -144,7 +147,7 @@ def test_malformed_json_arguments_execute_to_invalid_args_through_a_real_registr
     assert text == f"Error: invalid arguments: arguments are not valid JSON: {sentinel.error} at $"
     assert "line 1 column" in text
     assert isinstance(ok, ToolSuccess) and ok.value == {"sum": 5}
-    assert len(ran) == 1  # INVALID_ARGS skips every later phase (DESIGN §3 step 1)
+    assert len(ran) == 1  # INVALID_ARGS skips every later phase (docs/contract.md §3, pipeline step 1)
     msgs = doa.tool_messages(calls, [bad, ok])
     assert msgs[0]["tool_call_id"] == "bad" and msgs[0]["content"].startswith("Error: invalid arguments")
     assert msgs[1]["tool_call_id"] == "ok" and json.loads(msgs[1]["content"]) == {"sum": 5}

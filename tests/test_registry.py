@@ -17,10 +17,9 @@ from registry_support import (
     Recorder,
     blocked_in_wait,
     call,
-    registry,
     run_in_thread,
     tool,
-    unraisable,
+    value_of,
     wait_until,
 )
 
@@ -47,7 +46,10 @@ from dshtools import (
     thaw,
 )
 
-__all__ = ["registry", "unraisable"]  # fixtures re-exported for pytest
+
+@pytest.fixture
+def registry_options() -> dict[str, Any]:
+    return {"max_workers": 4}
 
 
 def ok_body(args: Any, run: Any) -> Any:
@@ -126,7 +128,7 @@ def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegi
     rec = Recorder()
     rec.install_all(registry)
     approvals: list[object] = []
-    registry._approver = lambda req: approvals.append(req) or "allowed-once"  # type: ignore[assignment,func-returns-value]
+    registry._approver = lambda req: approvals.append(req) or "allowed-once"  # type: ignore[func-returns-value]
     body_ran = threading.Event()
     registry.register(tool("t", lambda a, r: body_ran.set()))
     result = registry.execute(call("t", signal=AbortSignal.already_aborted("early")))
@@ -433,7 +435,7 @@ def test_queued_call_withdrawn_on_abort_never_runs() -> None:
     with ToolRegistry(max_workers=1) as registry:
         blocker_started, release = threading.Event(), threading.Event()
         queued_ran = threading.Event()
-        registry.register(tool("block", lambda a, r: blocker_started.set() or release.wait(5)))
+        registry.register(tool("block", lambda a, r: blocker_started.set() or release.wait(5)))  # type: ignore[func-returns-value]
         registry.register(tool("queued", lambda a, r: queued_ran.set()))
         t1, _box1 = run_in_thread(lambda: registry.execute(call("block")))
         blocker_started.wait(5)
@@ -584,7 +586,7 @@ def test_non_json_output_is_invalid_even_without_schema(registry: ToolRegistry, 
 def test_dag_output_is_valid_json(registry: ToolRegistry) -> None:
     shared = [1, 2]
     registry.register(tool("t", lambda a, r: {"a": shared, "b": shared}))
-    assert thaw(registry.execute(call("t")).value) == {"a": [1, 2], "b": [1, 2]}
+    assert thaw(value_of(registry.execute(call("t")))) == {"a": [1, 2], "b": [1, 2]}
 
 
 def test_cyclic_output_is_invalid(registry: ToolRegistry) -> None:
@@ -605,7 +607,7 @@ def test_accept_value_is_validated_and_rerendered(registry: ToolRegistry) -> Non
     registry.register(tool("good", lambda a, r: {"n": 1}, output_schema=schema))
     unregister = registry.add_post_execute(lambda e, r, nxt: Accept(value={"n": 2}))
     result = registry.execute(call("good"))
-    assert thaw(result.value) == {"n": 2} and result.content[0]["text"] == '{"n": 2}'
+    assert thaw(value_of(result)) == {"n": 2} and result.content[0]["text"] == '{"n": 2}'
     unregister()
     registry.add_post_execute(lambda e, r, nxt: Accept(value={"n": "two"}))
     assert registry.execute(call("good")).code == INVALID_TOOL_OUTPUT
@@ -641,7 +643,7 @@ def test_deferred_contexts_order_and_block_discards_tool_contexts(registry: Tool
 def test_finalize_content_replaces_only_success_content(registry: ToolRegistry) -> None:
     registry.register(tool("t", lambda a, r: {"big": "x" * 50}, finalize_content=lambda e, r: "truncated"))
     result = registry.execute(call("t"))
-    assert result.content[0]["text"] == "truncated" and thaw(result.value) == {"big": "x" * 50}
+    assert result.content[0]["text"] == "truncated" and thaw(value_of(result)) == {"big": "x" * 50}
 
 
 def test_waterfalls_run_first_registered_outermost(registry: ToolRegistry) -> None:
@@ -679,7 +681,7 @@ def test_waterfalls_run_first_registered_outermost(registry: ToolRegistry) -> No
 def test_guard_string_is_a_final_denial(registry: ToolRegistry) -> None:
     later: list[str] = []
     registry.add_guard(lambda e: "read-only mode")
-    registry.add_guard(lambda e: later.append("ran"))  # type: ignore[func-returns-value]
+    registry.add_guard(lambda e: later.append("ran"))
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t"))
     assert result.code == DENIED and result.content[0]["text"] == "Error: read-only mode" and later == []
@@ -767,7 +769,7 @@ def test_nested_dispatch_carries_parent_signal_and_ids(registry: ToolRegistry) -
     registry.register(tool("inner", inner))
     registry.register(tool("outer", outer))
     result = registry.execute(ToolExecutionInput("root", "outer", {}, AbortController().signal, agent="bot"))
-    assert thaw(result.value) == [4, 6]
+    assert thaw(value_of(result)) == [4, 6]
     o, i = seen["outer"], seen["inner"]
     assert i.parent == o.token and i.root_call_id == "root" and i.agent == "bot"
     assert i.call_id == "explicit"
@@ -801,7 +803,7 @@ def test_fifty_deep_nesting_on_one_worker_completes() -> None:
             return run.dispatch("nest", {"depth": depth - 1}).value + 1
 
         registry.register(tool("nest", body))
-        assert registry.execute(call("nest", {"depth": 50})).value == 50
+        assert value_of(registry.execute(call("nest", {"depth": 50}))) == 50
 
 
 @pytest.mark.timeout(10)
@@ -903,7 +905,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
 
     registry.register(tool("t", body))
     caller = AbortController().signal
-    interrupter = threading.Thread(target=lambda: (started.wait(5), _thread.interrupt_main()))
+    interrupter = threading.Thread(target=lambda: (started.wait(5), _thread.interrupt_main()))  # type: ignore[func-returns-value]
     interrupter.start()
     with pytest.raises(KeyboardInterrupt):
         registry.execute(call("t", signal=caller))
@@ -936,7 +938,7 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
     # the wait before it ends; a process-directed signal may land elsewhere).
     main = threading.main_thread().ident
     assert main is not None
-    helper = threading.Thread(target=lambda: (entered.wait(5), signal.pthread_kill(main, signal.SIGINT)))
+    helper = threading.Thread(target=lambda: (entered.wait(5), signal.pthread_kill(main, signal.SIGINT)))  # type: ignore[func-returns-value]
     helper.start()
     with pytest.raises(KeyboardInterrupt):
         registry.execute(call("t"))

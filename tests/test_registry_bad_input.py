@@ -167,12 +167,12 @@ def body(args: Any, run: Any) -> Any:
         (lambda: ToolDefinition("t", "", OBJECT, body, timeout=-1), ValueError),
         (lambda: ToolDefinition("t", "", OBJECT, body, timeout=float("nan")), ValueError),
         (lambda: ToolDefinition("t", "", OBJECT, body, timeout=float("inf")), ValueError),
-        (lambda: ToolDefinition("t", "", OBJECT, body, timeout="5"), TypeError),  # D6
+        (lambda: ToolDefinition("t", "", OBJECT, body, timeout="5"), TypeError),  # type: ignore[arg-type]  # D6
         (lambda: ToolDefinition("t", "", OBJECT, body, timeout=True), TypeError),
-        (lambda: ToolDefinition("t", "", OBJECT, "not callable"), TypeError),  # D7
+        (lambda: ToolDefinition("t", "", OBJECT, "not callable"), TypeError),  # type: ignore[arg-type]  # D7
         (lambda: ToolDefinition("", "", OBJECT, body), ValueError),  # D8
         (lambda: ToolDefinition("a b", "", OBJECT, body), ValueError),
-        (lambda: ToolDefinition("t", "", OBJECT, body, render=5), TypeError),  # D11
+        (lambda: ToolDefinition("t", "", OBJECT, body, render=5), TypeError),  # type: ignore[arg-type]  # D11
     ],
     ids=[
         "D1",
@@ -240,14 +240,14 @@ HOOK_CASES: list[tuple[str, Any, Any, dict[str, Any], str]] = [
     ),
     (
         "H10",
-        _install("add_post_execute", lambda e, r, nxt: Accept(additional_contexts=["text"])),
+        _install("add_post_execute", lambda e, r, nxt: Accept(additional_contexts=["text"])),  # type: ignore[list-item]
         None,
         {},
         INVALID_TOOL_OUTPUT,
     ),
     ("H11", None, None, {"render": lambda v: 5}, INVALID_TOOL_OUTPUT),
     ("H12", None, None, {"finalize_content": lambda e, r: object()}, INVALID_TOOL_OUTPUT),
-    ("H13", _install("add_around_dispatch", lambda e, nxt: ToolSuccess(1, [5])), None, {}, INVALID_TOOL_OUTPUT),
+    ("H13", _install("add_around_dispatch", lambda e, nxt: ToolSuccess(1, [5])), None, {}, INVALID_TOOL_OUTPUT),  # type: ignore[list-item]
     ("H14-raise", _install("add_pre_execute", _raising_pre), None, {}, DENIED),
     ("H14-deny-int", _install("add_pre_execute", _deny_int), None, {}, DENIED),
 ]

@@ -119,7 +119,7 @@ def test_b16_no_body_starts_after_the_abort() -> None:
     with ToolRegistry(max_workers=3) as registry:
         registry.register(tool("t", body))
         callers = [
-            run_in_thread(lambda i=i: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, controller.signal)))
+            run_in_thread(lambda i=i: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, controller.signal)))  # type: ignore[misc]
             for i in range(30)
         ]
         three_running.wait(5)
@@ -192,7 +192,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
         t0 = time.monotonic()
         callers = [
             run_in_thread(
-                lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))
+                lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))  # type: ignore[misc]
             )
             for i in range(outers)
         ]
@@ -230,7 +230,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     for i in range(1000):
         controller = AbortController()
         t, box = run_in_thread(
-            lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s))
+            lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s))  # type: ignore[misc]
         )
         controller.abort()
         callers.append((f"c{i}", t, box))

@@ -32,7 +32,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from registry_support import Recorder, blocked_in_wait, call, run_in_thread, tool, unraisable, wait_until
+from registry_support import Recorder, blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
 
 from dshtools import (
     TOOL_ABORTED,
@@ -44,8 +44,6 @@ from dshtools import (
     ToolRegistry,
     _registry,
 )
-
-__all__ = ["unraisable"]  # fixture re-exported for pytest
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH
@@ -147,7 +145,7 @@ def install_handoff_probe(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any],
     made: list[Any] = []
     base: Any = _registry._Handoff
 
-    class ProbedHandoff(base):  # type: ignore[misc, valid-type]
+    class ProbedHandoff(base):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             wrap(self)
@@ -252,7 +250,7 @@ def test_a_withdrawal_that_loses_the_claim_keeps_the_caller_joining(monkeypatch:
     rec = Recorder()
     controller = AbortController()
     with ToolRegistry(max_workers=1) as registry:
-        registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+        registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
         registry.add_result_observer(rec.observer)
         t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
         assert claimed.wait(5)
@@ -278,7 +276,7 @@ def test_work_run_after_its_withdrawal_is_a_no_op_even_twice() -> None:
     ran: list[int] = []
     rec = Recorder()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.append(1) or "ran"))
+    registry.register(tool("t", lambda a, r: ran.append(1) or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     controller = AbortController()
     t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
@@ -310,8 +308,8 @@ def test_sigint_while_the_call_is_queued_publishes_aborted_before_dispatch_and_r
     rec = Recorder()
     held = HeldExecutor() if kind == "never-running executor" else None
     registry = ToolRegistry(executor=held) if held is not None else ToolRegistry(max_workers=1)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
-    registry.register(tool("block", lambda a, r: blocker_started.set() or release.wait(5)))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
+    registry.register(tool("block", lambda a, r: blocker_started.set() or release.wait(5)))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     blocker = None
     if held is None:
@@ -325,7 +323,7 @@ def test_sigint_while_the_call_is_queued_publishes_aborted_before_dispatch_and_r
     helper.join(5)
     published = [result for view, result in rec.results if view.call_id == "q"]
     assert [result.code for result in published] == [ABD]
-    assert isinstance(published[0].meta["reason"], KeyboardInterrupt)
+    assert published[0].meta is not None and isinstance(published[0].meta["reason"], KeyboardInterrupt)
     assert not caller.aborted and caller.listener_count == 1
     release.set()
     if held is not None:
@@ -346,11 +344,11 @@ def test_submit_refused_by_a_shut_down_executor_is_aborted_before_dispatch() -> 
     executor.shutdown()
     ran = threading.Event()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     caller = AbortController().signal
     caller.add_listener(lambda s: None)
     result = registry.execute(call("t", signal=caller))
-    assert result.code == ABD and isinstance(result.meta["reason"], RuntimeError)
+    assert result.code == ABD and result.meta is not None and isinstance(result.meta["reason"], RuntimeError)
     assert not ran.is_set() and caller.listener_count == 1
     registry.close()
 
@@ -366,7 +364,7 @@ def test_keyboard_interrupt_inside_submit_after_queueing_withdraws_the_queued_wo
     ran = threading.Event()
     rec = Recorder()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     caller = AbortController().signal
     caller.add_listener(lambda s: None)
@@ -402,7 +400,7 @@ def test_inline_executor_runs_the_body_and_its_nested_call_in_the_calling_thread
     caller = AbortController().signal
     caller.add_listener(lambda s: None)
     result = registry.execute(call("outer", signal=caller))
-    assert result.code is None and result.value == "inner ok"
+    assert result.code is None and value_of(result) == "inner ok"
     assert threads == [threading.current_thread()] * 2 and executor.calls == 1
     assert caller.listener_count == 1
     registry.close()
@@ -424,7 +422,7 @@ def test_abort_from_inside_an_inline_body_is_aborted_and_never_releases_twice(un
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.code == TOOL_ABORTED and result.meta["reason"] == "from the body"
+    assert result.code == TOOL_ABORTED and result.meta is not None and result.meta["reason"] == "from the body"
     assert unraisable == []
     assert controller.signal.listener_count == 0
     registry.close()
@@ -447,11 +445,11 @@ def test_inline_executor_is_never_called_when_the_wrapper_signal_is_already_abor
             e.signal = own
 
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_around_dispatch(wrapper)
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))
-    assert result.code == ABD and result.meta["reason"] == "wrapper"
+    assert result.code == ABD and result.meta is not None and result.meta["reason"] == "wrapper"
     assert executor.calls == 0 and not ran.is_set() and caller.listener_count == 0
     registry.close()
 
@@ -470,8 +468,8 @@ def test_cancel_futures_shutdown_and_caller_abort_both_withdraw_one_call_once(
     ran = threading.Event()
     rec = Recorder()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("block", lambda a, r: started.set() or release.wait(5)))
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("block", lambda a, r: started.set() or release.wait(5)))  # type: ignore[func-returns-value]
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     blocker, _ = run_in_thread(lambda: registry.execute(call("block", call_id="b")))
     assert started.wait(5)
@@ -479,7 +477,10 @@ def test_cancel_futures_shutdown_and_caller_abort_both_withdraw_one_call_once(
     controller = AbortController()
     t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="q")))
     assert executor.queued.wait(5)
-    steps = [lambda: controller.abort("stop"), lambda: executor.shutdown(wait=False, cancel_futures=True)]
+    steps: list[Callable[[], object]] = [
+        lambda: controller.abort("stop"),
+        lambda: executor.shutdown(wait=False, cancel_futures=True),
+    ]
     for step in steps if first == "abort" else steps[::-1]:
         step()
     t.join(5)
@@ -502,8 +503,8 @@ def test_close_keeps_waiting_for_the_running_body_while_a_queued_call_is_withdra
     started, release = threading.Event(), threading.Event()
     ran = threading.Event()
     registry = ToolRegistry(max_workers=1)
-    registry.register(tool("block", lambda a, r: started.set() or (release.wait(5) and "done")))
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("block", lambda a, r: started.set() or (release.wait(5) and "done")))  # type: ignore[func-returns-value]
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     blocker, bbox = run_in_thread(lambda: registry.execute(call("block", call_id="b")))
     assert started.wait(5)
     controller = AbortController()
@@ -619,7 +620,7 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
     with ToolRegistry(max_workers=1) as registry:
         # The body returns only once the main thread is inside the probed
         # acquire, so that acquire is the one the body's release satisfies.
-        registry.register(tool("t", lambda a, r: wait_until(main_in_probe_acquire) or "done"))
+        registry.register(tool("t", lambda a, r: wait_until(main_in_probe_acquire) or "done"))  # type: ignore[func-returns-value]
         registry.add_result_observer(rec.observer)
         registry.add_result_observer(lambda e, r: finished.set())
         dog = Watchdog(fired, finished, lambda: made[0].done.lock.release())
@@ -679,7 +680,7 @@ def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_
     ran = threading.Event()
     rec = Recorder()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     registry.add_result_observer(lambda e, r: finished.set())
     dog = Watchdog(fired, finished, lambda: made[0].done.release())
@@ -710,7 +711,7 @@ def test_work_failed_by_a_broken_pool_without_running_settles_the_call() -> None
     executor = TrackingPool(max_workers=1, initializer=failing_initializer)
     ran = threading.Event()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     controller = AbortController()
     t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
     assert executor.queued.wait(5)
@@ -738,7 +739,7 @@ def test_submit_that_raises_after_queueing_never_runs_the_body_after_execute_ret
     ran = threading.Event()
     rec = Recorder()
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: ran.set() or "ran"))
+    registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
     result = registry.execute(call("t"))
     assert len(rec.results) == 1 and rec.results[0][1] is result
@@ -767,7 +768,7 @@ def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure()
     registry = ToolRegistry(executor=InlineExecutor())
     registry.register(tool("t", body))
     registry.add_result_observer(rec.observer)
-    helper = threading.Thread(target=lambda: (started.wait(5), sigint_main()), daemon=True)
+    helper = threading.Thread(target=lambda: (started.wait(5), sigint_main()), daemon=True)  # type: ignore[func-returns-value]
     helper.start()
     interrupted = False
     result = None
@@ -780,7 +781,7 @@ def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure()
     assert len(rec.results) == 1
     if not interrupted:
         assert result is not None
-        raise ObservedBug(f"execute returned {result.content[0]['text']!r} ({result.error}) instead of re-raising")
+        raise ObservedBug(f"execute returned {result.content[0]['text']!r} ({error_of(result)}) instead of re-raising")
     assert rec.results[0][1].code == TOOL_ABORTED
 
 
@@ -795,7 +796,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
     ABORTED_BEFORE_DISPATCH - never a body starting after ``close()``
     returned."""
     in_window, go = threading.Event(), threading.Event()
-    make_context = _registry._run_context
+    make_context = _registry._run_context  # type: ignore[attr-defined]
 
     def held_context(*args: Any) -> Any:
         if not in_window.is_set():
@@ -808,10 +809,10 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
     registry = ToolRegistry(executor=executor)
-    registry.register(tool("t", lambda a, r: started_after_close.append(close_returned.is_set()) or "ran"))
+    registry.register(tool("t", lambda a, r: started_after_close.append(close_returned.is_set()) or "ran"))  # type: ignore[func-returns-value]
     t, box = run_in_thread(lambda: registry.execute(call("t")))
     assert in_window.wait(5)
-    closer, _ = run_in_thread(lambda: (registry.close(), close_returned.set()))
+    closer, _ = run_in_thread(lambda: (registry.close(), close_returned.set()))  # type: ignore[func-returns-value]
     closer.join(0.5)  # a bounded wait: returning here is the bug's first half
     go.set()
     t.join(5)
@@ -888,7 +889,7 @@ def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: 
     monkeypatch.setattr(_registry, "_leave_worker", leave_probe)
     made = install_handoff_probe(monkeypatch, lambda h: None)
     registry = ToolRegistry(executor=InlineExecutor())
-    registry.register(tool("t", lambda a, r: armed.set() or "done"))
+    registry.register(tool("t", lambda a, r: armed.set() or "done"))  # type: ignore[func-returns-value]
     registry.add_result_observer(lambda e, r: finished.set())
     dog = Watchdog(fired, finished, lambda: made[0].done.release())
     t, box = named_thread("handoff-caller", lambda: registry.execute(call("t")))
@@ -927,7 +928,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
     started = threading.Event()
 
     def body(a: Any, run: Any) -> Any:
-        run.signal.add_listener(lambda s: (woke.set(), wake.set()))
+        run.signal.add_listener(lambda s: (woke.set(), wake.set()))  # type: ignore[func-returns-value]
         started.set()
         wake.wait(5)  # like a socket read that only the abort listener unblocks
         return "done"
@@ -935,7 +936,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
     with ToolRegistry(max_workers=1) as registry:
         registry.register(tool("t", body))
         dog = Watchdog(fired, woke, wake.set)
-        helper = sigint_when_main_parks_in("_submit_and_join", before=lambda: (started.wait(5), armed.set()))
+        helper = sigint_when_main_parks_in("_submit_and_join", before=lambda: (started.wait(5), armed.set()))  # type: ignore[func-returns-value]
         with pytest.raises(KeyboardInterrupt):
             registry.execute(call("t"))
         helper.join(5)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from registry_support import value_of
 
 from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
@@ -41,20 +42,20 @@ def test_nested_dispatch_from_a_helper_thread_of_the_body_runs_with_one_worker()
         t = threading.Thread(target=lambda: box.append(run.dispatch("inner", {})))
         t.start()
         t.join(10)
-        return box[0].value if box else "hung"
+        return value_of(box[0]) if box else "hung"
 
     with ToolRegistry(max_workers=1) as r:
         r.register(ToolDefinition("inner", "d", OBJ, lambda _a, _r: "inner ok"))
         r.register(ToolDefinition("outer", "d", OBJ, outer))
         result = r.execute(_call("outer"))
-    assert result.value == "inner ok"
+    assert value_of(result) == "inner ok"
 
 
 @pytest.mark.timeout(20)
 def test_execute_batch_inside_a_body_runs_with_one_worker() -> None:
     def sub_agent(_a: Any, run: ToolRunContext) -> Any:
         calls = [ToolExecutionInput(f"s{i}", "leaf", {}, run.signal) for i in range(4)]
-        return [r.value for r in execute_batch(r_holder[0], calls, signal=run.signal)]
+        return [value_of(r) for r in execute_batch(r_holder[0], calls, signal=run.signal)]
 
     r_holder: list[ToolRegistry] = []
     with ToolRegistry(max_workers=1) as r:
@@ -62,7 +63,7 @@ def test_execute_batch_inside_a_body_runs_with_one_worker() -> None:
         r.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf", is_concurrency_safe=lambda _a: True))
         r.register(ToolDefinition("agent", "d", OBJ, sub_agent))
         result = r.execute(_call("agent"))
-    assert result.value == ("leaf",) * 4
+    assert value_of(result) == ("leaf",) * 4
 
 
 @pytest.mark.timeout(20)
@@ -146,7 +147,7 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
     sig = AbortController().signal
     calls = [ToolExecutionInput("c0", "x", {}, sig)] + [ToolExecutionInput(f"c{i}", "p", {}, sig) for i in range(1, 5)]
     results = execute_batch(r, calls, signal=sig)
-    assert len(results) == 5 and results[0].value == "closing"
+    assert len(results) == 5 and value_of(results[0]) == "closing"
     assert seen == [f"c{i}" for i in range(5)]
     assert all(res.code in (None, TOOL_ABORTED_BEFORE_DISPATCH) for res in results)
 
@@ -156,11 +157,11 @@ def test_a_registry_used_and_closed_inside_another_registrys_body() -> None:
     def body(_a: Any, _r: ToolRunContext) -> Any:
         with ToolRegistry() as sub:
             sub.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf"))
-            return sub.execute(_call("leaf")).value
+            return value_of(sub.execute(_call("leaf")))
 
     with ToolRegistry() as r:
         r.register(ToolDefinition("t", "d", OBJ, body))
-        assert r.execute(_call("t")).value == "leaf"
+        assert value_of(r.execute(_call("t"))) == "leaf"
 
 
 @pytest.mark.timeout(20)
@@ -178,7 +179,7 @@ def test_a_closed_registry_refuses_calls_from_another_registrys_worker() -> None
 
     with ToolRegistry() as r:
         r.register(ToolDefinition("t", "d", OBJ, body))
-        assert str(r.execute(_call("t")).value).startswith("refused")
+        assert str(value_of(r.execute(_call("t")))).startswith("refused")
 
 
 @pytest.mark.timeout(20)
@@ -227,7 +228,7 @@ def test_next_and_run_dispatch_after_settlement_are_refused() -> None:
     with ToolRegistry() as r:
         r.add_around_dispatch(keep)
         r.register(ToolDefinition("t", "d", OBJ, body))
-        assert r.execute(_call("t")).value == "ok"
+        assert value_of(r.execute(_call("t"))) == "ok"
         with pytest.raises(RuntimeError, match="settled"):
             stored[0]()
         with pytest.raises(RuntimeError, match="settled"):

@@ -101,7 +101,7 @@ def test_two_thousand_calls_with_random_aborts() -> None:
             observed[e.call_id] += 1
 
     aborter = Aborter()
-    plans = []
+    plans: list[dict[str, Any]] = []
     for i in range(CALLS):
         plans.append(
             {
@@ -146,7 +146,7 @@ def test_two_thousand_calls_with_random_aborts() -> None:
     assert problems == []
     assert len(results) == CALLS
     assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
-    codes = Counter()
+    codes: Counter[str | None] = Counter()
     for plan in plans:
         cid = plan["id"]
         result = results[cid]

@@ -17,14 +17,6 @@ import pytest
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
 
 
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Capture what goes to sys.unraisablehook (pytest would turn it into an error)."""
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
 def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
     """Poll until `thread` is parked inside threading's wait (not a sleep used
     as synchronisation: it observes the thread's frame)."""
@@ -37,15 +29,6 @@ def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
             frame = frame.f_back
         time.sleep(0.0002)
     raise AssertionError(f"{thread!r} never blocked in wait()")
-
-
-@pytest.fixture
-def fast_switching() -> Any:
-    """Make the interpreter switch threads often, so races really interleave."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 # ---------------------------------------------------------------- state, reason
@@ -248,7 +231,7 @@ def test_listeners_run_once_each_in_registration_order() -> None:
     c = AbortController()
     order: list[int] = []
     for i in range(10):
-        c.signal.add_listener(lambda s, i=i: order.append(i))
+        c.signal.add_listener(lambda s, i=i: order.append(i))  # type: ignore[misc]
     c.abort()
     c.abort()
     assert order == list(range(10))
@@ -280,7 +263,7 @@ def test_waiters_see_the_abort_while_listeners_still_run() -> None:
     wait_until_blocked(t)
     # The waiter's own wait is far longer than the listener's, so only the
     # abort (not its timeout) can wake it in time.
-    c.signal.add_listener(lambda s: woke.wait(2) and release.set())
+    c.signal.add_listener(lambda s: woke.wait(2) and release.set())  # type: ignore[func-returns-value]
     c.abort()
     t.join(5)
     assert release.is_set()
@@ -549,7 +532,7 @@ def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
             derived.append(d)  # (kept alive by its listener anyway)
             targets.append(d)
         for target in targets:
-            target.add_listener(lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason)))
+            target.add_listener(lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason)))  # type: ignore[misc]
     barrier = threading.Barrier(n_threads)
     reasons: dict[int, object] = {}
     errors: list[BaseException] = []
@@ -637,7 +620,7 @@ def test_many_threads_adding_and_removing_while_one_aborts(fast_switching: Any, 
         def worker(k: int) -> None:
             barrier.wait(timeout=10)
             for i in range(per_thread):
-                h = signal.add_listener(lambda s, k=k, i=i: counts[k].__setitem__(i, counts[k][i] + 1))
+                h = signal.add_listener(lambda s, k=k, i=i: counts[k].__setitem__(i, counts[k][i] + 1))  # type: ignore[misc]
                 registrations.add(h.registered)
                 if i % 2:
                     h.remove()
@@ -684,7 +667,7 @@ def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_o
     def registrar() -> None:
         for i, d in enumerate(derived):
             barrier.wait(timeout=10)
-            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
 
     def aborter() -> None:
         for c in controllers:
@@ -707,7 +690,7 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     controllers = [AbortController() for _ in range(rounds)]
     derived = [AbortSignal.any_of([c.signal]) for c in controllers]
     counts = [0] * rounds
-    handles = [d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1)) for i, d in enumerate(derived)]
+    handles = [d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1)) for i, d in enumerate(derived)]  # type: ignore[misc]
     aborted_at_removal = [False] * rounds
     barrier = threading.Barrier(2)
 
@@ -750,7 +733,7 @@ def test_any_of_created_while_its_source_aborts_ends_aborted_with_that_reason(
         for i, c in enumerate(controllers):
             barrier.wait(timeout=10)
             d = AbortSignal.any_of([AbortController().signal, c.signal])
-            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
             derived[i] = d
 
     def aborter() -> None:
@@ -1148,7 +1131,7 @@ def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching:
     ds = [AbortSignal.any_of([x.signal]) for x in xs]
     counts = [0] * rounds
     for i, d in enumerate(ds):
-        d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))
+        d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
     barrier = threading.Barrier(2)
 
     def closer() -> None:

@@ -134,8 +134,8 @@ def test_signal_graphs_agree_with_the_reference_model(data: st.DataObject) -> No
             m.log.clear()
             expected_log: list[int] = []
             if op == "ctrl":
-                c = AbortController()
-                nodes.append(Node("ctrl", c.signal, controller=c))
+                controller = AbortController()
+                nodes.append(Node("ctrl", controller.signal, controller=controller))
             elif op == "timeout":
                 nodes.append(Node("timeout", AbortSignal.timeout(3600)))
             elif op == "already":

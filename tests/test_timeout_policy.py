@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from batch_support import Recorder, tool
+from registry_support import error_of
 
 from dshtools import (
     TOOL_ABORTED,
@@ -34,10 +35,9 @@ from dshtools.io import sleep as io_sleep
 
 
 @pytest.fixture
-def registry() -> Any:
-    with ToolRegistry() as r:
-        r.add_around_dispatch(TimeoutPolicy())
-        yield r
+def registry(registry: ToolRegistry) -> ToolRegistry:
+    registry.add_around_dispatch(TimeoutPolicy())
+    return registry
 
 
 def _call(name: str, signal: AbortSignal, call_id: str = "c1", **args: Any) -> ToolExecutionInput:
@@ -61,7 +61,8 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
     assert rec.finished.keys() == {"c1"} and rec.running == 0
     assert result.code == TOOL_TIMEOUT
     assert result.is_error
-    assert result.error.info is not None and result.error.info.name == "ToolTimeoutError"
+    info = error_of(result).info
+    assert info is not None and info.name == "ToolTimeoutError"
     assert result.content[0]["text"] == "Error: tool call timed out after 50ms"
     assert result.meta is not None
     reason = result.meta["reason"]
@@ -83,7 +84,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
 
     registry.register(tool("slow", rec, body, timeout=5))
     caller = AbortController()
-    threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()
+    threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
     result = registry.execute(_call("slow", caller.signal))
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["reason"] == "user"
@@ -198,7 +199,7 @@ def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
         rec.install(registry)
-        registry.add_post_execute(lambda e, r, nxt: (post_seen.append(r), nxt())[1])
+        registry.add_post_execute(lambda e, r, nxt: (post_seen.append(r), nxt())[1])  # type: ignore[func-returns-value]
         registry.register(tool("stubborn", rec, body, timeout=0.1))
         caller = AbortController()
         t0 = time.monotonic()
@@ -282,7 +283,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
         # (b) the user aborts first (once the body is running)
         caller = AbortController()
         started.clear()
-        threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()
+        threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
         b = registry.execute(_call("waits", caller.signal, "b"))
         assert b.code == TOOL_ABORTED
         assert b.meta is not None and b.meta["reason"] == "user"

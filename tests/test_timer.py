@@ -17,13 +17,6 @@ import pytest
 from dshtools import AbortController, AbortSignal, TimeoutReason, _timer, deadline
 
 
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    seen: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    return seen
-
-
 def pending_baseline() -> int:
     gc.collect()
     return _timer.pending_count()
@@ -124,7 +117,7 @@ def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
     durations = (0.3, 0.1, 0.2)  # 100 ms apart: robust to a slow machine
     signals = [AbortSignal.timeout(d) for d in durations]
     for s, d in zip(signals, durations, strict=False):
-        s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))
+        s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))  # type: ignore[func-returns-value,misc]
     assert done.wait(5)
     assert order == [0.1, 0.2, 0.3]
 
@@ -323,7 +316,7 @@ def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> 
                 if i % 50 == 0:
                     j = i // 50
                     s = AbortSignal.timeout(0.001)
-                    s.add_listener(lambda s, j=j: counts[k].__setitem__(j, counts[k][j] + 1))
+                    s.add_listener(lambda s, j=j: counts[k].__setitem__(j, counts[k][j] + 1))  # type: ignore[misc]
                     short_signals[k].append(s)
                 if i % 7 == 0:
                     with AbortSignal.timeout(3600):  # closed at once

@@ -6,6 +6,7 @@ import copy
 import math
 import pickle
 import types
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -72,7 +73,7 @@ def test_call_is_frozen_and_evolvable() -> None:
     d = attrs.evolve(c, signal=s2)
     assert d.signal is s2 and d.call_id == "c" and d.agent == "x"
     with pytest.raises(TypeError):
-        attrs.evolve(c, signal=None)
+        attrs.evolve(c, signal=None)  # type: ignore[arg-type]
 
 
 def test_execution_token_compares_by_identity_only() -> None:
@@ -126,6 +127,7 @@ def test_tool_error_validates() -> None:
 def test_freeze_makes_read_only_mappings_and_tuples() -> None:
     f = freeze({"a": [1, {"b": 2}], "c": (3,)})
     assert f == {"a": (1, {"b": 2}), "c": (3,)}
+    mutate: Callable[[], object]
     for mutate in (
         lambda: f.__setitem__("x", 1),
         lambda: f.pop("a"),
@@ -250,7 +252,7 @@ def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None
     with ToolRegistry() as registry:
         registry.register(dshtools.ToolDefinition("deep", "", schema, body))
         result = registry.execute(ToolExecutionInput("c", "deep", {"tree": tree}, AbortSignal()))
-    assert not result.is_error and result.value == 100_000 and depth == [100_000]
+    assert isinstance(result, ToolSuccess) and result.value == 100_000 and depth == [100_000]
 
 
 def test_float_edge_values_are_kept() -> None:
