@@ -58,6 +58,7 @@ import math
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from importlib import resources
@@ -66,7 +67,7 @@ from typing import NoReturn
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
 from ._cli_run import _Meter, _Replay, _Row, _run_batches
-from ._cli_table import print_table
+from ._cli_table import print_table, quiescence_line
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 
@@ -105,7 +106,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tuple[str, bool]], json_out: bool) -> int:
+def _report(
+    run: _Replay,
+    invoked: Callable[[_Row], str],
+    extra_checks: list[tuple[str, bool]],
+    json_out: bool,
+    wide: bool = False,
+) -> int:
     """Print the table (stdout, or stderr under --json) and the quiescence
     lines; return the exit status."""
     out = sys.stderr if json_out else sys.stdout
@@ -113,18 +120,18 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
         json.dump(run.tool_messages, sys.stdout, indent=2)
         sys.stdout.write("\n")
         sys.stdout.flush()
-    print_table(run.rows, invoked, out)
+    print_table(run.rows, invoked, out, wide=wide)
     if run.interrupted:
         print("interrupted (Ctrl-C): running calls were cancelled and joined", file=out)
     elif run.cancelled_at is not None:
         print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
     print(f"finished in {run.elapsed:.2f}s", file=out)
-    print("quiescence:", file=out)
+    print("quiescence: after the run, nothing it started may still be running", file=out)
     ok = True
     checks = extra_checks + [("caller signal listener_count == 0", run.listener_count == 0)]
     for label, passed in checks:
         ok = ok and passed
-        print(f"  {'ok  ' if passed else 'FAIL'} {label}", file=out)
+        print(quiescence_line(label, passed), file=out)
     out.flush()
     if run.interrupted:
         return EXIT_INTERRUPTED
@@ -155,7 +162,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
         out = sys.stderr if ns.json else sys.stdout
-        ncalls = sum(len(calls) for _, calls in batches)
+        ncalls = sum(len(batch.calls) for batch in batches)
         print(
             f"dshtools demo: {ncalls} calls in {len(batches)} batches from {source}; "
             f"local server {server.base_url}; "
@@ -191,7 +198,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
-        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json)
+        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json, ns.wide)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -213,7 +220,7 @@ def timeout_warning(registry: ToolRegistry) -> str | None:
 
 def cmd_replay(ns: argparse.Namespace) -> int:
     source = "<stdin>" if ns.transcript == STDIN else ns.transcript
-    batches = load_transcript(ns.transcript)
+    batches = load_transcript(ns.transcript, ns.format)
     registry = load_registry(ns.tools)
     try:
         warning = timeout_warning(registry)
@@ -236,7 +243,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
                 _descendant_check(reaper),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json)
+        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
     finally:
         registry.close()
 
@@ -278,8 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--json",
             action="store_true",
-            help='print the role "tool" messages as a JSON list on stdout (the table goes to stderr)',
+            help="print the answers to the model as a JSON list on stdout (the table goes to stderr): "
+            'role "tool" messages (OpenAI) or role "user" messages of tool_result blocks (Anthropic)',
         )
+        p.add_argument("--wide", action="store_true", help="print ARGS and DETAIL whole instead of shortening them")
 
     demo = sub.add_parser(
         "demo",
@@ -319,6 +328,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTRIBUTE",
         help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
     )
+    replay.add_argument(
+        "--format",
+        choices=("openai", "anthropic"),
+        default=None,
+        help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
+    )
+    replay.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
+    )
     common(replay, None)
     replay.set_defaults(func=cmd_replay, subparser=replay)
     return parser
@@ -341,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = ns.func(ns)
         return status
     except UsageError as exc:
+        if getattr(ns, "traceback", False) and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         print(f"dshtools: error: {text}", file=sys.stderr)
         return EXIT_USAGE
