@@ -199,7 +199,8 @@ def calls_from_message(
             problem = f"{where}: the call has no function name"
         if aliases is not None and name:
             name = aliases.name_of(name)
-        raw_arguments = field(function, "arguments", "") if function is not None else ""
+        # A custom tool call carries "input" text where a function call has "arguments".
+        raw_arguments = field(function, "arguments", field(function, "input", "")) if function is not None else ""
         if problem is not None:
             arguments: object = InvalidCall(problem, raw_arguments)
         else:
