@@ -6,11 +6,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import random
 import re
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +32,8 @@ from dshtools import (
     ToolSuccess,
 )
 from dshtools import openai as doa
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ADD_PARAMS = {
     "type": "object",
@@ -396,9 +401,8 @@ def test_ids_and_call_types_the_model_got_wrong_are_invalid_call_under_the_model
 
 @pytest.mark.timeout(30)
 def test_the_sdk_message_object_is_accepted() -> None:
-    from openai.types.chat import ChatCompletionMessage
-
-    message = ChatCompletionMessage.model_validate(
+    chat = pytest.importorskip("openai.types.chat", reason="the openai SDK is in the test extra")
+    message = chat.ChatCompletionMessage.model_validate(
         {
             "role": "assistant",
             "content": None,
@@ -414,10 +418,9 @@ def test_the_sdk_message_object_is_accepted() -> None:
         calls = doa.calls_from_message(message, signal=AbortController().signal)
         results = [r.execute(c) for c in calls]
     assert [x.code for x in results] == [None, INVALID_CALL, INVALID_ARGS]
-    from openai.types.chat import ChatCompletionToolMessageParam
     from pydantic import TypeAdapter
 
-    adapter: TypeAdapter[ChatCompletionToolMessageParam] = TypeAdapter(ChatCompletionToolMessageParam)
+    adapter: TypeAdapter[Any] = TypeAdapter(chat.ChatCompletionToolMessageParam)
     for m in doa.tool_messages(calls, results):
         assert adapter.validate_python(m) == m
 
@@ -530,3 +533,64 @@ def test_a_leaderboard_shaped_name_set_round_trips() -> None:
     shuffled = list(reversed(names))
     again = doa.alias_names(shuffled)
     assert [again[n] for n in names] == sent
+
+
+# ------------------------------------------ a user's script under mypy --strict
+
+USER_SCRIPT = """from __future__ import annotations
+
+from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageParam, ChatCompletionToolMessageParam
+
+from dshtools import AbortController, ToolRegistry, execute_batch
+from dshtools import openai as dopenai
+
+
+def answer(registry: ToolRegistry, message: ChatCompletionMessage, messages: list[ChatCompletionMessageParam]) -> None:
+    controller = AbortController()
+    calls = dopenai.calls_from_message(message, signal=controller.signal, registry=registry)
+    results = execute_batch(registry, calls, signal=controller.signal)
+    answers = dopenai.tool_messages(calls, results)
+    messages.extend(answers)
+    first: ChatCompletionToolMessageParam = answers[0]
+    messages.append(first)
+    broken: ChatCompletionToolMessageParam = {"role": "tool"}  # type: ignore[typeddict-item]
+    print(broken)
+    for result in results:
+        if not result.is_error:
+            print(result.value)
+        else:
+            print(result.error.message)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_user_script_with_the_openai_sdk_types_type_checks(tmp_path: Path) -> None:
+    """A user's agent-loop step written against the OpenAI SDK's own types
+    passes ``mypy --strict --warn-unused-ignores``: ``tool_messages`` is
+    accepted where the SDK expects ``ChatCompletionToolMessageParam`` /
+    ``ChatCompletionMessageParam``, ``calls_from_message`` takes the SDK's
+    ``ChatCompletionMessage``, and ``is_error`` narrows a result
+    (docs/contract.md §8 A11). The one ignore must stay used: it proves
+    the SDK's TypedDicts were really checked. Kept out of tests/typing so
+    the gate's mypy run does not analyse the whole SDK a second time; the
+    repository's mypy cache makes later runs fast."""
+    pytest.importorskip("openai", reason="the openai SDK is in the test extra")
+    script = tmp_path / "agent_step.py"
+    script.write_text(USER_SCRIPT, encoding="utf-8")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--warn-unused-ignores",
+            str(script),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "MYPYPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no issues found in 1 source file" in proc.stdout
