@@ -31,9 +31,9 @@ Guarantees:
 
 Command line::
 
-    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
-    dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
-                    [--cancel-after S] [--max-parallel N] [--json]
+    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--wide]
+    dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
+                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
 one (``MODULE`` is imported with the current directory on ``sys.path``;
@@ -42,7 +42,15 @@ as the transcript reads it from standard input. The table (stdout; stderr under 
 where stdout carries the ``role: "tool"`` messages as one JSON list) has
 one row per call: batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
-was invoked, the dispatch duration, and the start of the model text.
+was invoked, the dispatch duration, the call's arguments (ARGS) and the
+start of the model text (DETAIL; ``--wide`` prints ARGS and DETAIL whole),
+then a line saying what BODY means; each quiescence line ends with what it
+checks in plain words. Rows pair each model call with its own result by
+identity, never by id (nested calls are not rows). A transcript is OpenAI
+(``tool_calls``) or Anthropic (``tool_use`` blocks), detected or chosen with
+``--format``; ``--json`` answers in its format. ``--traceback`` prints the
+traceback behind a usage error caused by an exception (an import of
+``--tools`` that failed).
 
 Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
 cancellation are outcomes, not errors); 1 a quiescence check failed, or

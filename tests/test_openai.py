@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dshtools import (
     INVALID_ARGS,
@@ -283,9 +285,26 @@ def test_b37_parsing_works_from_a_thread_already_800_frames_deep() -> None:
                 800, lambda t=text: doa.calls_from_message(_msg(_call("c", "t", t)), signal=sig)
             )
 
+    def body(args: Any, run: ToolRunContext) -> Any:
+        ran.append(args)
+        return "ran"
+
+    ran: list[object] = []
+    registry = ToolRegistry(max_workers=1)
+    registry.register(ToolDefinition("t", "", {"type": "object"}, body))
+
+    def execute_deep() -> None:
+        calls = doa.calls_from_message(_msg(_call("c", "t", DEEP_OBJECT)), signal=sig)
+        out["executed"] = registry.execute(calls[0])
+
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
+    thread = threading.Thread(target=lambda: _in_a_deep_stack(800, execute_deep))
+    thread.start()
+    thread.join()
+    registry.close()
+    assert out.pop("executed").code == INVALID_ARGS and ran == []
     assert set(out) == {"limit", "near", "deep", "object"}
     limit = out["limit"][0].arguments
     depth = 0
@@ -338,6 +357,32 @@ def test_the_iterative_parser_rejects_what_json_rejects_with_the_same_message(te
         with pytest.raises(ValueError) as decoder:
             json.loads(text)
         assert str(iterative.value) == str(decoder.value)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values, st.sampled_from([None, 0, 2]))
+def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: int | None) -> None:
+    from dshtools._interop import _parse_iterative
+
+    text = json.dumps(value, indent=indent)
+    assert _parse_iterative(text) == json.loads(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from('[]{}",:0123456789.eE+-tfnrulasx \\ud800'), max_size=60))
+def test_parse_arguments_never_raises_on_any_text(text: str) -> None:
+    from dshtools._interop import parse_arguments
+
+    value = parse_arguments(text)
+    if not isinstance(value, doa.MalformedArguments):
+        assert value == ({} if not text.strip() else json.loads(text))
 
 
 @pytest.mark.timeout(30)
