@@ -226,6 +226,24 @@ def _parse_iterative(s: str) -> Any:
             raise err("Expecting ',' delimiter", s, idx)
 
 
+_NESTING_TOKENS = re.compile(r'([\[{])|([\]}])|"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _nesting(s: str) -> int:
+    """The deepest nesting of ``s``'s brackets outside JSON strings: exact
+    for valid JSON (the only text ``json.loads`` accepts), an estimate for
+    anything else. Never recursive."""
+    depth = deepest = 0
+    for m in _NESTING_TOKENS.finditer(s):
+        kind = m.lastindex
+        if kind == 1:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif kind == 2:
+            depth -= 1
+    return deepest
+
+
 def _find_lone_surrogate(value: object) -> str | None:
     """The JSON path of the first string (key or value) in ``value`` that
     holds a lone surrogate, or ``None``. Iterative; ``value`` is at most
@@ -273,8 +291,9 @@ def parse_arguments(raw: object) -> object:
             return MalformedArguments(_safe_repr(raw), f"expected a JSON string, got {type(raw).__name__}")
         if not raw.strip():
             return {}
-        if raw.count("[") + raw.count("{") > MAX_DEPTH:
-            # Possibly too deep for the C decoder's stack: never hand it over.
+        if raw.count("[") + raw.count("{") > MAX_DEPTH and _nesting(raw) > MAX_DEPTH:
+            # Too deep: never hand it to the C decoder (its limit moves with
+            # sys.setrecursionlimit); the iterative parser refuses it.
             value = _parse_iterative(raw)
         else:
             try:

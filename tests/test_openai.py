@@ -320,6 +320,13 @@ def test_b37_parsing_works_from_a_thread_already_800_frames_deep() -> None:
         assert "nested too deeply" in out[key][0].arguments.message
 
 
+def test_many_shallow_brackets_are_not_mistaken_for_depth() -> None:
+    """More than 1 000 brackets, a few levels deep, some inside strings."""
+    data = [{"id": i, "name": f'item "[{i}', "tags": ["a", "]"]} for i in range(3000)]
+    calls = doa.calls_from_message(_msg(_call("c", "t", json.dumps(data))), signal=AbortController().signal)
+    assert calls[0].arguments == data
+
+
 def test_the_limit_holds_whatever_the_parser_could_do() -> None:
     """1001 levels are refused even when the recursion limit would let the
     decoder through (docs/contract.md §8 A11)."""
