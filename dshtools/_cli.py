@@ -315,8 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser(
         "replay",
         help="replay a transcript's tool calls against your own registry",
-        description='Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {"messages": [...]} '
-        "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
+        description='Replay TRANSCRIPT.json (a message list, a {"messages": [...]} object, or one assistant '
+        "message, in OpenAI Chat Completions or Anthropic Messages format; each assistant message's tool calls "
+        "run as one batch, in order; a malformed call is answered with INVALID_ARGS or INVALID_CALL) "
         "against the registry named by --tools. Hooks already on that registry apply; no policy is added "
         "(install TimeoutPolicy yourself for per-tool timeouts; a one-line warning on stderr says when a tool "
         "declares timeout= and no TimeoutPolicy is installed). The registry is closed at the end. "
@@ -334,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one: a module name, not a file path "
+        "(the current directory is importable)",
     )
     replay.add_argument(
         "--format",
