@@ -42,9 +42,12 @@ def outcome_of(result: ToolExecutionResult | None) -> str:
     return f"ERROR({info.name if info is not None else '?'})"
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: str, width: int | None = None) -> str:
     """``text`` on one printable line: whitespace runs become one space,
-    other control characters are escaped, lone surrogates become U+FFFD."""
+    other control characters are escaped, lone surrogates become U+FFFD.
+    With ``width``, only the start that can show is worked on."""
+    if width is not None:
+        text = text[: 4 * width + 16]
     text = " ".join(utf8_safe(text).split())
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
@@ -55,29 +58,31 @@ def _shorten(text: str, width: int | None) -> str:
     return text[: width - 3] + "..."
 
 
-def arguments_text(arguments: object) -> str:
+def arguments_text(arguments: object, width: int | None = None) -> str:
     """The call's arguments as the model sent them, on one line: JSON for a
     parsed value, the raw text for arguments that did not parse, ``-`` for
-    none."""
+    none; shortened to ``width`` characters when given."""
     if isinstance(arguments, InvalidCall):
         arguments = arguments.arguments
     if isinstance(arguments, MalformedArguments):
-        return _one_line(arguments.raw)
-    if arguments is None:
-        return "-"
-    if isinstance(arguments, str):
-        return _one_line(arguments) or '""'
-    try:
-        return _one_line(json.dumps(thaw(arguments), ensure_ascii=False, default=repr))
-    except (ValueError, TypeError, RecursionError):
-        return f"<{type(arguments).__name__}>"
+        text = _one_line(arguments.raw, width)
+    elif arguments is None:
+        text = "-"
+    elif isinstance(arguments, str):
+        text = _one_line(arguments, width) or '""'
+    else:
+        try:
+            text = _one_line(json.dumps(thaw(arguments), ensure_ascii=False, default=repr), width)
+        except (ValueError, TypeError, RecursionError):
+            text = f"<{type(arguments).__name__}>"
+    return _shorten(text, width)
 
 
-def _detail(result: ToolExecutionResult | None) -> str:
+def _detail(result: ToolExecutionResult | None, width: int | None) -> str:
     if result is None:
         return ""
     texts = [str(block.get("text", "")) for block in result.content if block.get("type") == "text"]
-    return _one_line(" ".join(texts))
+    return _shorten(_one_line(" ".join(texts), width), width)
 
 
 def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[str], *, wide: bool = False) -> None:
@@ -100,8 +105,8 @@ def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[st
                 outcome_of(row.result),
                 invoked(row),
                 duration,
-                _shorten(arguments_text(row.arguments), args_width),
-                _shorten(_detail(row.result), detail_width),
+                arguments_text(row.arguments, args_width),
+                _detail(row.result, detail_width),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
