@@ -218,6 +218,8 @@ def load_registry(spec: str) -> ToolRegistry:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        if module_name.endswith(".py"):
+            raise UsageError(_module_form_hint(spec, module_name, attr_path)) from exc
         raise UsageError(f"--tools: cannot import module {module_name!r}: {exc} (--traceback shows where)") from exc
     except Exception as exc:
         raise UsageError(
@@ -251,7 +253,11 @@ def _open(registry: ToolRegistry, what: str) -> ToolRegistry:
 
 
 def _looks_like_a_path(module_name: str) -> bool:
-    return module_name.endswith(".py") or "/" in module_name or (os.sep != "/" and os.sep in module_name)
+    """A path separator, or a ``.py`` name that is a file here (``pkg.py``
+    could also name a submodule ``py`` of a package ``pkg``)."""
+    if "/" in module_name or (os.sep != "/" and os.sep in module_name):
+        return True
+    return module_name.endswith(".py") and os.path.isfile(module_name)
 
 
 def _module_form_hint(spec: str, path: str, attr_path: str) -> str:
