@@ -161,6 +161,7 @@ def test_tool_results_rejects_mismatched_lengths(registry: ToolRegistry) -> None
 
 # ---------------------------------------------------- against the real SDK
 
+
 @pytest.mark.timeout(30)
 def test_the_sdk_validates_what_tools_param_and_tool_results_produce(registry: ToolRegistry) -> None:
     anthropic_types = pytest.importorskip("anthropic.types", reason="the anthropic SDK is in the test extra")
