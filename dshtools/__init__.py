@@ -24,6 +24,7 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._interop import INVALID_CALL
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
@@ -51,6 +52,7 @@ from ._types import (
 __all__ = [
     "DENIED",
     "INVALID_ARGS",
+    "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",

@@ -31,9 +31,9 @@ Guarantees:
 
 Command line::
 
-    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
-    dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
-                    [--cancel-after S] [--max-parallel N] [--json]
+    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--wide]
+    dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
+                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
     dshtools mcp --tools MODULE:ATTRIBUTE [--name N]   (see dshtools.mcp; exits 0 at
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
@@ -44,7 +44,15 @@ as the transcript reads it from standard input. The table (stdout; stderr under 
 where stdout carries the ``role: "tool"`` messages as one JSON list) has
 one row per call: batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
-was invoked, the dispatch duration, and the start of the model text.
+was invoked, the dispatch duration, the call's arguments (ARGS) and the
+start of the model text (DETAIL; ``--wide`` prints ARGS and DETAIL whole),
+then a line saying what BODY means; each quiescence line ends with what it
+checks in plain words. Rows pair each model call with its own result by
+identity, never by id (nested calls are not rows). A transcript is OpenAI
+(``tool_calls``) or Anthropic (``tool_use`` blocks), detected or chosen with
+``--format``; ``--json`` answers in its format. ``--traceback`` prints the
+traceback behind a usage error caused by an exception (an import of
+``--tools`` that failed).
 
 Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
 cancellation are outcomes, not errors); 1 a quiescence check failed, or
@@ -61,6 +69,7 @@ import math
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from importlib import resources
@@ -69,7 +78,7 @@ from typing import NoReturn
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
 from ._cli_run import _Meter, _Replay, _Row, _run_batches
-from ._cli_table import print_table
+from ._cli_table import print_table, quiescence_line
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 
@@ -108,7 +117,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tuple[str, bool]], json_out: bool) -> int:
+def _report(
+    run: _Replay,
+    invoked: Callable[[_Row], str],
+    extra_checks: list[tuple[str, bool]],
+    json_out: bool,
+    wide: bool = False,
+) -> int:
     """Print the table (stdout, or stderr under --json) and the quiescence
     lines; return the exit status."""
     out = sys.stderr if json_out else sys.stdout
@@ -116,18 +131,18 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
         json.dump(run.tool_messages, sys.stdout, indent=2)
         sys.stdout.write("\n")
         sys.stdout.flush()
-    print_table(run.rows, invoked, out)
+    print_table(run.rows, invoked, out, wide=wide)
     if run.interrupted:
         print("interrupted (Ctrl-C): running calls were cancelled and joined", file=out)
     elif run.cancelled_at is not None:
         print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
     print(f"finished in {run.elapsed:.2f}s", file=out)
-    print("quiescence:", file=out)
+    print("quiescence: after the run, nothing it started may still be running", file=out)
     ok = True
     checks = extra_checks + [("caller signal listener_count == 0", run.listener_count == 0)]
     for label, passed in checks:
         ok = ok and passed
-        print(f"  {'ok  ' if passed else 'FAIL'} {label}", file=out)
+        print(quiescence_line(label, passed), file=out)
     out.flush()
     if run.interrupted:
         return EXIT_INTERRUPTED
@@ -158,7 +173,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
         out = sys.stderr if ns.json else sys.stdout
-        ncalls = sum(len(calls) for _, calls in batches)
+        ncalls = sum(len(batch.calls) for batch in batches)
         print(
             f"dshtools demo: {ncalls} calls in {len(batches)} batches from {source}; "
             f"local server {server.base_url}; "
@@ -194,7 +209,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
-        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json)
+        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json, ns.wide)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -216,7 +231,7 @@ def timeout_warning(registry: ToolRegistry) -> str | None:
 
 def cmd_replay(ns: argparse.Namespace) -> int:
     source = "<stdin>" if ns.transcript == STDIN else ns.transcript
-    batches = load_transcript(ns.transcript)
+    batches = load_transcript(ns.transcript, ns.format)
     registry = load_registry(ns.tools)
     try:
         warning = timeout_warning(registry)
@@ -239,7 +254,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
                 _descendant_check(reaper),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json)
+        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
     finally:
         registry.close()
 
@@ -299,8 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--json",
             action="store_true",
-            help='print the role "tool" messages as a JSON list on stdout (the table goes to stderr)',
+            help="print the answers to the model as a JSON list on stdout (the table goes to stderr): "
+            'role "tool" messages (OpenAI) or role "user" messages of tool_result blocks (Anthropic)',
         )
+        p.add_argument("--wide", action="store_true", help="print ARGS and DETAIL whole instead of shortening them")
 
     demo = sub.add_parser(
         "demo",
@@ -319,8 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser(
         "replay",
         help="replay a transcript's tool calls against your own registry",
-        description='Replay TRANSCRIPT.json (an OpenAI Chat Completions message list, a {"messages": [...]} '
-        "object, or one assistant message; each assistant message's tool_calls run as one batch, in order) "
+        description='Replay TRANSCRIPT.json (a message list, a {"messages": [...]} object, or one assistant '
+        "message, in OpenAI Chat Completions or Anthropic Messages format; each assistant message's tool calls "
+        "run as one batch, in order; a malformed call is answered with INVALID_ARGS or INVALID_CALL) "
         "against the registry named by --tools. Hooks already on that registry apply; no policy is added "
         "(install TimeoutPolicy yourself for per-tool timeouts; a one-line warning on stderr says when a tool "
         "declares timeout= and no TimeoutPolicy is installed). The registry is closed at the end. "
@@ -338,7 +356,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one: a module name, not a file path "
+        "(the current directory is importable)",
+    )
+    replay.add_argument(
+        "--format",
+        choices=("openai", "anthropic"),
+        default=None,
+        help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
+    )
+    replay.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
     )
     common(replay, None)
     replay.set_defaults(func=cmd_replay, subparser=replay)
@@ -378,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = ns.func(ns)
         return status
     except UsageError as exc:
+        if getattr(ns, "traceback", False) and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         print(f"dshtools: error: {text}", file=sys.stderr)
         return EXIT_USAGE

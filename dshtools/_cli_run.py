@@ -29,13 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import attrs
 
+from . import anthropic as danthropic
 from . import openai as dopenai
 from ._batch import execute_batch
-from ._cli_input import _to_inputs
+from ._cli_input import ANTHROPIC, Batch, _to_inputs
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types import (
@@ -44,6 +45,7 @@ from ._types import (
     ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
+    ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
 )
@@ -61,6 +63,7 @@ class _Row:
     call_id: str
     name: str
     result: ToolExecutionResult | None = None
+    arguments: object = None
     token: ExecutionToken | None = None
     started: float | None = None
     ended: float | None = None
@@ -164,19 +167,26 @@ class _Meter:
         return "no"
 
 
+class _Published(NamedTuple):
+    token: ExecutionToken
+    nested: bool  # a call a body made through run.dispatch (it has a parent)
+    result: ToolExecutionResult
+
+
 class _Collector:
     """A result observer that keeps every published result, in publication
-    order (model order within a batch; docs/contract.md §4)."""
+    order (model order within a batch; docs/contract.md §4), nested calls
+    marked as such."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.published: list[tuple[str, ExecutionToken, ToolExecutionResult]] = []
+        self.published: list[_Published] = []
 
     def __call__(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         with self._lock:
-            self.published.append((execution.call_id, execution.token, result))
+            self.published.append(_Published(execution.token, execution.parent is not None, result))
 
-    def take(self) -> list[tuple[str, ExecutionToken, ToolExecutionResult]]:
+    def take(self) -> list[_Published]:
         with self._lock:
             out, self.published = self.published, []
             return out
@@ -225,12 +235,51 @@ class _Replay:
     cancelled_at: float | None
     elapsed: float
     listener_count: int
-    tool_messages: list[dict[str, Any]]
+    tool_messages: list[Any]
+
+
+def _pair(
+    calls: list[ToolExecutionInput], returned: list[ToolExecutionResult] | None, published: list[_Published]
+) -> list[tuple[ToolExecutionResult | None, ExecutionToken | None]]:
+    """``(result, token)`` for each model call of one batch, by identity,
+    never by call id (ids repeat and nested calls may reuse them; field
+    case B40). ``returned`` is what ``execute_batch`` returned, one result
+    per call in model order; its token is that of the published entry
+    holding the very same result object. Without it (the batch was
+    interrupted and re-raised), the batch's top-level publications, in
+    publication order (model order), are the calls' results. Nested calls
+    are never paired with a model call."""
+    top = [entry for entry in published if not entry.nested]
+    if returned is not None:
+        tokens = {id(entry.result): entry.token for entry in top}
+        return [(result, tokens.get(id(result))) for result in returned]
+    out: list[tuple[ToolExecutionResult | None, ExecutionToken | None]] = [
+        (entry.result, entry.token) for entry in top[: len(calls)]
+    ]
+    return out + [(None, None)] * (len(calls) - len(out))
+
+
+def _answers(batches: list[Batch], inputs: list[list[ToolExecutionInput]], rows: list[_Row]) -> list[Any]:
+    """What goes back to the model, in the transcript's format: OpenAI
+    ``role: "tool"`` messages (one per call), or one Anthropic ``role:
+    "user"`` message of ``tool_result`` blocks per batch."""
+    out: list[Any] = []
+    by_call = iter(rows)
+    for batch, calls in zip(batches, inputs, strict=True):
+        pairs = [(call, next(by_call).result) for call in calls]
+        answered = [(call, result) for call, result in pairs if result is not None]
+        if batch.fmt == ANTHROPIC:
+            if answered:
+                content = [danthropic.tool_result(call.call_id, result) for call, result in answered]
+                out.append({"role": "user", "content": content})
+        else:
+            out.extend(dopenai.tool_message(call.call_id, result) for call, result in answered)
+    return out
 
 
 def _run_batches(
     registry: ToolRegistry,
-    batches: list[tuple[int, list[Any]]],
+    batches: list[Batch],
     *,
     source: str,
     cancel_after: float | None,
@@ -239,10 +288,11 @@ def _run_batches(
 ) -> _Replay:
     """Run every batch through ``execute_batch`` on this (the main) thread."""
     controller = AbortController()
-    inputs = _to_inputs(batches, controller.signal, source)
+    inputs = _to_inputs(batches, controller.signal, source, registry)
     collector = _Collector()
     cancelled_at: list[float] = []
     interrupted = False
+    paired: list[list[tuple[ToolExecutionResult | None, ExecutionToken | None]]] = []
     t0 = time.monotonic()
     with ExitStack() as stack:
         stack.callback(registry.add_around_dispatch(meter))
@@ -259,9 +309,10 @@ def _run_batches(
         ticker = _Ticker(meter, sys.stderr)
         stack.callback(ticker.stop)
         for calls in inputs:
+            returned: list[ToolExecutionResult] | None = None
             try:
                 try:
-                    execute_batch(registry, calls, signal=controller.signal, max_parallel=max_parallel)
+                    returned = execute_batch(registry, calls, signal=controller.signal, max_parallel=max_parallel)
                 except KeyboardInterrupt:
                     # execute_batch published every result before re-raising.
                     interrupted = True
@@ -269,30 +320,23 @@ def _run_batches(
             except KeyboardInterrupt:  # a second Ctrl-C, or one between batches
                 interrupted = True
                 controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+            paired.append(_pair(calls, returned, collector.take()))
     # Rows are built once everything ran, so a Ctrl-C between batches
-    # cannot lose one. Observers also see nested calls (run.dispatch), and
-    # ids may repeat across turns: each call takes the first unused result
-    # published under its id (publication follows model order).
-    published = collector.take()
+    # cannot lose one. A batch that never started (a Ctrl-C between
+    # batches) has no pairs: its rows say NO RESULT.
     rows: list[_Row] = []
-    tool_messages: list[dict[str, Any]] = []
     for number, calls in enumerate(inputs, 1):
-        for call in calls:
-            row = _Row(number, call.call_id, call.name)
-            for index, (call_id, token, result) in enumerate(published):
-                if call_id == call.call_id:
-                    row.result = result
-                    row.token = token
-                    del published[index]
-                    # The dispatch view and the observer's view of one
-                    # execution carry the same token.
-                    span = meter.spans.get(token)
-                    if span is not None:
-                        row.started, row.ended = span[0] - t0, span[1] - t0
-                    break
+        pairs = paired[number - 1] if number <= len(paired) else [(None, None)] * len(calls)
+        for call, (result, token) in zip(calls, pairs, strict=True):
+            row = _Row(number, call.call_id, call.name, result, arguments=call.arguments)
+            row.token = token
+            # The dispatch view and the observer's view of one execution
+            # carry the same token.
+            span = meter.spans.get(token) if token is not None else None
+            if span is not None:
+                row.started, row.ended = span[0] - t0, span[1] - t0
             rows.append(row)
-            if row.result is not None:
-                tool_messages.append(dopenai.tool_message(call.call_id, row.result))
+    tool_messages = _answers(batches, inputs, rows)
     elapsed = time.monotonic() - t0
     return _Replay(
         rows=rows,

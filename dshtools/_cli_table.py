@@ -1,17 +1,31 @@
 """The result table of ``python -m dshtools`` (docs/contract.md §6): one row per
 call with batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
-was invoked, the dispatch duration, and the start of the model text.
-Formatting only: it reads rows, never the registry.
+was invoked, the dispatch duration, the call's arguments and the start of
+the model text; then one line of plain words on BODY. ``wide`` prints
+ARGS and DETAIL whole. Formatting only: it reads rows, never the registry.
+Every cell is printable on any terminal: control characters are escaped
+and lone surrogates become U+FFFD.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import IO
 
 from ._cli_run import _Row
+from ._freeze import thaw
+from ._interop import InvalidCall, MalformedArguments, utf8_safe
 from ._types import ToolExecutionResult
+
+ARGS_WIDTH = 40
+DETAIL_WIDTH = 60
+
+BODY_LEGEND = (
+    "BODY: yes = the tool's function was called; no = it never started "
+    "(refused, invalid, or cancelled first); ? = unknown (no result)."
+)
 
 
 def outcome_of(result: ToolExecutionResult | None) -> str:
@@ -24,20 +38,59 @@ def outcome_of(result: ToolExecutionResult | None) -> str:
     code = result.code
     if code is not None:
         return code
-    info = result.error.info  # type: ignore[union-attr]
+    info = result.error.info
     return f"ERROR({info.name if info is not None else '?'})"
 
 
-def _detail(result: ToolExecutionResult | None) -> str:
+def _one_line(text: str, width: int | None = None) -> str:
+    """``text`` on one printable line: whitespace runs become one space,
+    other control characters are escaped, lone surrogates become U+FFFD.
+    With ``width``, only the start that can show is worked on."""
+    if width is not None:
+        text = text[: 4 * width + 16]
+    text = " ".join(utf8_safe(text).split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _shorten(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: width - 3] + "..."
+
+
+def arguments_text(arguments: object, width: int | None = None) -> str:
+    """The call's arguments as the model sent them, on one line: JSON for a
+    parsed value, the raw text for arguments that did not parse, ``-`` for
+    none; shortened to ``width`` characters when given."""
+    if isinstance(arguments, InvalidCall):
+        arguments = arguments.arguments
+    if isinstance(arguments, MalformedArguments):
+        text = _one_line(arguments.raw, width)
+    elif arguments is None:
+        text = "-"
+    elif isinstance(arguments, str):
+        text = _one_line(arguments, width) or '""'
+    else:
+        try:
+            text = _one_line(json.dumps(thaw(arguments), ensure_ascii=False, default=repr), width)
+        except (ValueError, TypeError, RecursionError):
+            text = f"<{type(arguments).__name__}>"
+    return _shorten(text, width)
+
+
+def _detail(result: ToolExecutionResult | None, width: int | None) -> str:
     if result is None:
         return ""
     texts = [str(block.get("text", "")) for block in result.content if block.get("type") == "text"]
-    text = " ".join(" ".join(texts).split())
-    return text if len(text) <= 60 else text[:57] + "..."
+    return _shorten(_one_line(" ".join(texts), width), width)
 
 
-def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[str]) -> None:
-    header = ("BATCH", "CALL ID", "TOOL", "OUTCOME", "BODY", "DURATION", "DETAIL")
+def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[str], *, wide: bool = False) -> None:
+    """The table, then the BODY legend. ``wide``: ARGS and DETAIL are not
+    shortened (otherwise to 40 and 60 characters)."""
+    header = ("BATCH", "CALL ID", "TOOL", "OUTCOME", "BODY", "DURATION", "ARGS", "DETAIL")
+    args_width = None if wide else ARGS_WIDTH
+    detail_width = None if wide else DETAIL_WIDTH
     lines: list[tuple[str, ...]] = [header]
     for row in rows:
         if row.started is not None and row.ended is not None:
@@ -45,9 +98,46 @@ def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[st
         else:
             duration = "-"
         lines.append(
-            (str(row.batch), row.call_id, row.name, outcome_of(row.result), invoked(row), duration, _detail(row.result))
+            (
+                str(row.batch),
+                _one_line(row.call_id) or '""',
+                _one_line(row.name) or '""',
+                outcome_of(row.result),
+                invoked(row),
+                duration,
+                arguments_text(row.arguments, args_width),
+                _detail(row.result, detail_width),
+            )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     for line in lines:
         cells = [cell.ljust(widths[i]) if i != 5 else cell.rjust(widths[i]) for i, cell in enumerate(line[:-1])]
         print("  ".join(cells + [line[-1]]).rstrip(), file=out)
+    print(BODY_LEGEND, file=out)
+
+
+# Plain words for each quiescence check (what it makes sure of), matched on
+# how the check's label starts.
+_PLAIN = (
+    ("no process left in the", "every command the shell tool started has exited"),
+    (
+        "no live descendant process",
+        "no program started during the run (by a tool, or by a program a tool started) is still running",
+    ),
+    ("no tool body running", "every tool function has returned; none goes on in the background"),
+    ("no dispatch in flight", "every tool call has finished; none goes on in the background"),
+    (
+        "caller signal listener_count",
+        "the run removed everything it attached to its cancel signal; nothing leaks into the next turn",
+    ),
+)
+
+
+def quiescence_line(label: str, passed: bool) -> str:
+    """``  ok   <label> -- checks: <plain words>`` (``FAIL`` when the check
+    failed); the plain words only for the checks this module knows."""
+    line = f"  {'ok  ' if passed else 'FAIL'} {label}"
+    for start, text in _PLAIN:
+        if label.startswith(start):
+            return f"{line} -- checks: {text}"
+    return line

@@ -73,6 +73,7 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._interop import INVALID_CALL, InvalidCall
 from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
 from ._signal import AbortSignal, abort_owned, derive
 from ._types import (
@@ -521,6 +522,9 @@ class ToolRegistry:
             return run
         definition = run.definition
         # Step 1: snapshot, freeze, validate. Wins over an aborted signal.
+        if type(call.arguments) is InvalidCall:  # a model call that cannot run as written (A11)
+            run.settle(failure(str(call.arguments), name="InvalidCallError", code=INVALID_CALL), skip_post=True)
+            return run
         height = 0
         try:
             run.arguments, height = freeze_with_height(call.arguments)

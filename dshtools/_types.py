@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -212,7 +212,7 @@ class ToolSuccess:
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_to_contexts)
 
     @property
-    def is_error(self) -> bool:
+    def is_error(self) -> Literal[False]:
         return False
 
     @property
@@ -233,7 +233,7 @@ class ToolFailure:
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_to_contexts)
 
     @property
-    def is_error(self) -> bool:
+    def is_error(self) -> Literal[True]:
         return True
 
     @property

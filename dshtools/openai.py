@@ -1,52 +1,80 @@
-"""OpenAI Chat Completions interop, without the SDK (docs/contract.md §6).
+"""OpenAI Chat Completions interop, without the SDK (docs/contract.md §6,
+§8 A11, A12).
 
-Three conversions, all plain ``dict``/``list`` JSON in and out:
+Three conversions, plain JSON in and out (SDK objects accepted on input):
 
 * ``tools_param(registry)`` -- the registry's schemas as the ``tools``
   request parameter: ``[{"type": "function", "function": {"name",
-  "description", "parameters"}}, ...]``.
-* ``calls_from_message(message, signal=...)`` -- an assistant message's
-  ``tool_calls`` as ``ToolExecutionInput``s, in order, all carrying the
-  given caller signal.
+  "description", "parameters"}}, ...]``, every name provider-valid.
+* ``calls_from_message(message, signal=..., registry=...)`` -- an assistant
+  message's ``tool_calls`` as ``ToolExecutionInput``s: exactly one per model
+  tool call, in order, all carrying the given caller signal.
 * ``tool_message(call_id, result)`` / ``tool_messages(calls, results)`` --
   results as ``{"role": "tool", "tool_call_id": ..., "content": ...}``.
 
 Guarantees:
 
-* **Malformed model output is a tool result, never an exception.** The
-  model writes ``function.arguments`` as a JSON *string*, and it can be
-  broken (truncated, single-quoted, ``NaN``). Such a call still becomes a
-  ``ToolExecutionInput``; its ``arguments`` is a ``MalformedArguments``
-  value, which the registry's materialization (docs/contract.md §3 step 1) rejects,
-  so executing the call yields an ``INVALID_ARGS`` failure whose message
-  names the JSON error. The model sees what it got wrong and can retry.
-* Only the *shape* of the message is the caller's problem: a message that
-  is not an object, ``tool_calls`` that is not a list, a call without
-  ``id`` or ``function.name``, duplicate ids -- these raise ``TypeError``/
-  ``ValueError`` (they mean the transcript itself is broken).
+* **Model output never raises** (docs/contract.md §8 A11). Whatever the
+  model wrote, each of its tool calls becomes one ``ToolExecutionInput``
+  answered under the model's id:
+
+  - arguments that are not valid JSON, nested deeper than 1 000 levels
+    ("nested too deeply"), or holding a lone surrogate carry a
+    ``MalformedArguments`` placeholder: executing the call gives
+    ``INVALID_ARGS`` whose text says what is wrong, and the body never runs;
+  - an empty or missing call id, an id already used earlier in the same
+    message (the first call with it runs), a call type other than
+    ``"function"`` (e.g. ``"custom"``), or a call without a function name
+    carry an ``InvalidCall`` placeholder: executing the call gives
+    ``INVALID_CALL``, no hook and no body runs.
+
+  Only what is not model output raises: ``message`` that is neither a
+  mapping nor an object with ``model_dump()``, a ``role`` other than
+  ``"assistant"``, ``tool_calls`` that is not a list, a non-signal.
+* **Tool messages always encode as UTF-8**: lone surrogates in a result's
+  text or in an id become U+FFFD.
+* **Names the provider accepts** (docs/contract.md §8 A12): ``tools_param``
+  sends a name breaking ``^[a-zA-Z0-9_-]{1,64}$`` under an alias
+  (``dshtools._interop.alias_names`` states the rule; the registry keeps
+  the user's names), and ``calls_from_message(..., registry=registry)``
+  maps aliases back.
 * Nothing here runs a tool, blocks, or touches the signal beyond handing it
   on.
 
-Content shape (a decision, see ``tool_message``): a tool message's
-``content`` is a **string**, the text of the result's content blocks
-joined with ``"\\n"``; Chat Completions accepts only text for ``role:
-"tool"``, and every compatible server accepts a string.
+Content shape: a tool message's ``content`` is a **string**, the text of
+the result's content blocks joined with ``"\\n"``; Chat Completions takes
+only text for ``role: "tool"``, and every compatible server takes a string.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
-
-import attrs
+from typing import Any, Literal, Protocol, TypedDict
 
 from ._freeze import thaw
+from ._interop import (
+    INVALID_CALL,
+    Aliases,
+    CallIds,
+    InvalidCall,
+    MalformedArguments,
+    alias_names,
+    as_mapping,
+    field,
+    object_schema_or_raise,
+    parse_arguments,
+    result_text,
+    utf8_safe,
+)
 from ._signal import AbortSignal
 from ._types import ToolExecutionInput, ToolExecutionResult
 
 __all__ = [
+    "INVALID_CALL",
+    "InvalidCall",
     "MalformedArguments",
+    "ToolMessage",
+    "alias_names",
     "calls_from_message",
     "tool_message",
     "tool_messages",
@@ -58,172 +86,153 @@ class _HasSchemas(Protocol):
     def schemas(self) -> list[dict[str, Any]]: ...
 
 
+class ToolMessage(TypedDict):
+    """One ``role: "tool"`` message. ``content`` is always a ``str`` at run
+    time; it is annotated ``Any`` so that the dict is accepted wherever the
+    OpenAI SDK expects ``ChatCompletionToolMessageParam`` (a ``TypedDict``'s
+    items are invariant, and the SDK's ``content`` is a union whose members
+    change between SDK versions). See docs/decisions/0023."""
+
+    role: Literal["tool"]
+    tool_call_id: str
+    content: Any
+
+
 def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
     """The Chat Completions ``tools`` parameter for every tool in
     ``registry`` (a ``ToolRegistry``), in ``registry.schemas()`` order:
     ``{"type": "function", "function": {"name": ..., "description": ...,
-    "parameters": <JSON Schema object>}}``. The result is a fresh, plain,
-    mutable JSON structure (``dict``/``list``): editing it does not touch
-    the registry. Source: docs/contract.md §6."""
+    "parameters": <JSON Schema object>}}``.
+
+    ``name`` matches ``^[a-zA-Z0-9_-]{1,64}$``: a registered name that does
+    is sent unchanged, any other under its alias (``alias_names``;
+    docs/contract.md §8 A12). Raises ``ValueError`` naming the tool when its
+    ``parameters`` is not an object schema (providers reject the whole
+    request otherwise). The result is a fresh, plain, mutable JSON
+    structure: editing it does not touch the registry."""
+    schemas = [thaw(schema) for schema in registry.schemas()]
+    aliases = alias_names([str(s["name"]) for s in schemas])
     out: list[dict[str, Any]] = []
-    for schema in registry.schemas():
-        plain = thaw(schema)
+    for plain in schemas:
+        name = str(plain["name"])
+        parameters = plain.get("parameters", {"type": "object", "properties": {}})
+        object_schema_or_raise(name, parameters)
         out.append(
             {
                 "type": "function",
                 "function": {
-                    "name": plain["name"],
+                    "name": aliases[name],
                     "description": plain.get("description", ""),
-                    "parameters": plain.get("parameters", {"type": "object", "properties": {}}),
+                    "parameters": parameters,
                 },
             }
         )
     return out
 
 
-@attrs.frozen
-class MalformedArguments:
-    """The ``arguments`` of a call whose ``function.arguments`` string is not
-    valid JSON. ``raw`` is the string exactly as the model sent it;
-    ``error`` says what is wrong (``json.JSONDecodeError``'s message, with
-    line and column).
-
-    Not a JSON value, so the registry rejects it at materialization
-    (docs/contract.md §3 step 1) and the call's result is an ``INVALID_ARGS``
-    failure, with precedence over everything else (docs/contract.md §7), whose
-    text is ``Error: invalid arguments: arguments are not valid JSON:
-    <error> at $`` (the freeze step reads ``__json_problem__``).
-    """
-
-    raw: str
-    error: str
-
-    @property
-    def message(self) -> str:
-        """``arguments are not valid JSON: <error>`` -- the text the model
-        should see."""
-        return f"arguments are not valid JSON: {self.error}"
-
-    @property
-    def __json_problem__(self) -> str:
-        """Read by the registry's materialization (``dshtools._freeze``) to
-        word the ``INVALID_ARGS`` message."""
-        return self.message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _parse_arguments(raw: object) -> object:
-    if isinstance(raw, Mapping):
-        return dict(raw)  # some compatible servers send an object already
-    if not isinstance(raw, str):
-        return MalformedArguments(repr(raw), f"expected a JSON string, got {type(raw).__name__}")
-    if not raw.strip():
-        return {}  # a call of a no-argument tool is often sent with ""
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
-        return MalformedArguments(raw, str(exc))
+def _message_mapping(message: object) -> Mapping[str, Any] | object:
+    mapped = as_mapping(message)
+    if mapped is not None:
+        return mapped
+    if hasattr(message, "tool_calls"):  # an SDK object whose model_dump failed
+        return message
+    raise TypeError(f"message must be a JSON object or an object with model_dump(), not {type(message).__name__}")
 
 
 def calls_from_message(
-    message: Mapping[str, Any], *, signal: AbortSignal, agent: str | None = None
+    message: Mapping[str, Any] | object,
+    *,
+    signal: AbortSignal,
+    agent: str | None = None,
+    registry: _HasSchemas | None = None,
 ) -> list[ToolExecutionInput]:
-    """Turn an assistant message's ``tool_calls`` into ``ToolExecutionInput``s
-    (one per call, in order), each with ``call_id`` = the call's ``id``,
-    ``name`` = ``function.name``, the caller's ``signal`` (required; a
-    non-``AbortSignal`` raises ``TypeError``) and ``agent``.
+    """An assistant message's ``tool_calls`` as ``ToolExecutionInput``s: one
+    per model tool call, in order, each with ``call_id`` = the call's ``id``
+    (``""`` when it has none), ``name`` = ``function.name`` (an alias mapped
+    back to its registered name when ``registry`` is given), the caller's
+    ``signal`` and ``agent``.
 
-    ``function.arguments`` is parsed as JSON (``NaN``/``Infinity`` are not
-    JSON); an empty string means ``{}``; an object already decoded is taken
-    as is. Anything unparsable becomes ``MalformedArguments`` and surfaces
-    as an ``INVALID_ARGS`` result when the call is executed -- never as an
-    exception here.
+    ``message`` is a dict or any object with ``model_dump()`` (the OpenAI
+    SDK's ``ChatCompletionMessage``). ``function.arguments`` is parsed as
+    JSON (``NaN``/``Infinity`` are not JSON; an empty string means ``{}``;
+    an object already decoded is taken as is). Model output never raises
+    (see the module docstring): a call that is wrong carries a placeholder
+    and its execution is an ``INVALID_ARGS`` or ``INVALID_CALL`` failure.
 
     A message without ``tool_calls`` (or with ``null``/``[]``) gives ``[]``.
-    Raises ``TypeError`` when ``message``, ``tool_calls`` or a call has the
-    wrong JSON type, and ``ValueError`` for a message whose ``role`` is not
-    ``"assistant"``, a call whose ``type`` is not ``"function"``, a missing
-    or empty ``id``/``function.name``, or ids repeated within the message.
-    Source: docs/contract.md §6.
-    """
+    Raises ``TypeError`` for a ``message`` that is neither a mapping nor an
+    object with ``model_dump()``, ``tool_calls`` that is not a list, or a
+    non-``AbortSignal``; ``ValueError`` for a ``role`` other than
+    ``"assistant"``. Source: docs/contract.md §6, §8 A11, A12."""
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
-    if not isinstance(message, Mapping):
-        raise TypeError(f"message must be a JSON object, not {type(message).__name__}")
-    role = message.get("role", "assistant")
-    if role != "assistant":
+    msg = _message_mapping(message)
+    role = field(msg, "role", "assistant")
+    if role is not None and role != "assistant":
         raise ValueError(f'tool calls come from an "assistant" message, not role {role!r}')
-    calls = message.get("tool_calls")
+    calls = field(msg, "tool_calls")
     if calls is None:
         return []
-    if not isinstance(calls, list):
+    if not isinstance(calls, (list, tuple)):
         raise TypeError(f'"tool_calls" must be a list, not {type(calls).__name__}')
+    aliases = Aliases.of(registry) if registry is not None else None
+    ids = CallIds()
     out: list[ToolExecutionInput] = []
-    seen: set[str] = set()
-    for index, call in enumerate(calls):
+    for index, raw_call in enumerate(calls):
         where = f"tool_calls[{index}]"
-        if not isinstance(call, Mapping):
-            raise TypeError(f"{where} must be a JSON object, not {type(call).__name__}")
-        kind = call.get("type", "function")
-        if kind != "function":
-            raise ValueError(f'{where}: unsupported call type {kind!r} (only "function")')
-        call_id = call.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError(f'{where}: "id" must be a non-empty string')
-        if call_id in seen:
-            raise ValueError(f"{where}: duplicate call id {call_id!r}")
-        seen.add(call_id)
-        function = call.get("function")
-        if not isinstance(function, Mapping):
-            raise ValueError(f'{where}: "function" must be a JSON object')
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f'{where}: "function.name" must be a non-empty string')
-        arguments = _parse_arguments(function.get("arguments", ""))
+        call = as_mapping(raw_call)
+        if call is None:
+            call = raw_call if hasattr(raw_call, "id") else None
+        if call is None:
+            shape = f"{where} is a {type(raw_call).__name__}, not a tool call object"
+            out.append(ToolExecutionInput("", "", InvalidCall(shape), signal, agent=agent))
+            continue
+        problem: str | None
+        call_id, problem = ids.check(field(call, "id"), where)
+        kind = field(call, "type", "function")
+        function = field(call, "function") if kind in ("function", None) else field(call, kind)
+        name = field(function, "name") if function is not None else None
+        name = name if isinstance(name, str) else ""
+        if problem is None and kind not in ("function", None):
+            problem = f'{where}: unsupported call type {utf8_safe(str(kind))!r} (only "function" tool calls run)'
+        if problem is None and not name:
+            problem = f"{where}: the call has no function name"
+        if aliases is not None and name:
+            name = aliases.name_of(name)
+        # A custom tool call carries "input" text where a function call has "arguments".
+        raw_arguments = field(function, "arguments", field(function, "input", "")) if function is not None else ""
+        if problem is not None:
+            arguments: object = InvalidCall(problem, raw_arguments)
+        else:
+            arguments = parse_arguments(raw_arguments)
         out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent))
     return out
 
 
-def _block_text(block: object) -> str:
-    if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str):
-        text: str = block["text"]
-        return text
-    # A non-text block (an image, a resource link) has no place in a
-    # Chat Completions tool message: render it as JSON rather than drop it.
-    return json.dumps(thaw(block), ensure_ascii=False, sort_keys=True)
-
-
-def tool_message(call_id: str, result: ToolExecutionResult) -> dict[str, Any]:
+def tool_message(call_id: str, result: ToolExecutionResult) -> ToolMessage:
     """``{"role": "tool", "tool_call_id": call_id, "content": <str>}`` for
     one result.
 
     ``content`` is a **string**: the text of each of ``result.content``'s
     blocks joined with ``"\\n"`` (a failure's is ``"Error: <message>"``).
-    A non-text block is rendered as its JSON, never dropped. The result's
-    ``additional_contexts`` are not part of the tool message: where they go
-    in the conversation is the agent loop's decision. Raises ``TypeError``
-    for a non-``str`` ``call_id``. Source: docs/contract.md §6.
-    """
+    A non-text block is rendered as its JSON, never dropped. Lone
+    surrogates (in the text or the id) become U+FFFD, so the message always
+    encodes as UTF-8. The result's ``additional_contexts`` are not part of
+    the tool message: where they go in the conversation is the agent
+    loop's decision. Raises ``TypeError`` for a non-``str`` ``call_id``.
+    Source: docs/contract.md §6, §8 A11."""
     if not isinstance(call_id, str):
         raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
-    return {
-        "role": "tool",
-        "tool_call_id": call_id,
-        "content": "\n".join(_block_text(b) for b in result.content),
-    }
+    return {"role": "tool", "tool_call_id": utf8_safe(call_id), "content": result_text(result.content)}
 
 
-def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[dict[str, Any]]:
+def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[ToolMessage]:
     """``tool_message`` for each ``(call, result)`` pair, in order (the
-    order Chat Completions expects after the assistant message). Raises
-    ``ValueError`` when the two lengths differ. Source: docs/contract.md §6."""
+    order Chat Completions expects after the assistant message): one message
+    per model tool call, since ``calls_from_message`` gave one input per
+    call. Raises ``ValueError`` when the two lengths differ. Source:
+    docs/contract.md §6, §8 A11."""
     results = list(results)
     if len(results) != len(calls):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [tool_message(call.call_id, result) for call, result in zip(calls, results, strict=False)]
+    return [tool_message(call.call_id, result) for call, result in zip(calls, results, strict=True)]

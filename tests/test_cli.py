@@ -418,7 +418,13 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
         json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}])
     )
     (tmp / "scalar.json").write_text("42")
-    (tmp / "noid.json").write_text(json.dumps({"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}))
+    # Field case B37: a transcript *file* nested 5000 deep.
+    (tmp / "deep.json").write_text("[" * 5000 + "]" * 5000)
+    mixed = [
+        {"role": "assistant", "tool_calls": [_call("c1", "echo", {})]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "echo", "input": {}}]},
+    ]
+    (tmp / "mixed.json").write_text(json.dumps(mixed))
     (tmp / "cli_broken_mod.py").write_text('raise RuntimeError("line one\\nline two")\n')
     good = _write_transcript(tmp, TWO_TURNS, "good.json")
     return {
@@ -426,7 +432,10 @@ def _bad_cases(tmp: Path) -> dict[str, list[str]]:
         "malformed-json": ["replay", str(tmp / "bad.json"), "--tools", "cli_tools_mod:registry"],
         "no-tool-calls": ["replay", str(tmp / "none.json"), "--tools", "cli_tools_mod:registry"],
         "not-a-transcript": ["replay", str(tmp / "scalar.json"), "--tools", "cli_tools_mod:registry"],
-        "tool-call-without-id": ["replay", str(tmp / "noid.json"), "--tools", "cli_tools_mod:registry"],
+        "transcript-nested-too-deeply": ["replay", str(tmp / "deep.json"), "--tools", "cli_tools_mod:registry"],
+        "transcript-mixes-formats": ["replay", str(tmp / "mixed.json"), "--tools", "cli_tools_mod:registry"],
+        "tools-given-as-a-file-path": ["replay", str(good), "--tools", "./cli_tools_mod.py:registry"],
+        "usage-bad-format": ["replay", str(good), "--tools", "cli_tools_mod:registry", "--format", "gemini"],
         "unimportable-module": ["replay", str(good), "--tools", "no_such_module_xyz:registry"],
         "module-raises-multiline-on-import": ["replay", str(good), "--tools", "cli_broken_mod:registry"],
         "factory-raises": ["replay", str(good), "--tools", "cli_tools_mod:raising_factory"],
@@ -448,7 +457,10 @@ BAD_CASES = [
     "malformed-json",
     "no-tool-calls",
     "not-a-transcript",
-    "tool-call-without-id",
+    "transcript-nested-too-deeply",
+    "transcript-mixes-formats",
+    "tools-given-as-a-file-path",
+    "usage-bad-format",
     "unimportable-module",
     "module-raises-multiline-on-import",
     "factory-raises",
@@ -705,11 +717,12 @@ def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
         transcript_batches([user, 7])
     with pytest.raises(UsageError, match=r'message #3: "tool_calls" must be a list'):
         transcript_batches([user, user, {"role": "assistant", "tool_calls": "x"}])
-    # A call without an id, in the second message (the first assistant one).
+    # A call without an id is model output, not a usage error: it is
+    # answered with INVALID_CALL (docs/contract.md §8 A11).
     path = _write_transcript(tools_dir, [user, {"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}])
     proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
-    assert proc.returncode == 2
-    assert "message #2: bad tool_calls" in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "INVALID_CALL" in proc.stdout and "the call id is missing" in proc.stdout
 
 
 def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureFixture[str]) -> None:

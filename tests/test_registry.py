@@ -396,7 +396,7 @@ def test_wrapper_returned_failure_after_cancellation_stays(registry: ToolRegistr
     registry.add_around_dispatch(wrapper)
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.is_error and result.error.message == "nope"  # type: ignore[union-attr]
+    assert result.is_error and result.error.message == "nope"
 
 
 @pytest.mark.timeout(10)

@@ -1,0 +1,216 @@
+"""Anthropic Messages API interop, without the SDK (docs/contract.md §11,
+§8 A11, A12).
+
+Three conversions, plain JSON in and out (SDK objects accepted on input):
+
+* ``tools_param(registry)`` -- the registry's schemas as the ``tools``
+  request parameter: ``[{"name", "description", "input_schema"}, ...]``,
+  every name provider-valid.
+* ``calls_from_message(message, signal=..., registry=...)`` -- the
+  ``tool_use`` blocks of an assistant message's ``content`` as
+  ``ToolExecutionInput``s: exactly one per block, in order.
+* ``tool_results(calls, results)`` -- the ``content`` list of the next
+  ``role: "user"`` message: one ``tool_result`` block per ``tool_use``, in
+  order (``tool_use_id``, ``content``, ``is_error``).
+
+Guarantees (the same rules as ``dshtools.openai``):
+
+* **Model output never raises** (docs/contract.md §8 A11). A ``tool_use``
+  block's ``input`` is an object already decoded by the API; one nested
+  deeper than 1 000 levels ("nested too deeply") or holding a lone
+  surrogate carries a ``MalformedArguments`` placeholder (``INVALID_ARGS``
+  when executed; an ``input`` sent as a JSON string is parsed like OpenAI
+  arguments). An empty or missing ``id``, an ``id`` already used earlier in
+  the same message (the first block with it runs), or a block without a
+  ``name`` carries an ``InvalidCall`` placeholder (``INVALID_CALL``). Other
+  blocks (``text``, ``thinking``, server tool blocks the API runs itself)
+  are not tool calls for this process and are skipped.
+* **Results always encode as UTF-8**: lone surrogates become U+FFFD.
+* **Names the API accepts** (docs/contract.md §8 A12): the same alias
+  scheme as ``dshtools.openai`` (``alias_names``), mapped back by
+  ``calls_from_message(..., registry=registry)``.
+* Nothing here runs a tool, blocks, or touches the signal beyond handing it
+  on.
+
+Content shape: a ``tool_result``'s ``content`` is a **string** (the text
+of the result's content blocks joined with ``"\\n"``, non-text blocks as
+their JSON), which the API always accepts, including when it is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypedDict
+
+from ._freeze import thaw
+from ._interop import (
+    INVALID_CALL,
+    Aliases,
+    CallIds,
+    InvalidCall,
+    MalformedArguments,
+    alias_names,
+    as_mapping,
+    check_decoded,
+    field,
+    object_schema_or_raise,
+    parse_arguments,
+    result_text,
+    utf8_safe,
+)
+from ._signal import AbortSignal
+from ._types import ToolExecutionInput, ToolExecutionResult
+
+__all__ = [
+    "INVALID_CALL",
+    "InvalidCall",
+    "MalformedArguments",
+    "ToolParam",
+    "ToolResultBlock",
+    "alias_names",
+    "calls_from_message",
+    "tool_result",
+    "tool_results",
+    "tools_param",
+]
+
+
+class _HasSchemas(Protocol):
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+
+class ToolParam(TypedDict):
+    """One entry of the Messages API ``tools`` parameter."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ToolResultBlock(TypedDict):
+    """One ``tool_result`` content block. ``is_error`` is ``True`` exactly
+    for failures."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str
+    is_error: bool
+
+
+def tools_param(registry: _HasSchemas) -> list[ToolParam]:
+    """The Messages API ``tools`` parameter for every tool in ``registry``
+    (a ``ToolRegistry``), in ``registry.schemas()`` order: ``{"name": ...,
+    "description": ..., "input_schema": <JSON Schema object>}``.
+
+    ``name`` matches ``^[a-zA-Z0-9_-]{1,64}$``: a registered name that does
+    is sent unchanged, any other under its alias (``alias_names``;
+    docs/contract.md §8 A12). Raises ``ValueError`` naming the tool when its
+    ``parameters`` is not an object schema. The result is fresh, plain,
+    mutable JSON: editing it does not touch the registry. Source:
+    docs/contract.md §11."""
+    schemas = [thaw(schema) for schema in registry.schemas()]
+    aliases = alias_names([str(s["name"]) for s in schemas])
+    out: list[ToolParam] = []
+    for plain in schemas:
+        name = str(plain["name"])
+        parameters = plain.get("parameters", {"type": "object", "properties": {}})
+        object_schema_or_raise(name, parameters)
+        out.append({"name": aliases[name], "description": plain.get("description", ""), "input_schema": parameters})
+    return out
+
+
+def calls_from_message(
+    message: Mapping[str, Any] | object,
+    *,
+    signal: AbortSignal,
+    agent: str | None = None,
+    registry: _HasSchemas | None = None,
+) -> list[ToolExecutionInput]:
+    """The ``tool_use`` blocks of an assistant message as
+    ``ToolExecutionInput``s: one per block, in order, each with ``call_id``
+    = the block's ``id`` (``""`` when it has none), ``name`` = its ``name``
+    (an alias mapped back to its registered name when ``registry`` is
+    given), ``arguments`` = its ``input``, the caller's ``signal`` and
+    ``agent``.
+
+    ``message`` is a dict or any object with ``model_dump()`` (the SDK's
+    ``Message``); a ``content`` that is a string has no tool calls (``[]``).
+    Model output never raises (see the module docstring). Raises
+    ``TypeError`` for a ``message`` that is neither a mapping nor an object
+    with ``model_dump()``, a ``content`` that is neither a string nor a
+    list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
+    ``"assistant"``. Source: docs/contract.md §11, §8 A11, A12."""
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    msg: object = as_mapping(message)
+    if msg is None:
+        if not hasattr(message, "content"):
+            raise TypeError(
+                f"message must be a JSON object or an object with model_dump(), not {type(message).__name__}"
+            )
+        msg = message  # an SDK object whose model_dump failed: read its attributes
+    role = field(msg, "role", "assistant")
+    if role is not None and role != "assistant":
+        raise ValueError(f'tool_use blocks come from an "assistant" message, not role {role!r}')
+    content = field(msg, "content")
+    if content is None or isinstance(content, str):
+        return []
+    if not isinstance(content, (list, tuple)):
+        raise TypeError(f'"content" must be a string or a list of blocks, not {type(content).__name__}')
+    aliases = Aliases.of(registry) if registry is not None else None
+    ids = CallIds()
+    out: list[ToolExecutionInput] = []
+    for index, raw_block in enumerate(content):
+        block = as_mapping(raw_block)
+        if block is None:
+            block = raw_block
+        if field(block, "type") != "tool_use":
+            continue
+        where = f"content[{index}]"
+        problem: str | None
+        call_id, problem = ids.check(field(block, "id"), where)
+        name = field(block, "name")
+        name = name if isinstance(name, str) else ""
+        if problem is None and not name:
+            problem = f"{where}: the tool_use block has no name"
+        if aliases is not None and name:
+            name = aliases.name_of(name)
+        raw_input = field(block, "input")
+        if problem is not None:
+            arguments: object = InvalidCall(problem, raw_input)
+        elif isinstance(raw_input, str):
+            arguments = parse_arguments(raw_input)
+        else:
+            arguments = check_decoded(raw_input)
+        out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent))
+    return out
+
+
+def tool_result(call_id: str, result: ToolExecutionResult) -> ToolResultBlock:
+    """``{"type": "tool_result", "tool_use_id": call_id, "content": <str>,
+    "is_error": <bool>}`` for one result: ``content`` is the text of each of
+    ``result.content``'s blocks joined with ``"\\n"`` (a failure's is
+    ``"Error: <message>"``; a non-text block as its JSON); ``is_error`` is
+    ``result.is_error``. Lone surrogates become U+FFFD. Raises
+    ``TypeError`` for a non-``str`` ``call_id``. Source: docs/contract.md
+    §11."""
+    if not isinstance(call_id, str):
+        raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
+    return {
+        "type": "tool_result",
+        "tool_use_id": utf8_safe(call_id),
+        "content": result_text(result.content),
+        "is_error": bool(result.is_error),
+    }
+
+
+def tool_results(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[ToolResultBlock]:
+    """``tool_result`` for each ``(call, result)`` pair, in order: the
+    ``content`` of the ``role: "user"`` message that answers the assistant
+    message (one block per ``tool_use``, as the API requires). Raises
+    ``ValueError`` when the two lengths differ. Source: docs/contract.md
+    §11."""
+    results = list(results)
+    if len(results) != len(calls):
+        raise ValueError(f"{len(calls)} calls but {len(results)} results")
+    return [tool_result(call.call_id, result) for call, result in zip(calls, results, strict=True)]
