@@ -44,7 +44,7 @@ import attrs
 
 from ._deadline import deadline
 from ._errors import check_seconds
-from ._http import _exchange, _HTTPConnection, _HTTPSConnection, _SocketGuard, _to_headers
+from ._http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
 from ._iocommon import StrPath, _abort_error
 from ._process import _Supervisor, _Waker
 from ._signal import AbortSignal, _ensure_signal
@@ -58,6 +58,7 @@ from ._signal import AbortSignal, _ensure_signal
 __all__ = [
     "HTTP_TIMEOUT",
     "PROCESS_TIMEOUT",
+    "HttpProtocolError",
     "HttpResponse",
     "http_request",
     "read_file",
@@ -290,15 +291,20 @@ def run_process(
 
 @attrs.frozen
 class HttpResponse:
-    """The outcome of ``http_request``: ``status`` (e.g. 200), ``headers``
-    (read-only, case-insensitive ``Mapping[str, str]``; repeated fields
-    joined with ``", "``) and the whole ``body`` as ``bytes``. Any status is
-    a response, not an error (a 500 is returned, not raised). Source:
-    docs/contract.md §5."""
+    """The outcome of ``http_request``: the final ``status`` (e.g. 200;
+    never an interim 1xx, except 101 when the caller sent ``Upgrade``),
+    ``headers`` (read-only, case-insensitive ``Mapping[str, str]``; repeated
+    fields joined with ``", "``), the whole ``body`` as ``bytes`` (empty for
+    responses that have none: HEAD, 204, 304) and ``trailers``, the fields
+    sent after a chunked body (kept apart from ``headers``, as RFC 9110
+    §6.5.1 asks; empty when there were none). Any status is a response, not
+    an error (a 500 is returned, not raised). Source: docs/contract.md §5,
+    §8 A14."""
 
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
     body: bytes
+    trailers: Mapping[str, str] = attrs.field(factory=dict, converter=_to_headers)
 
 
 def http_request(
@@ -310,14 +316,26 @@ def http_request(
     body: bytes | None = None,
     timeout: float | None = None,
 ) -> HttpResponse:
-    """Send one HTTP/1.1 request with the standard library's ``http.client``
-    and return the whole response as an ``HttpResponse``.
+    """Send one HTTP/1.1 request on a new connection and return the whole
+    final response as an ``HttpResponse``.
 
     ``url`` is ``http://`` or ``https://`` (certificate verified with the
-    system's default trust store). ``headers`` are sent as given (``Host``,
-    ``Content-Length`` and ``Accept-Encoding: identity`` are added by
-    http.client); ``body`` is ``bytes`` or ``None``. Redirects are not
-    followed; any status is returned.
+    system's default trust store). ``headers`` are sent as given; ``Host``,
+    ``Content-Length`` (when there is a ``body``), ``Accept-Encoding:
+    identity`` and ``Connection: close`` are added unless given. ``body`` is
+    ``bytes`` or ``None``. Redirects are not followed; any final status is
+    returned.
+
+    **Framing** follows RFC 9110/9112 (docs/contract.md §8 A14; the rules
+    one by one in docs/decisions/0026-http-message-framing.md): interim
+    ``1xx`` responses (``100``, ``102``, ``103 Early Hints``, ...) are skipped
+    and the final response returned; HEAD, ``204`` and ``304`` responses
+    have an empty body whatever their headers say; ``Transfer-Encoding:
+    chunked`` wins over ``Content-Length``; a response with neither is read
+    until the server closes. A response whose framing is broken (conflicting
+    or invalid ``Content-Length``, an unsupported transfer coding, a
+    malformed chunk, a body cut short) raises ``HttpProtocolError`` (an
+    ``http.client.HTTPException``).
 
     ``timeout`` (seconds; ``None`` or ``<= 0``: none) bounds the **whole
     request** -- name resolution, connect, sending, headers and body -- not
@@ -330,12 +348,13 @@ def http_request(
     the socket is closed before the exception leaves: the server sees the
     connection closed. Name resolution itself cannot be interrupted.
 
-    Other failures (refused connection, protocol errors) propagate as
-    ``OSError`` / ``http.client.HTTPException`` when the signal is not
-    aborted. Starts no thread. Raises ``TypeError`` for a ``url`` that is
-    not a ``str``, a non-bytes body or a non-number ``timeout`` (the message
-    names the parameter); ``ValueError`` for an unsupported URL scheme, a URL
-    without host, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
+    Other failures (refused connection, framing errors) propagate as
+    ``OSError`` / ``HttpProtocolError`` when the signal is not aborted.
+    Starts no thread. Raises ``TypeError`` for a ``url`` that is not a
+    ``str``, a non-bytes body or a non-number ``timeout`` (the message names
+    the parameter); ``ValueError`` for an unsupported URL scheme, a URL
+    without host, the ``CONNECT`` method, a header the HTTP grammar does not
+    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:
@@ -347,17 +366,19 @@ def http_request(
     if timeout is not None:
         check_seconds(timeout, "timeout")
     parts = urllib.parse.urlsplit(url)
+    if method.upper() == "CONNECT":
+        raise ValueError("method CONNECT is not supported (it opens a tunnel, not a request)")
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"unsupported URL scheme {parts.scheme!r} (http or https)")
     host = parts.hostname
     if not host:
         raise ValueError(f"URL has no host: {url!r}")
-    # An explicit port: http.client would otherwise parse "::1" as host "::"
-    # and port 1.
-    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
+    default_port = 443 if parts.scheme == "https" else 80
+    port = parts.port if parts.port is not None else default_port
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
+    machine, outgoing = _prepare(method, target, _host_header(host, port, default_port), headers, body)
     sig.throw_if_aborted()
     with deadline(sig, timeout, HTTP_TIMEOUT) as dl:
         guard = _SocketGuard()
@@ -365,15 +386,12 @@ def http_request(
             handle = dl.signal.add_listener(guard.abort)
             try:
                 dl.signal.throw_if_aborted()
-                conn: http.client.HTTPConnection
-                if parts.scheme == "https":
-                    conn = _HTTPSConnection(host, port, guard, dl.signal)
-                else:
-                    conn = _HTTPConnection(host, port, guard, dl.signal)
+                sock = _open_socket(parts.scheme, host, port, guard, dl.signal)
                 try:
-                    return HttpResponse(*_exchange(conn, method, target, headers, body, dl.signal))
+                    status, fields, content, trailers = _exchange(sock, machine, outgoing, dl.signal)
                 finally:
-                    conn.close()
+                    sock.close()
+                return HttpResponse(status, fields, content, trailers)
             except (OSError, http.client.HTTPException) as exc:
                 if dl.signal.aborted:
                     raise _abort_error(dl.signal) from exc
