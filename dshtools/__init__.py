@@ -24,7 +24,9 @@ from ._hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._lifecycle import SignalReason, abort_on_signals
 from ._policies import TimeoutPolicy
+from ._process import ProcessAbortError
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import (
@@ -79,7 +81,9 @@ __all__ = [
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
+    "ProcessAbortError",
     "ResultObserver",
+    "SignalReason",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
     "TimeoutReason",
@@ -93,6 +97,7 @@ __all__ = [
     "ToolRegistry",
     "ToolRunContext",
     "ToolSuccess",
+    "abort_on_signals",
     "deadline",
     "execute_batch",
     "thaw",

@@ -31,8 +31,10 @@ complete at the same moment.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import http.client
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -46,7 +48,7 @@ from ._deadline import deadline
 from ._errors import check_seconds
 from ._http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
 from ._iocommon import StrPath, _abort_error
-from ._process import _Supervisor, _Waker
+from ._process import ProcessAbortError, _Supervisor, _Waker
 from ._signal import AbortSignal, _ensure_signal
 
 # This module is the public face: the helpers' signatures, argument checks
@@ -60,6 +62,7 @@ __all__ = [
     "PROCESS_TIMEOUT",
     "HttpProtocolError",
     "HttpResponse",
+    "ProcessAbortError",
     "http_request",
     "read_file",
     "run_process",
@@ -159,17 +162,25 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
 
 
 def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> bytes:
-    """Read the whole file at ``path`` and return its bytes, checking
-    ``signal`` before every chunk of ``chunk_size`` bytes (default 1 MiB).
+    """Read the whole regular file at ``path`` and return its bytes,
+    checking ``signal`` before every chunk of ``chunk_size`` bytes (default
+    1 MiB).
 
     Raises ``AbortError(signal.reason)`` when the signal is aborted at entry
     or at a chunk boundary; the file is closed before the exception leaves.
     A single ``read`` of a regular file does not block indefinitely, so the
-    abort is noticed within one chunk; a read blocked on a FIFO or device
-    that never delivers data is *not* interrupted (the check happens between
-    chunks only). ``OSError`` (missing file, permissions) propagates. Adds no
-    listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size`` that
-    is not a positive ``int``. Source: docs/contract.md §5.
+    abort is noticed within one chunk.
+
+    **Only regular files** (symbolic links are followed). A FIFO, character
+    or block device or socket could block in ``open`` or in a ``read``
+    beyond every abort (field case N3: a FIFO with no writer), so it is
+    refused at once with ``ValueError`` ("... is not a regular file (a
+    FIFO)"), without waiting; a directory raises ``IsADirectoryError``. The
+    file is opened non-blocking and checked with ``fstat`` on the opened
+    descriptor, so a path swapped for a FIFO after the first check cannot
+    block either. ``OSError`` (missing file, permissions) propagates. Adds
+    no listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size``
+    that is not a positive ``int``. Source: docs/contract.md §5, §8 A14.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -177,8 +188,13 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
     sig.throw_if_aborted()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    _check_regular(path, os.stat(path).st_mode)
+    # O_NONBLOCK: opening a FIFO that became one since the stat returns at
+    # once (instead of waiting for a writer), and the fstat below refuses it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     try:
+        _check_regular(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
         chunks: list[bytes] = []
         while True:
             sig.throw_if_aborted()
@@ -188,6 +204,23 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
             chunks.append(chunk)
     finally:
         os.close(fd)
+
+
+_KINDS: Final = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(path: StrPath, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    raise ValueError(f"{os.fspath(path)!r} is not a regular file ({kind}); read_file reads regular files only")
 
 
 # ---------------------------------------------------------------------------
@@ -220,8 +253,10 @@ def run_process(
     to the child's whole **session**; if members are still alive ``grace``
     seconds later, SIGKILL goes to them. As soon as no member is alive
     (zombies do not count) the leader is reaped, the pipes are drained and
-    closed, and ``AbortError(reason)`` is raised, ``reason`` being the
-    caller's reason or ``TimeoutReason(PROCESS_TIMEOUT, timeout)``. The grace
+    closed, and ``ProcessAbortError(reason)`` (an ``AbortError``) is raised,
+    ``reason`` being the caller's reason or ``TimeoutReason(PROCESS_TIMEOUT,
+    timeout)``; its ``stdout``/``stderr`` hold the bytes written before the
+    stop and ``returncode`` the leader's status (field case B47). The grace
     period is not waited out when the session died on SIGTERM.
 
     **Who is stopped.** The child calls ``setsid()``, so its session id is
@@ -271,13 +306,15 @@ def run_process(
         raise ValueError(f"grace must be >= 0, got {grace!r}")
     if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
         raise TypeError(f"input must be bytes or None, not {type(input).__name__}")
-    sig.throw_if_aborted()
+    if sig.aborted:
+        raise ProcessAbortError(sig.reason)
     with deadline(sig, timeout, PROCESS_TIMEOUT) as dl:
         waker = _Waker()
         try:
             handle = dl.signal.add_listener(waker.wake)
             try:
-                dl.signal.throw_if_aborted()
+                if dl.signal.aborted:
+                    raise ProcessAbortError(dl.signal.reason)
                 return _Supervisor(args, dl.signal, waker, grace_s, cwd, env, input).run()
             finally:
                 handle.remove()
