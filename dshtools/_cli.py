@@ -46,8 +46,11 @@ was invoked, the dispatch duration, and the start of the model text.
 
 Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
 cancellation are outcomes, not errors); 1 a quiescence check failed, or
-stdout was closed early; 2 usage error (one line on stderr); 130
-interrupted by Ctrl-C (SIGINT).
+stdout was closed early; 2 usage error (one line on stderr); 128 + signum
+when a signal stopped the run: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129
+SIGHUP. SIGTERM and SIGHUP are handled exactly like Ctrl-C (cancel, join,
+print the table and the quiescence report; docs/contract.md §8 A13).
+``--version`` prints the version.
 """
 
 from __future__ import annotations
@@ -63,9 +66,12 @@ from contextlib import ExitStack
 from importlib import resources
 from typing import NoReturn
 
+from . import __version__
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
 from ._cli_run import _Meter, _Replay, _Row, _run_batches
+from ._cli_signals import _interrupts
+from ._cli_signals import current as _current_interrupts
 from ._cli_table import print_table
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
@@ -115,7 +121,7 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
         sys.stdout.flush()
     print_table(run.rows, invoked, out)
     if run.interrupted:
-        print("interrupted (Ctrl-C): running calls were cancelled and joined", file=out)
+        print(f"interrupted ({_current_interrupts().name()}): running calls were cancelled and joined", file=out)
     elif run.cancelled_at is not None:
         print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
     print(f"finished in {run.elapsed:.2f}s", file=out)
@@ -127,7 +133,7 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
         print(f"  {'ok  ' if passed else 'FAIL'} {label}", file=out)
     out.flush()
     if run.interrupted:
-        return EXIT_INTERRUPTED
+        return _current_interrupts().exit_status()
     return EXIT_OK if ok else EXIT_FAILURE
 
 
@@ -254,9 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dshtools",
         description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
         epilog="Exit status: 0 success, 1 a quiescence check failed (or stdout closed early), 2 usage error, "
-        "130 interrupted (Ctrl-C). "
+        "130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); "
+        "SIGTERM and SIGHUP cancel and join like Ctrl-C. "
         "Without a command, runs the demo.",
     )
+    parser.add_argument("--version", action="version", version=f"dshtools {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser, cancel_default: float | None) -> None:
@@ -329,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns the exit status (see the module docstring)."""
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help", "--version")):
         args = ["demo", *args]  # the demo is the default command
     try:
         ns = parser.parse_args(args)
@@ -337,6 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ns.subparser.error("--no-cancel and --cancel-after exclude each other")
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    with _interrupts() as interrupts:
+        return _dispatch(ns, interrupts.exit_status)
+
+
+def _dispatch(ns: argparse.Namespace, interrupted_status: Callable[[], int]) -> int:
     try:
         status: int = ns.func(ns)
         return status
@@ -352,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        # Ctrl-C outside a batch (e.g. while loading): nothing was running.
+        # Ctrl-C (or SIGTERM/SIGHUP) outside a batch, e.g. while loading:
+        # nothing was running.
         print("dshtools: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_status()
