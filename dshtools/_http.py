@@ -197,7 +197,10 @@ def _open_socket(scheme: str, host: str, port: int, guard: _SocketGuard, signal:
     if scheme != "https":
         return sock
     try:
-        return ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        # suppress_ragged_eofs=False: a TCP close without TLS close_notify
+        # raises instead of reading as EOF, so a close-delimited body cut by
+        # a forged FIN is not taken for complete (RFC 9112 §9.8).
+        return ssl.create_default_context().wrap_socket(sock, server_hostname=host, suppress_ragged_eofs=False)
     except BaseException:
         sock.close()
         raise
@@ -266,7 +269,15 @@ def _exchange(
             signal.throw_if_aborted()
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(sock.recv(_PIPE_CHUNK))  # b"": EOF
+                try:
+                    data = sock.recv(_PIPE_CHUNK)  # b"": EOF
+                except ssl.SSLEOFError:
+                    signal.throw_if_aborted()
+                    raise HttpProtocolError(
+                        "the TLS connection closed without close_notify before the response ended "
+                        "(it may be truncated; RFC 9112 §9.8)"
+                    ) from None
+                conn.receive_data(data)
             elif isinstance(event, h11.InformationalResponse):
                 # 1xx is interim and skipped (RFC 9110 §15.2), except a 101
                 # that answers the caller's own Upgrade: h11 then pauses.

@@ -12,9 +12,13 @@ luck.
 from __future__ import annotations
 
 import http.client
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from io_support import AbortLater
@@ -334,3 +338,61 @@ def test_invalid_request_header_and_connect_are_value_errors() -> None:
         )
     with pytest.raises(ValueError, match="CONNECT"):
         dio.http_request("CONNECT", "http://127.0.0.1:9/", signal)
+
+
+# ------------------------------------------------------ TLS closure
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    return cert, key
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("close_notify", [True, False], ids=["close_notify", "bare-FIN"])
+def test_tls_close_without_close_notify_does_not_complete_a_close_delimited_body(
+    tls_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, close_notify: bool
+) -> None:
+    cert, key = tls_files
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    make_default = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda: make_default(cafile=str(cert)))
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve_one() -> None:
+        raw, _ = listener.accept()
+        with server_ctx.wrap_socket(raw, server_side=True) as conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+            if close_notify:
+                try:
+                    conn.unwrap().close()  # sends close_notify, then waits for the client's
+                except (ssl.SSLError, OSError):
+                    pass  # the client closed without answering it: fine here
+
+    thread = threading.Thread(target=serve_one, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/"
+    try:
+        if close_notify:
+            assert dio.http_request("GET", url, AbortController().signal, timeout=10).body == b"all of it"
+        else:
+            with pytest.raises(dio.HttpProtocolError, match="close_notify"):
+                dio.http_request("GET", url, AbortController().signal, timeout=10)
+    finally:
+        thread.join(10)
+        listener.close()
