@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
         "BODY in the table says whether the tool body was invoked, as observed by an innermost around-dispatch "
         "wrapper the replay installs ('?' only when no result was published). "
         "Ctrl-C cancels cooperatively, waits for running bodies (a second Ctrl-C does not stop that wait; "
-        "Ctrl-\\ or SIGKILL does), prints the results and exits 130.",
+        "Ctrl-\\ or SIGKILL does), prints the results and exits 130. SIGTERM and SIGHUP do the same and exit "
+        "143 and 129; while a body ignores its cancellation, stderr names it.",
     )
     replay.add_argument(
         "transcript",
