@@ -221,33 +221,41 @@ class _subreaper:
         own_sid = os.getsid(0)
         while True:
             stop = self._stop.wait(_REAP_EVERY)
-            seen: set[tuple[int, int]] = set()
-            for pid in _children(me) or ():
-                info = _read_stat(pid)
-                if info is None:
-                    continue
-                state, _ppid, sid, start = info
-                adopted = sid not in (own_sid, pid) or (pid, start) in self.deeper
-                if state == b"Z" and adopted:
-                    # Nobody else waits for an adopted process, so its pid
-                    # cannot be reaped and reused between the read and here.
-                    try:
-                        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                            self.reaped.append(pid)
-                    except ChildProcessError:
-                        pass
-                    continue
-                todo = list(_children(pid) or ())
-                while todo:
-                    below = todo.pop()
-                    below_info = _read_stat(below)
-                    if below_info is not None:
-                        seen.add((below, below_info[3]))
-                        todo.extend(_children(below) or ())
-            # Forget what is gone, so a reused pid is never taken for it.
-            self.deeper = seen | {key for key in self.deeper if _start_time(key[0]) == key[1]}
+            try:
+                self._reap_once(me, own_sid)
+            except Exception:  # /proc read mid-change; next period retries
+                pass
             if stop:
                 return
+
+    def _reap_once(self, me: int, own_sid: int) -> None:
+        """One period: reap the adopted zombies among this process's
+        children, and record (pid, start time) of every deeper descendant."""
+        seen: set[tuple[int, int]] = set()
+        for pid in _children(me) or ():
+            info = _read_stat(pid)
+            if info is None:
+                continue
+            state, _ppid, sid, start = info
+            adopted = sid not in (own_sid, pid) or (pid, start) in self.deeper
+            if state == b"Z" and adopted:
+                # Nobody else waits for an adopted process, so its pid
+                # cannot be reaped and reused between the read and here.
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        self.reaped.append(pid)
+                except ChildProcessError:
+                    pass
+                continue
+            todo = list(_children(pid) or ())
+            while todo:
+                below = todo.pop()
+                below_info = _read_stat(below)
+                if below_info is not None:
+                    seen.add((below, below_info[3]))
+                    todo.extend(_children(below) or ())
+        # Forget what is gone, so a reused pid is never taken for it.
+        self.deeper = seen | {key for key in self.deeper if _start_time(key[0]) == key[1]}
 
 
 def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
