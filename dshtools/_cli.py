@@ -56,6 +56,7 @@ print the table and the quiescence report; docs/contract.md §8 A13).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -365,6 +366,20 @@ def _dispatch(ns: argparse.Namespace, interrupted_status: Callable[[], int]) -> 
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_FAILURE
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        # The terminal hung up (SIGHUP after it closed): the run was
+        # cancelled and joined, but nothing can be shown any more. Silence
+        # the final flushes and exit with the signal's status.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):
+                pass
+        os.close(devnull)
+        return interrupted_status()
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM/SIGHUP) outside a batch, e.g. while loading:
         # nothing was running.

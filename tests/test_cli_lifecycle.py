@@ -195,3 +195,41 @@ def test_adopted_grandchildren_are_reaped_as_they_exit(tmp_path: Path, tool: str
 def test_version_prints_the_version() -> None:
     proc = subprocess.run([sys.executable, "-m", "dshtools", "--version"], capture_output=True, text=True, timeout=30)
     assert (proc.returncode, proc.stdout.strip()) == (0, f"dshtools {dshtools.__version__}")
+
+
+@pytest.mark.timeout(60)
+def test_sighup_after_the_terminal_closed_still_joins_and_exits_129(tmp_path: Path) -> None:
+    # The table cannot be written to a hung-up terminal (EIO): the run is
+    # still cancelled and joined, and exits 129 without a traceback.
+    import pty
+
+    master, slave = pty.openpty()
+    (tmp_path / "lifecycle_tools.py").write_text(TOOLS)
+    transcript = tmp_path / "t.json"
+    transcript.write_text(
+        json.dumps([{"role": "assistant", "tool_calls": [_call("c1", "shell", {"script": "sleep 41"})]}])
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dshtools", "replay", str(transcript), "--tools", "lifecycle_tools:registry"],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=tmp_path,
+    )
+    os.close(slave)
+    try:
+        family = wait_for_descendant(proc.pid, ["sleep", "41"], timeout=20)
+        os.close(master)  # the terminal goes away: writes to it now fail with EIO
+        master = -1
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=10) == 129
+    finally:
+        if master != -1:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert alive(family) == []
