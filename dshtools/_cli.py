@@ -26,8 +26,11 @@ Guarantees:
   but the registry has no ``TimeoutPolicy``. Transcript errors name the
   message as ``message #N``, counting every message from 1.
 * Progress (calls in flight and for how long) goes to stderr only while
-  stderr is a terminal; the ticker thread is stopped and joined before the
-  table is printed.
+  stderr is a terminal. Once the run is cancelled, a call still running a
+  second later is named on stderr, terminal or not ("cancelling — waiting
+  for call_07 (shell); Ctrl-\\ quits now"). The ticker thread is stopped
+  and joined before the table is printed.
+* SIGTERM and SIGHUP are handled like Ctrl-C (``dshtools._cli_signals``).
 
 Command line::
 
