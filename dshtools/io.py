@@ -16,8 +16,14 @@ helper, not its caller, owns stopping the work it started. Guarantees:
 * **The right exception.** Cancellation raises ``AbortError`` whose
   ``reason`` is the signal's reason: the caller's reason for a caller abort,
   a ``TimeoutReason`` (code ``PROCESS_TIMEOUT`` / ``HTTP_TIMEOUT``) when the
-  helper's own ``timeout`` ran out. An already-aborted signal raises before
-  any work starts.
+  helper's own ``timeout`` ran out. ``run_process`` raises its subclass
+  ``ProcessAbortError``, which keeps the output written before the stop.
+  An already-aborted signal raises before any work starts.
+* **No block outside a cancellation point** (docs/contract.md §8 A14):
+  ``read_file`` refuses a FIFO, device or socket at once instead of
+  waiting in ``open`` or ``read``; ``http_request`` frames responses as
+  RFC 9110/9112 state (interim 1xx skipped, bodiless responses without
+  body), so it never waits for a body that is not coming.
 * **No listener leaks (B12).** Every listener a helper adds, directly or
   through a ``deadline``, is removed on every exit path, including
   exceptions and ``KeyboardInterrupt``; ``signal.listener_count`` is back to
