@@ -25,7 +25,9 @@ from ._hooks import (
     ToolDefinition,
 )
 from ._interop import INVALID_CALL
+from ._lifecycle import SignalReason, abort_on_signals
 from ._policies import TimeoutPolicy
+from ._process import ProcessAbortError
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import (
@@ -82,7 +84,9 @@ __all__ = [
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
+    "ProcessAbortError",
     "ResultObserver",
+    "SignalReason",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
     "TimeoutReason",
@@ -96,6 +100,7 @@ __all__ = [
     "ToolRegistry",
     "ToolRunContext",
     "ToolSuccess",
+    "abort_on_signals",
     "deadline",
     "execute_batch",
     "thaw",

@@ -3,7 +3,9 @@
 ``python -m dshtools [demo]`` replays the bundled transcript against real
 blocking tools; ``python -m dshtools replay TRANSCRIPT.json --tools
 MODULE:ATTRIBUTE`` replays your own. See ``dshtools._cli`` for options and
-exit codes (0 ok, 1 quiescence check failed, 2 usage error, 130 Ctrl-C).
+exit codes (0 ok, 1 quiescence check failed, 2 usage error, 128 + signum when
+stopped by a signal: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). ``--version``
+prints the version.
 """
 
 from __future__ import annotations

@@ -26,8 +26,11 @@ Guarantees:
   but the registry has no ``TimeoutPolicy``. Transcript errors name the
   message as ``message #N``, counting every message from 1.
 * Progress (calls in flight and for how long) goes to stderr only while
-  stderr is a terminal; the ticker thread is stopped and joined before the
-  table is printed.
+  stderr is a terminal. Once the run is cancelled, a call still running a
+  second later is named on stderr, terminal or not ("cancelling — waiting
+  for call_07 (shell); Ctrl-\\ quits now"). The ticker thread is stopped
+  and joined before the table is printed.
+* SIGTERM and SIGHUP are handled like Ctrl-C (``dshtools._cli_signals``).
 
 Command line::
 
@@ -56,14 +59,18 @@ traceback behind a usage error caused by an exception (an import of
 
 Exit codes: 0 success (tool failures, timeouts and a ``--cancel-after``
 cancellation are outcomes, not errors); 1 a quiescence check failed, or
-stdout was closed early; 2 usage error (one line on stderr); 130
-interrupted by Ctrl-C (SIGINT).
+stdout was closed early; 2 usage error (one line on stderr); 128 + signum
+when a signal stopped the run: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129
+SIGHUP. SIGTERM and SIGHUP are handled exactly like Ctrl-C (cancel, join,
+print the table and the quiescence report; docs/contract.md §8 A13).
+``--version`` prints the version.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -75,9 +82,12 @@ from contextlib import ExitStack
 from importlib import resources
 from typing import NoReturn
 
+from . import __version__
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
 from ._cli_run import _Meter, _Replay, _Row, _run_batches
+from ._cli_signals import _interrupts
+from ._cli_signals import current as _current_interrupts
 from ._cli_table import print_table, quiescence_line
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
@@ -133,7 +143,7 @@ def _report(
         sys.stdout.flush()
     print_table(run.rows, invoked, out, wide=wide)
     if run.interrupted:
-        print("interrupted (Ctrl-C): running calls were cancelled and joined", file=out)
+        print(f"interrupted ({_current_interrupts().name()}): running calls were cancelled and joined", file=out)
     elif run.cancelled_at is not None:
         print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
     print(f"finished in {run.elapsed:.2f}s", file=out)
@@ -145,7 +155,7 @@ def _report(
         print(quiescence_line(label, passed), file=out)
     out.flush()
     if run.interrupted:
-        return EXIT_INTERRUPTED
+        return _current_interrupts().exit_status()
     return EXIT_OK if ok else EXIT_FAILURE
 
 
@@ -290,9 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dshtools",
         description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
         epilog="Exit status: 0 success, 1 a quiescence check failed (or stdout closed early), 2 usage error, "
-        "130 interrupted (Ctrl-C). "
+        "130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); "
+        "SIGTERM and SIGHUP cancel and join like Ctrl-C. "
         "Without a command, runs the demo.",
     )
+    parser.add_argument("--version", action="version", version=f"dshtools {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser, cancel_default: float | None) -> None:
@@ -345,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
         "BODY in the table says whether the tool body was invoked, as observed by an innermost around-dispatch "
         "wrapper the replay installs ('?' only when no result was published). "
         "Ctrl-C cancels cooperatively, waits for running bodies (a second Ctrl-C does not stop that wait; "
-        "Ctrl-\\ or SIGKILL does), prints the results and exits 130.",
+        "Ctrl-\\ or SIGKILL does), prints the results and exits 130. SIGTERM and SIGHUP do the same and exit "
+        "143 and 129; while a body ignores its cancellation, stderr names it.",
     )
     replay.add_argument(
         "transcript",
@@ -396,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns the exit status (see the module docstring)."""
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help", "--version")):
         args = ["demo", *args]  # the demo is the default command
     try:
         ns = parser.parse_args(args)
@@ -404,6 +417,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ns.subparser.error("--no-cancel and --cancel-after exclude each other")
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    with _interrupts() as interrupts:
+        return _dispatch(ns, interrupts.exit_status)
+
+
+def _dispatch(ns: argparse.Namespace, interrupted_status: Callable[[], int]) -> int:
     try:
         status: int = ns.func(ns)
         return status
@@ -420,7 +438,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_FAILURE
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        # The terminal hung up (SIGHUP after it closed): the run was
+        # cancelled and joined, but nothing can be shown any more. Silence
+        # the final flushes and exit with the signal's status.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):
+                pass
+        os.close(devnull)
+        return interrupted_status()
     except KeyboardInterrupt:
-        # Ctrl-C outside a batch (e.g. while loading): nothing was running.
+        # Ctrl-C (or SIGTERM/SIGHUP) outside a batch, e.g. while loading:
+        # nothing was running.
         print("dshtools: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_status()

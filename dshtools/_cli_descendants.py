@@ -10,13 +10,15 @@ Guarantees:
 * Under ``_subreaper()`` (Linux) a grandchild whose parent exited is
   re-parented to this process and still counts; the previous subreaper
   setting is restored on exit.
-* Read-only: nothing here signals or reaps a process.
+* Nothing here signals a process. The only processes reaped are those the
+  subreaper adopted, as they exit (see ``_subreaper``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
 
 
@@ -85,19 +87,96 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
 
+def _read_stat(pid: int) -> tuple[bytes, int, int, int] | None:
+    """``(state, ppid, session id, start time)`` of ``pid`` from
+    ``/proc/<pid>/stat``, or ``None`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+    # majflt cmajflt utime stime cutime cstime priority nice threads
+    # itrealvalue starttime ...": comm may contain spaces and ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    return fields[0], int(fields[1]), int(fields[3]), int(fields[19])
+
+
+def _start_time(pid: int) -> int | None:
+    info = _read_stat(pid)
+    return None if info is None else info[3]
+
+
+def _children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from ``/proc/<pid>/task/*/children``, or
+    ``None`` where the kernel does not provide those files."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return found
+
+
+# How often the reaper looks for adopted processes that exited (seconds).
+_REAP_EVERY = 0.05
+
+
+_active: _subreaper | None = None  # the active subreaper, if any (for tests)
+
+
 class _subreaper:
     """Make this process a Linux *child subreaper* (``prctl``) while the
     block runs, so a tool's orphaned grandchild (``cmd &`` in a shell that
     then exits) is re-parented here instead of to init, and the
     descendant check still sees it. The previous setting is restored on
-    exit; re-parented processes stay this process's children (zombies
-    after they exit, until this process exits). ``active`` says whether it
-    took effect (``False`` off Linux or when ``prctl`` is unavailable)."""
+    exit. ``active`` says whether it took effect (``False`` off Linux or
+    when ``prctl`` is unavailable).
+
+    **Adopted processes are reaped as they exit** (docs/contract.md §8 A13),
+    by a thread this class starts and joins, every _REAP_EVERY seconds: an
+    adopted process that exits would otherwise stay a zombie of this
+    process until it ends. Only processes that were certainly *adopted*
+    are reaped, never one this process forked itself (its owner, a
+    ``subprocess.Popen``, reaps it and must get its exit status). A direct
+    child is adopted when
+
+    * its session id is neither this process's nor its own pid: a child
+      forked here inherits this session and can only leave it by
+      ``setsid()``, which makes its session id its own pid; so this one was
+      forked by a descendant in another session (every ``run_process``
+      child's family), or
+    * it was seen earlier as a deeper descendant (same pid and start time).
+
+    Limit: a grandchild in this very session whose parent exits before the
+    reaper ever saw it (within one period) is not recognised, and stays a
+    zombie after it exits until this process ends (as it would without a
+    reaper). Without ``/proc/<pid>/task/*/children`` (a kernel without
+    ``CONFIG_PROC_CHILDREN``) no reaper runs.
+    """
 
     def __init__(self) -> None:
         self.active = False
         self._previous = 0
         self._prctl: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reaped: list[int] = []  # pids reaped, in order
+        # (pid, start time) of every process seen below a direct child; a
+        # new set is assigned each period (readers never see it mutate).
+        self.deeper: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset()
 
     def __enter__(self) -> _subreaper:
         if not sys.platform.startswith("linux"):
@@ -117,12 +196,66 @@ class _subreaper:
         self._prctl = prctl
         self._previous = current.value
         self.active = True
+        global _active
+        _active = self
+        if _children(os.getpid()) is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._reap_loop, name="dshtools-reaper", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         if self.active and not self._previous:
             self._prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        global _active
+        if _active is self:
+            _active = None
         self.active = False
+
+    def _reap_loop(self) -> None:
+        me = os.getpid()
+        own_sid = os.getsid(0)
+        while True:
+            stop = self._stop.wait(_REAP_EVERY)
+            try:
+                self._reap_once(me, own_sid)
+            except Exception:  # /proc read mid-change; next period retries
+                pass
+            if stop:
+                return
+
+    def _reap_once(self, me: int, own_sid: int) -> None:
+        """One period: reap the adopted zombies among this process's
+        children, and record (pid, start time) of every deeper descendant."""
+        seen: set[tuple[int, int]] = set()
+        for pid in _children(me) or ():
+            info = _read_stat(pid)
+            if info is None:
+                continue
+            state, _ppid, sid, start = info
+            adopted = sid not in (own_sid, pid) or (pid, start) in self.deeper
+            if state == b"Z" and adopted:
+                # Nobody else waits for an adopted process, so its pid
+                # cannot be reaped and reused between the read and here.
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        self.reaped.append(pid)
+                except ChildProcessError:
+                    pass
+                continue
+            todo = list(_children(pid) or ())
+            while todo:
+                below = todo.pop()
+                below_info = _read_stat(below)
+                if below_info is not None:
+                    seen.add((below, below_info[3]))
+                    todo.extend(_children(below) or ())
+        # Forget what is gone, so a reused pid is never taken for it.
+        self.deeper = seen | {key for key in self.deeper if _start_time(key[0]) == key[1]}
 
 
 def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:

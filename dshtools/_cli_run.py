@@ -37,6 +37,7 @@ from . import anthropic as danthropic
 from . import openai as dopenai
 from ._batch import execute_batch
 from ._cli_input import ANTHROPIC, Batch, _to_inputs
+from ._cli_signals import current as _current_interrupts
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types import (
@@ -50,7 +51,10 @@ from ._types import (
     ToolFailure,
 )
 
-_TICK = 0.25  # progress refresh period (seconds), TTY only
+_TICK = 0.25  # progress refresh period (seconds)
+# A cooperative body returns within milliseconds of its abort: one still
+# running this long after the run was cancelled is ignoring its signal.
+_STUBBORN_AFTER = 1.0
 
 
 # ---------------------------------------------------------------------------
@@ -192,27 +196,62 @@ class _Collector:
             return out
 
 
-class _Ticker:
-    """Writes the calls in flight to ``stream`` every _TICK seconds while
-    ``stream`` is a terminal; ``stop()`` joins the thread and clears the
-    line. Never started when ``stream`` is not a TTY."""
+def _cancelling_text(items: list[tuple[str, str, float]]) -> str:
+    waiting = ", ".join(f"{cid} ({name})" for cid, name, _ in items)
+    return f"cancelling — waiting for {waiting}; Ctrl-\\ quits now"
 
-    def __init__(self, meter: _Meter, stream: IO[str]) -> None:
+
+class _Ticker:
+    """The status line on ``stream`` (stderr), from a thread that ``stop()``
+    stops and joins.
+
+    * On a terminal, every _TICK seconds: the calls in flight and for how
+      long, on one line rewritten in place (cleared by ``stop()``).
+    * Once the run is cancelled (``cancelled_since()`` returns the
+      ``time.monotonic()`` it happened: a signal, or ``--cancel-after``),
+      a call still in flight _STUBBORN_AFTER seconds later is a body
+      ignoring its signal, and the CLI is waiting for it: the line says
+      so, naming the calls, and that Ctrl-\\ (SIGQUIT) ends the process at
+      once. On a terminal it replaces the progress line; elsewhere it is
+      written once per set of calls waited for, as a line of its own
+      (docs/contract.md §8 A13).
+    """
+
+    def __init__(
+        self, meter: _Meter, stream: IO[str], cancelled_since: Callable[[], float | None] = lambda: None
+    ) -> None:
         self._meter = meter
         self._stream = stream
+        self._cancelled_since = cancelled_since
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         isatty = getattr(stream, "isatty", None)
-        if isatty is not None and isatty():
-            self._thread = threading.Thread(target=self._run, name="dshtools-progress", daemon=True)
-            self._thread.start()
+        self._tty = bool(isatty is not None and isatty())
+        self._said = ""
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._run, name="dshtools-progress", daemon=True
+        )
+        self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(_TICK):
             now = time.monotonic()
             items = self._meter.in_flight()
-            text = ", ".join(f"{cid} {name} {now - t0:.1f}s" for cid, name, t0 in items) or "-"
-            self._stream.write(f"\r\x1b[K  in flight: {text}"[:200])
+            since = self._cancelled_since()
+            stubborn = [item for item in items if since is not None and now - max(since, item[2]) >= _STUBBORN_AFTER]
+            if stubborn:
+                text = _cancelling_text(stubborn)
+                if self._tty:
+                    self._stream.write(f"\r\x1b[K{text}")
+                elif text != self._said:
+                    self._said = text
+                    self._stream.write(f"dshtools: {text}\n")
+                else:
+                    continue
+            elif self._tty:
+                text = ", ".join(f"{cid} {name} {now - t0:.1f}s" for cid, name, t0 in items) or "-"
+                self._stream.write(f"\r\x1b[K  in flight: {text}"[:200])
+            else:
+                continue
             self._stream.flush()
 
     def stop(self) -> None:
@@ -220,8 +259,9 @@ class _Ticker:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
+            if self._tty:
+                self._stream.write("\r\x1b[K")
+                self._stream.flush()
 
 
 # ---------------------------------------------------------------------------
@@ -306,7 +346,14 @@ def _run_batches(
                 controller.abort(f"--cancel-after {cancel_after:g}s elapsed")
 
             stack.callback(timer.add_listener(cancel).remove)
-        ticker = _Ticker(meter, sys.stderr)
+        interrupts = _current_interrupts()
+
+        def cancelled_since() -> float | None:
+            # A signal (recorded by the handler) or --cancel-after.
+            times = [t for t in (interrupts.since, (t0 + cancelled_at[0]) if cancelled_at else None) if t is not None]
+            return min(times) if times else None
+
+        ticker = _Ticker(meter, sys.stderr, cancelled_since)
         stack.callback(ticker.stop)
         for calls in inputs:
             returned: list[ToolExecutionResult] | None = None
@@ -316,10 +363,10 @@ def _run_batches(
                 except KeyboardInterrupt:
                     # execute_batch published every result before re-raising.
                     interrupted = True
-                    controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+                    controller.abort(KeyboardInterrupt(f"interrupted ({interrupts.name()})"))
             except KeyboardInterrupt:  # a second Ctrl-C, or one between batches
                 interrupted = True
-                controller.abort(KeyboardInterrupt("interrupted (Ctrl-C)"))
+                controller.abort(KeyboardInterrupt(f"interrupted ({interrupts.name()})"))
             paired.append(_pair(calls, returned, collector.take()))
     # Rows are built once everything ran, so a Ctrl-C between batches
     # cannot lose one. A batch that never started (a Ctrl-C between

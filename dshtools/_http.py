@@ -1,7 +1,10 @@
 """The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md
-§5): case-insensitive response headers, the socket guard an abort listener
-shuts down, ``http.client`` connections that connect through that guard,
-and the request/response exchange.
+§5, §8 A14): case-insensitive response headers, the socket guard an abort
+listener shuts down, opening the (TLS) connection through that guard, and
+the request/response exchange, framed by ``h11``'s HTTP/1.1 state machine
+while this module owns the socket (so cancellation stays a socket
+shutdown). Why h11 and which framing rule is handled where:
+docs/decisions/0026-http-message-framing.md.
 
 Guarantees:
 
@@ -14,7 +17,12 @@ Guarantees:
   thread, through ``_SocketGuard.close()``, on every exit path.
 * **Abort is never mistaken for a complete body.** A shutdown looks like
   EOF to a close-delimited body, so ``_exchange`` re-checks the signal
-  after the last chunk.
+  after the last event.
+* **Framing as RFC 9110/9112 state it.** Interim 1xx responses are
+  skipped; HEAD, 1xx, 204 and 304 responses have no body whatever their
+  headers say; chunked bodies (with extensions and trailers), conflicting
+  or invalid lengths and truncated bodies are h11's; a framing error is
+  ``HttpProtocolError``.
 
 Starts no thread.
 """
@@ -26,6 +34,9 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
+
+import h11
 
 from ._iocommon import _PIPE_CHUNK, _abort_error
 from ._signal import AbortSignal
@@ -91,8 +102,8 @@ class _SocketGuard:
     does not wake it on Linux, and the number could be reused by another
     file. Closing belongs to the request thread, through ``close()``.
 
-    http.client gets a ``dup()`` of the connected socket, which it may close
-    whenever it likes; the raw socket stays open (under the lock) until the
+    The request thread gets a ``dup()`` of the connected socket (which TLS
+    may wrap and which it closes when done); the raw socket stays open (under the lock) until the
     request thread is done, so the listener's shutdown can never reach a
     reused descriptor. Race handled: an abort between creating the socket
     and ``attach`` -- ``attach`` sees ``shut`` under the lock and shuts the
@@ -126,7 +137,7 @@ class _SocketGuard:
 
     def connect(self, host: str, port: int, signal: AbortSignal) -> socket.socket:
         """Connect to ``(host, port)`` trying each address in turn; return a
-        ``dup()`` of the connected socket for http.client. Name resolution
+        ``dup()`` of the connected socket for the request thread. Name resolution
         runs in this thread and is not interruptible (an IP literal makes
         it instant); the signal is checked right after it."""
         infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
@@ -151,57 +162,156 @@ class _SocketGuard:
         raise last if last is not None else OSError(f"getaddrinfo({host!r}) returned no address")
 
 
-class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
-        super().__init__(host, port)
-        self._guard = guard
-        self._signal = signal
+class HttpProtocolError(http.client.HTTPException):
+    """The server's response breaks HTTP/1.1 message framing (RFC 9112 §6):
+    conflicting or invalid ``Content-Length``, a transfer coding other than
+    ``chunked``, a malformed chunk, a body cut short by the connection
+    closing, an unsolicited ``101``, ``Transfer-Encoding`` in an HTTP/1.0
+    response, or no response at all. A subclass of
+    ``http.client.HTTPException``, so code catching that still catches it.
+    Raised by ``dshtools.io.http_request`` only when its signal is not
+    aborted (an abort always wins). Source: docs/contract.md §8 A14."""
 
-    def connect(self) -> None:
-        self.sock = self._guard.connect(self.host, self.port, self._signal)
+
+# An interim or final response head larger than this is refused (as
+# http.client refuses a header line over 64 KiB).
+_MAX_HEAD: Final = 64 * 1024
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> None:
-        self._ssl_ctx = ssl.create_default_context()
-        super().__init__(host, port, context=self._ssl_ctx)
-        self._guard = guard
-        self._signal = signal
+# Methods that define a meaning for enclosed content: without a body they
+# still say "Content-Length: 0" (RFC 9110 §8.6).
+_METHODS_WITH_CONTENT: Final = frozenset({"POST", "PUT", "PATCH"})
 
-    def connect(self) -> None:
-        sock = self._guard.connect(self.host, self.port, self._signal)
-        try:
-            self.sock = self._ssl_ctx.wrap_socket(sock, server_hostname=self.host)
-        except BaseException:
-            sock.close()
-            raise
+
+def _host_header(host: str, port: int, default_port: int) -> str:
+    name = f"[{host}]" if ":" in host else host
+    return name if port == default_port else f"{name}:{port}"
+
+
+def _open_socket(scheme: str, host: str, port: int, guard: _SocketGuard, signal: AbortSignal) -> socket.socket:
+    """Connect through ``guard`` and, for ``https``, do the TLS handshake
+    (certificate checked against the system's default trust store). The
+    returned socket is the request thread's to close; the guard keeps the
+    raw one it may shut down."""
+    sock = guard.connect(host, port, signal)
+    if scheme != "https":
+        return sock
+    try:
+        # suppress_ragged_eofs=False: a TCP close without TLS close_notify
+        # raises instead of reading as EOF, so a close-delimited body cut by
+        # a forged FIN is not taken for complete (RFC 9112 §9.8).
+        return ssl.create_default_context().wrap_socket(sock, server_hostname=host, suppress_ragged_eofs=False)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _prepare(
+    method: str,
+    target: str,
+    host_header: str,
+    headers: Mapping[str, str] | None,
+    body: bytes | bytearray | memoryview | None,
+) -> tuple[h11.Connection, bytes]:
+    """The client state machine and the serialized request (head, body,
+    end), made before connecting, so a request the HTTP grammar does not
+    allow (a header with CR/LF, a bad method) is a ``ValueError`` without
+    any network traffic. ``Host``, ``Accept-Encoding: identity``,
+    ``Content-Length`` (with a body) and ``Connection: close`` are added
+    unless the caller gave them (``Content-Length: 0`` for POST, PUT and
+    PATCH without a body)."""
+    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    given = {name.lower() for name in (headers or {})}
+    fields: list[tuple[str, str]] = []
+    if "host" not in given:
+        fields.append(("Host", host_header))
+    if "accept-encoding" not in given:
+        fields.append(("Accept-Encoding", "identity"))
+    if "content-length" in given and "transfer-encoding" in given:
+        # RFC 9112 §6.2: never both.
+        raise ValueError("invalid request: Content-Length and Transfer-Encoding both given")
+    if "content-length" not in given and "transfer-encoding" not in given:
+        if body is not None:
+            fields.append(("Content-Length", str(len(body))))
+        elif method.upper() in _METHODS_WITH_CONTENT:
+            fields.append(("Content-Length", "0"))  # RFC 9110 §8.6
+    if "connection" not in given:
+        fields.append(("Connection", "close"))  # one request per connection
+    fields.extend((headers or {}).items())
+    try:
+        head = conn.send(h11.Request(method=method, target=target, headers=fields))
+        payload = conn.send(h11.Data(data=bytes(body))) if body else b""
+        end = conn.send(h11.EndOfMessage())
+    except h11.LocalProtocolError as exc:
+        raise ValueError(f"invalid request: {exc}") from None
+    return conn, b"".join(part or b"" for part in (head, payload, end))
 
 
 def _exchange(
-    conn: http.client.HTTPConnection,
-    method: str,
-    target: str,
-    headers: Mapping[str, str] | None,
-    body: bytes | bytearray | memoryview | None,
-    signal: AbortSignal,
-) -> tuple[int, _Headers, bytes]:
-    """Send the request on ``conn`` and read the whole response; return its
-    ``(status, headers, body)`` (``dshtools.io.http_request`` wraps them in
-    an ``HttpResponse``). The signal is checked before every chunk and once
-    after the last."""
-    conn.request(method, target, body=bytes(body) if body is not None else None, headers=dict(headers or {}))
-    response = conn.getresponse()
+    sock: socket.socket, conn: h11.Connection, outgoing: bytes, signal: AbortSignal
+) -> tuple[int, _Headers, bytes, _Headers]:
+    """Send ``outgoing`` (from ``_prepare``) on ``sock`` and read the whole
+    response through ``conn``; return ``(status, headers, body, trailers)``.
+
+    Framing is ``h11``'s state machine (RFC 9112 §6.3, one rule per line in
+    docs/decisions/0026-http-message-framing.md); the rules it leaves to
+    the caller are checked here: ``Transfer-Encoding`` in an HTTP/1.0
+    response is faulty framing (§6.1), and an EOF that ends a
+    close-delimited body is only a complete body if the signal did not
+    abort (a shutdown looks the same). The signal is checked before every
+    read and once after the last event."""
+    sock.sendall(outgoing)
+    status = 0
+    response_headers = _Headers(())
+    chunks: list[bytes] = []
     try:
-        chunks: list[bytes] = []
         while True:
             signal.throw_if_aborted()
-            chunk = response.read(_PIPE_CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        # A shutdown makes a close-delimited body look complete (EOF): only
-        # the signal can tell, so check it once more.
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = sock.recv(_PIPE_CHUNK)  # b"": EOF
+                except ssl.SSLEOFError:
+                    signal.throw_if_aborted()
+                    raise HttpProtocolError(
+                        "the TLS connection closed without close_notify before the response ended "
+                        "(it may be truncated; RFC 9112 §9.8)"
+                    ) from None
+                conn.receive_data(data)
+            elif isinstance(event, h11.InformationalResponse):
+                # 1xx is interim and skipped (RFC 9110 §15.2), except a 101
+                # that answers the caller's own Upgrade: h11 then pauses.
+                # An unsolicited 101 is a RemoteProtocolError inside h11.
+                if event.status_code == 101:
+                    status = 101
+                    response_headers = _decode_fields(event.headers.raw_items())
+            elif isinstance(event, h11.Response):
+                if event.http_version == b"1.0" and any(name == b"transfer-encoding" for name, _ in event.headers):
+                    raise HttpProtocolError("HTTP/1.0 response with Transfer-Encoding (faulty framing)")
+                status = event.status_code
+                response_headers = _decode_fields(event.headers.raw_items())
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                # A shutdown makes a close-delimited body look complete (EOF):
+                # only the signal can tell, so check it once more.
+                signal.throw_if_aborted()
+                trailers = _decode_fields(event.headers.raw_items())
+                return status, response_headers, b"".join(chunks), trailers
+            elif event is h11.PAUSED:
+                # 101 to the caller's own Upgrade: the connection now speaks
+                # another protocol, which is not ours to read.
+                signal.throw_if_aborted()
+                return status, response_headers, b"", _Headers(())
+            else:  # ConnectionClosed before any response
+                signal.throw_if_aborted()
+                raise HttpProtocolError("the server closed the connection without a response")
+    except h11.RemoteProtocolError as exc:
         signal.throw_if_aborted()
-        return response.status, _Headers(response.getheaders()), b"".join(chunks)
-    finally:
-        response.close()
+        raise HttpProtocolError(str(exc)) from None
+
+
+def _decode_fields(raw: Iterable[tuple[bytes, bytes]]) -> _Headers:
+    # Field values are octets; ISO-8859-1 maps each to one character and
+    # back (RFC 9110 §5.5), as http.client does.
+    return _Headers((name.decode("iso-8859-1"), value.decode("iso-8859-1")) for name, value in raw)

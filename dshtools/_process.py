@@ -34,7 +34,8 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
-from ._iocommon import _PIPE_CHUNK, StrPath, _abort_error
+from ._errors import AbortError
+from ._iocommon import _PIPE_CHUNK, StrPath
 from ._process_session import _kill_member, _Session
 from ._signal import AbortSignal
 
@@ -45,6 +46,50 @@ _GROUP_POLL_MIN: Final = 0.002
 _GROUP_POLL_MAX: Final = 0.02
 # Without pidfd_open the leader's exit is noticed by polling at this pace.
 _LEADER_POLL: Final = 0.02
+
+
+class ProcessAbortError(AbortError):
+    """``run_process`` stopped its child because the signal aborted (the
+    caller's abort, or its own ``timeout``). An ``AbortError``: ``reason``
+    is the signal's reason (a ``TimeoutReason`` with code
+    ``PROCESS_TIMEOUT`` for the timeout, so ``timeout_of`` finds it), and it
+    keeps the evidence the stop would otherwise throw away (field case
+    B47):
+
+    * ``stdout``, ``stderr``: ``bytes`` every member of the child's session
+      wrote to the pipes before it died (read until the pipes were drained);
+    * ``returncode``: the leader's exit status as ``subprocess`` reports it
+      (``-15`` killed by SIGTERM, ``-9`` by SIGKILL, or its own exit code
+      when it exited on the signal by itself); ``None`` when the signal was
+      already aborted and no process was started (both outputs are then
+      empty).
+
+    Source: docs/contract.md §8 A14."""
+
+    stdout: bytes
+    stderr: bytes
+    returncode: int | None
+
+    def __init__(
+        self, reason: object = None, *, stdout: bytes = b"", stderr: bytes = b"", returncode: int | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode = returncode
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (self.reason, self.stdout, self.stderr, self.returncode))
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessAbortError(reason={self.reason!r}, returncode={self.returncode!r}, "
+            f"stdout={len(self.stdout)} bytes, stderr={len(self.stderr)} bytes)"
+        )
+
+
+def _rebuild(reason: object, stdout: bytes, stderr: bytes, returncode: int | None) -> ProcessAbortError:
+    return ProcessAbortError(reason, stdout=stdout, stderr=stderr, returncode=returncode)
 
 
 class _Waker:
@@ -269,12 +314,11 @@ class _Supervisor:
         for fd in list(self.out):
             if fd in sel.get_map():
                 self._drain_pipe(fd)
-        if aborted or self.signal.aborted:
-            raise _abort_error(self.signal)
         assert proc.returncode is not None
-        return subprocess.CompletedProcess(
-            self.args, proc.returncode, b"".join(self.out[out_fd]), b"".join(self.out[err_fd])
-        )
+        stdout, stderr = b"".join(self.out[out_fd]), b"".join(self.out[err_fd])
+        if aborted or self.signal.aborted:
+            raise ProcessAbortError(self.signal.reason, stdout=stdout, stderr=stderr, returncode=proc.returncode)
+        return subprocess.CompletedProcess(self.args, proc.returncode, stdout, stderr)
 
     def _feed_stdin(self, fd: int, pos: int) -> int:
         assert self.input is not None

@@ -16,8 +16,14 @@ helper, not its caller, owns stopping the work it started. Guarantees:
 * **The right exception.** Cancellation raises ``AbortError`` whose
   ``reason`` is the signal's reason: the caller's reason for a caller abort,
   a ``TimeoutReason`` (code ``PROCESS_TIMEOUT`` / ``HTTP_TIMEOUT``) when the
-  helper's own ``timeout`` ran out. An already-aborted signal raises before
-  any work starts.
+  helper's own ``timeout`` ran out. ``run_process`` raises its subclass
+  ``ProcessAbortError``, which keeps the output written before the stop.
+  An already-aborted signal raises before any work starts.
+* **No block outside a cancellation point** (docs/contract.md §8 A14):
+  ``read_file`` refuses a FIFO, device or socket at once instead of
+  waiting in ``open`` or ``read``; ``http_request`` frames responses as
+  RFC 9110/9112 state (interim 1xx skipped, bodiless responses without
+  body), so it never waits for a body that is not coming.
 * **No listener leaks (B12).** Every listener a helper adds, directly or
   through a ``deadline``, is removed on every exit path, including
   exceptions and ``KeyboardInterrupt``; ``signal.listener_count`` is back to
@@ -31,8 +37,10 @@ complete at the same moment.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import http.client
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -44,9 +52,9 @@ import attrs
 
 from ._deadline import deadline
 from ._errors import check_seconds
-from ._http import _exchange, _HTTPConnection, _HTTPSConnection, _SocketGuard, _to_headers
+from ._http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
 from ._iocommon import StrPath, _abort_error
-from ._process import _Supervisor, _Waker
+from ._process import ProcessAbortError, _Supervisor, _Waker
 from ._signal import AbortSignal, _ensure_signal
 
 # This module is the public face: the helpers' signatures, argument checks
@@ -58,7 +66,9 @@ from ._signal import AbortSignal, _ensure_signal
 __all__ = [
     "HTTP_TIMEOUT",
     "PROCESS_TIMEOUT",
+    "HttpProtocolError",
     "HttpResponse",
+    "ProcessAbortError",
     "http_request",
     "read_file",
     "run_process",
@@ -158,17 +168,25 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
 
 
 def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> bytes:
-    """Read the whole file at ``path`` and return its bytes, checking
-    ``signal`` before every chunk of ``chunk_size`` bytes (default 1 MiB).
+    """Read the whole regular file at ``path`` and return its bytes,
+    checking ``signal`` before every chunk of ``chunk_size`` bytes (default
+    1 MiB).
 
     Raises ``AbortError(signal.reason)`` when the signal is aborted at entry
     or at a chunk boundary; the file is closed before the exception leaves.
     A single ``read`` of a regular file does not block indefinitely, so the
-    abort is noticed within one chunk; a read blocked on a FIFO or device
-    that never delivers data is *not* interrupted (the check happens between
-    chunks only). ``OSError`` (missing file, permissions) propagates. Adds no
-    listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size`` that
-    is not a positive ``int``. Source: docs/contract.md §5.
+    abort is noticed within one chunk.
+
+    **Only regular files** (symbolic links are followed). A FIFO, character
+    or block device or socket could block in ``open`` or in a ``read``
+    beyond every abort (field case N3: a FIFO with no writer), so it is
+    refused at once with ``ValueError`` ("... is not a regular file (a
+    FIFO)"), without waiting; a directory raises ``IsADirectoryError``. The
+    file is opened non-blocking and checked with ``fstat`` on the opened
+    descriptor, so a path swapped for a FIFO after the first check cannot
+    block either. ``OSError`` (missing file, permissions) propagates. Adds
+    no listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size``
+    that is not a positive ``int``. Source: docs/contract.md §5, §8 A14.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -176,8 +194,13 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
     sig.throw_if_aborted()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    _check_regular(path, os.stat(path).st_mode)
+    # O_NONBLOCK: opening a FIFO that became one since the stat returns at
+    # once (instead of waiting for a writer), and the fstat below refuses it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     try:
+        _check_regular(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
         chunks: list[bytes] = []
         while True:
             sig.throw_if_aborted()
@@ -187,6 +210,23 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
             chunks.append(chunk)
     finally:
         os.close(fd)
+
+
+_KINDS: Final = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(path: StrPath, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    raise ValueError(f"{os.fspath(path)!r} is not a regular file ({kind}); read_file reads regular files only")
 
 
 # ---------------------------------------------------------------------------
@@ -219,8 +259,10 @@ def run_process(
     to the child's whole **session**; if members are still alive ``grace``
     seconds later, SIGKILL goes to them. As soon as no member is alive
     (zombies do not count) the leader is reaped, the pipes are drained and
-    closed, and ``AbortError(reason)`` is raised, ``reason`` being the
-    caller's reason or ``TimeoutReason(PROCESS_TIMEOUT, timeout)``. The grace
+    closed, and ``ProcessAbortError(reason)`` (an ``AbortError``) is raised,
+    ``reason`` being the caller's reason or ``TimeoutReason(PROCESS_TIMEOUT,
+    timeout)``; its ``stdout``/``stderr`` hold the bytes written before the
+    stop and ``returncode`` the leader's status (field case B47). The grace
     period is not waited out when the session died on SIGTERM.
 
     **Who is stopped.** The child calls ``setsid()``, so its session id is
@@ -270,13 +312,15 @@ def run_process(
         raise ValueError(f"grace must be >= 0, got {grace!r}")
     if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
         raise TypeError(f"input must be bytes or None, not {type(input).__name__}")
-    sig.throw_if_aborted()
+    if sig.aborted:
+        raise ProcessAbortError(sig.reason)
     with deadline(sig, timeout, PROCESS_TIMEOUT) as dl:
         waker = _Waker()
         try:
             handle = dl.signal.add_listener(waker.wake)
             try:
-                dl.signal.throw_if_aborted()
+                if dl.signal.aborted:
+                    raise ProcessAbortError(dl.signal.reason)
                 return _Supervisor(args, dl.signal, waker, grace_s, cwd, env, input).run()
             finally:
                 handle.remove()
@@ -290,15 +334,20 @@ def run_process(
 
 @attrs.frozen
 class HttpResponse:
-    """The outcome of ``http_request``: ``status`` (e.g. 200), ``headers``
-    (read-only, case-insensitive ``Mapping[str, str]``; repeated fields
-    joined with ``", "``) and the whole ``body`` as ``bytes``. Any status is
-    a response, not an error (a 500 is returned, not raised). Source:
-    docs/contract.md §5."""
+    """The outcome of ``http_request``: the final ``status`` (e.g. 200;
+    never an interim 1xx, except 101 when the caller sent ``Upgrade``),
+    ``headers`` (read-only, case-insensitive ``Mapping[str, str]``; repeated
+    fields joined with ``", "``), the whole ``body`` as ``bytes`` (empty for
+    responses that have none: HEAD, 204, 304) and ``trailers``, the fields
+    sent after a chunked body (kept apart from ``headers``, as RFC 9110
+    §6.5.1 asks; empty when there were none). Any status is a response, not
+    an error (a 500 is returned, not raised). Source: docs/contract.md §5,
+    §8 A14."""
 
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
     body: bytes
+    trailers: Mapping[str, str] = attrs.field(factory=dict, converter=_to_headers)
 
 
 def http_request(
@@ -310,14 +359,26 @@ def http_request(
     body: bytes | None = None,
     timeout: float | None = None,
 ) -> HttpResponse:
-    """Send one HTTP/1.1 request with the standard library's ``http.client``
-    and return the whole response as an ``HttpResponse``.
+    """Send one HTTP/1.1 request on a new connection and return the whole
+    final response as an ``HttpResponse``.
 
     ``url`` is ``http://`` or ``https://`` (certificate verified with the
-    system's default trust store). ``headers`` are sent as given (``Host``,
-    ``Content-Length`` and ``Accept-Encoding: identity`` are added by
-    http.client); ``body`` is ``bytes`` or ``None``. Redirects are not
-    followed; any status is returned.
+    system's default trust store). ``headers`` are sent as given; ``Host``,
+    ``Content-Length`` (when there is a ``body``), ``Accept-Encoding:
+    identity`` and ``Connection: close`` are added unless given. ``body`` is
+    ``bytes`` or ``None``. Redirects are not followed; any final status is
+    returned.
+
+    **Framing** follows RFC 9110/9112 (docs/contract.md §8 A14; the rules
+    one by one in docs/decisions/0026-http-message-framing.md): interim
+    ``1xx`` responses (``100``, ``102``, ``103 Early Hints``, ...) are skipped
+    and the final response returned; HEAD, ``204`` and ``304`` responses
+    have an empty body whatever their headers say; ``Transfer-Encoding:
+    chunked`` wins over ``Content-Length``; a response with neither is read
+    until the server closes. A response whose framing is broken (conflicting
+    or invalid ``Content-Length``, an unsupported transfer coding, a
+    malformed chunk, a body cut short) raises ``HttpProtocolError`` (an
+    ``http.client.HTTPException``).
 
     ``timeout`` (seconds; ``None`` or ``<= 0``: none) bounds the **whole
     request** -- name resolution, connect, sending, headers and body -- not
@@ -330,12 +391,13 @@ def http_request(
     the socket is closed before the exception leaves: the server sees the
     connection closed. Name resolution itself cannot be interrupted.
 
-    Other failures (refused connection, protocol errors) propagate as
-    ``OSError`` / ``http.client.HTTPException`` when the signal is not
-    aborted. Starts no thread. Raises ``TypeError`` for a ``url`` that is
-    not a ``str``, a non-bytes body or a non-number ``timeout`` (the message
-    names the parameter); ``ValueError`` for an unsupported URL scheme, a URL
-    without host, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
+    Other failures (refused connection, framing errors) propagate as
+    ``OSError`` / ``HttpProtocolError`` when the signal is not aborted.
+    Starts no thread. Raises ``TypeError`` for a ``url`` that is not a
+    ``str``, a non-bytes body or a non-number ``timeout`` (the message names
+    the parameter); ``ValueError`` for an unsupported URL scheme, a URL
+    without host, the ``CONNECT`` method, a header the HTTP grammar does not
+    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:
@@ -347,17 +409,19 @@ def http_request(
     if timeout is not None:
         check_seconds(timeout, "timeout")
     parts = urllib.parse.urlsplit(url)
+    if method.upper() == "CONNECT":
+        raise ValueError("method CONNECT is not supported (it opens a tunnel, not a request)")
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"unsupported URL scheme {parts.scheme!r} (http or https)")
     host = parts.hostname
     if not host:
         raise ValueError(f"URL has no host: {url!r}")
-    # An explicit port: http.client would otherwise parse "::1" as host "::"
-    # and port 1.
-    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
+    default_port = 443 if parts.scheme == "https" else 80
+    port = parts.port if parts.port is not None else default_port
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
+    machine, outgoing = _prepare(method, target, _host_header(host, port, default_port), headers, body)
     sig.throw_if_aborted()
     with deadline(sig, timeout, HTTP_TIMEOUT) as dl:
         guard = _SocketGuard()
@@ -365,15 +429,12 @@ def http_request(
             handle = dl.signal.add_listener(guard.abort)
             try:
                 dl.signal.throw_if_aborted()
-                conn: http.client.HTTPConnection
-                if parts.scheme == "https":
-                    conn = _HTTPSConnection(host, port, guard, dl.signal)
-                else:
-                    conn = _HTTPConnection(host, port, guard, dl.signal)
+                sock = _open_socket(parts.scheme, host, port, guard, dl.signal)
                 try:
-                    return HttpResponse(*_exchange(conn, method, target, headers, body, dl.signal))
+                    status, fields, content, trailers = _exchange(sock, machine, outgoing, dl.signal)
                 finally:
-                    conn.close()
+                    sock.close()
+                return HttpResponse(status, fields, content, trailers)
             except (OSError, http.client.HTTPException) as exc:
                 if dl.signal.aborted:
                     raise _abort_error(dl.signal) from exc
