@@ -26,10 +26,10 @@ from ._types import (
     ToolExecutionResult,
     ToolFailure,
     ToolSuccess,
-    _success,
     exception_failure,
     failure,
     text_content,
+    trusted_success,
 )
 
 __all__ = [
@@ -112,7 +112,7 @@ def check_success(
         and (definition is None or (definition._output_validator is None and definition.render is None))
     ):
         # The common "done, nothing to say" body: its content never varies.
-        return _success(None, _NULL_CONTENT)
+        return trusted_success(None, _NULL_CONTENT)
     try:
         frozen, height = freeze_with_height(value)
     except FreezeError as exc:
@@ -133,7 +133,7 @@ def check_success(
     if isinstance(blocks, str):
         return invalid_output(name, blocks)
     if base is None:
-        return _success(frozen, blocks)
+        return trusted_success(frozen, blocks)
     return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
 
 

@@ -323,7 +323,7 @@ def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapp
 # --------------------------------------------------------------------- views
 
 
-class _RunLike(Protocol):
+class RunLike(Protocol):
     """What a view needs from the registry's private run object."""
 
     def defer_context(self, context: object) -> None: ...
@@ -359,7 +359,7 @@ class ToolExecution(_ViewBase):
     signal: AbortSignal
 
 
-class _SignalSlot:
+class SignalSlot:
     __slots__ = ("signal",)
 
     def __init__(self, signal: AbortSignal) -> None:
@@ -377,7 +377,7 @@ class ToolDispatchExecution(_ViewBase):
     whatever signal is here when the innermost ``next()`` dispatches, and
     restores the caller's signal once the whole waterfall settled."""
 
-    _slot: _SignalSlot = attrs.field(alias="slot", repr=False)
+    _slot: SignalSlot = attrs.field(alias="slot", repr=False)
 
     @property
     def signal(self) -> AbortSignal:
@@ -421,7 +421,7 @@ class ToolRunContext(_ViewBase):
     or threads it joins before returning."""
 
     signal: AbortSignal
-    _run: _RunLike = attrs.field(alias="run", repr=False)
+    _run: RunLike = attrs.field(alias="run", repr=False)
 
     def defer_context(self, context: Mapping[str, Any]) -> None:
         """Attach ``context`` (a JSON object, deep-frozen now) to this call's
@@ -450,7 +450,7 @@ _new: Final = object.__new__
 _set: Final = object.__setattr__
 
 
-def _run_context(
+def trusted_run_context(
     token: ExecutionToken,
     call_id: str,
     root_call_id: str,
@@ -460,7 +460,7 @@ def _run_context(
     parent: ExecutionToken | None,
     definition: ToolDefinition | None,
     signal: AbortSignal,
-    run: _RunLike,
+    run: RunLike,
 ) -> ToolRunContext:
     ctx: ToolRunContext = _new(ToolRunContext)
     _set(ctx, "token", token)
@@ -476,7 +476,7 @@ def _run_context(
     return ctx
 
 
-def _success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:
+def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:
     """``ToolSuccess(value, content)`` for a frozen ``value`` and frozen
     content blocks; no meta, no contexts."""
     result: ToolSuccess = _new(ToolSuccess)

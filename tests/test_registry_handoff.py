@@ -2,11 +2,11 @@
 4-5, "KeyboardInterrupt", "Never: a result for a call whose body is still
 running; two results for one call"; decision 0012).
 
-The hand-off (``_Handoff`` in dshtools/_registry.py, commit b880734): a
-one-entry claim taken by the worker's trampoline (the body runs) or by the
-withdrawal (the fused signal's abort listener, an executor that dropped the
-work, ``submit()`` failing), and a pre-acquired ``done`` lock released once
-by whoever won. These tests force the orderings of: the worker claiming,
+The hand-off (``_Handoff`` in dshtools/_thread_backend.py, decision 0018):
+a one-entry claim taken by the worker's ``start()`` (the body runs) or by
+the withdrawal (the dispatch signal's abort listener, an executor that
+dropped the work, ``submit()`` failing), and a pre-acquired ``done`` lock
+released once by whoever won. These tests force the orderings of: the worker claiming,
 the withdrawal, a ``KeyboardInterrupt`` in the calling thread, executor
 shutdown and misbehaving executors, ``close()`` and nested calls.
 
@@ -42,8 +42,10 @@ from dshtools import (
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolRegistry,
+    _pipeline,
     _registry,
     _thread_backend,
+    _types,
 )
 
 __all__ = ["unraisable"]  # fixture re-exported for pytest
@@ -76,7 +78,7 @@ def main_parked_in(function: str) -> bool:
         return False
     frame = sys._current_frames().get(MAIN.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == function and frame.f_code.co_filename == _registry.__file__:
+        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _pipeline.__file__):
             return True
         frame = frame.f_back
     return False
@@ -802,7 +804,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
     ABORTED_BEFORE_DISPATCH - never a body starting after ``close()``
     returned."""
     in_window, go = threading.Event(), threading.Event()
-    make_context = _registry._run_context
+    make_context = _types.trusted_run_context
 
     def held_context(*args: Any) -> Any:
         if not in_window.is_set():
@@ -810,7 +812,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
             go.wait(5)
         return make_context(*args)
 
-    monkeypatch.setattr(_registry, "_run_context", held_context)
+    monkeypatch.setattr(_pipeline, "trusted_run_context", held_context)
     close_returned = threading.Event()
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
@@ -870,7 +872,7 @@ def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_foreve
     dog.join()
     t.join(5)
     assert not t.is_alive() and isinstance(box[0], KeyboardInterrupt)
-    leaked = bool(registry._bodies)
+    leaked = registry.statistics().bodies_in_flight > 0
     registry._bodies.clear()
     registry.close()
     if dog.hung or leaked:
