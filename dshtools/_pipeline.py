@@ -47,14 +47,15 @@ import attrs
 from ._admission import HookReturnError, admit, describe
 from ._backend import Backend, BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, report_unraisable, safe_repr, safe_str
-from ._freeze import FreezeError, freeze_with_height
+from ._freeze import FreezeError, FrozenDict, freeze_with_height
 from ._hooks import Accept, Approver, Block, PostExecuteDecision, ToolDefinition
-from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
-from ._run import Hooks, Run
+from ._outcome import NULL_SUCCESS, apply_post_decision, check_result, check_success, finalize, invalid_output
+from ._run import Hooks, Run, trusted_run_context
 from ._signal import AbortSignal, abort_owned, derive
 from ._thread_backend import ThreadBackend, worker_owners
 from ._types import (
     INVALID_ARGS,
+    UNKNOWN_TOOL,
     WORKER_LOST,
     SignalSlot,
     ToolDispatchExecution,
@@ -67,7 +68,6 @@ from ._types import (
     aborted,
     exception_failure,
     failure,
-    trusted_run_context,
 )
 
 __all__ = ["Pipeline", "begin", "check_open", "complete", "dispatch", "on_worker_of", "run_marked"]
@@ -177,7 +177,7 @@ class Pipeline:
         of raising, so the batch still publishes one result per call."""
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"execute() takes a ToolExecutionInput, not {type(call).__name__}")
-        if not allow_closed:
+        if self._closed and not allow_closed:
             self._check_open()
         run = Run(self, call, self._definitions.get(call.name), self._hooks)
         if allow_closed and self._closed and not on_worker_of(self):
@@ -193,7 +193,7 @@ class Pipeline:
                 failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True
             )
             return run
-        if definition is not None:
+        if definition is not None and not (definition._any_object and type(run.arguments) is FrozenDict):
             problems = definition._parameters_validator.problems(run.arguments, height)
             if problems:
                 run.settle(
@@ -208,6 +208,13 @@ class Pipeline:
             run.settle(aborted(call.signal.reason, invoked=False), skip_post=True)
             return run
         # Step 3.
+        hooks = run.hooks
+        if not (hooks.pre_execute or hooks.guards):  # nothing to ask: the hot path
+            if definition is None:
+                run.settle(
+                    failure(f'unknown tool "{call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
+                )
+            return run
         try:
             admit(run, self._approver)
         except BaseException as exc:
@@ -232,9 +239,9 @@ class Pipeline:
                 raise run.interrupt
             return run
         call = run.call
-        slot = SignalSlot(call.signal)
         around = run.hooks.around
-        # The view exists only for wrappers (none: the hot path skips it).
+        # The slot and view exist only for wrappers (none: the hot path).
+        slot = SignalSlot(call.signal) if around else None
         view = (
             ToolDispatchExecution(
                 token=run.token,
@@ -247,7 +254,7 @@ class Pipeline:
                 definition=run.definition,
                 slot=slot,
             )
-            if around
+            if slot is not None
             else None
         )
 
@@ -293,7 +300,8 @@ class Pipeline:
             raise
         finally:
             run.settled = True
-            slot.signal = call.signal  # unconditionally, whatever a wrapper left
+            if slot is not None:
+                slot.signal = call.signal  # unconditionally, whatever a wrapper left
             if run.attempts:
                 # A wrapper returned while a next() it started on another
                 # thread is still dispatching: join it (quiescence).
@@ -303,7 +311,9 @@ class Pipeline:
         # copy them and lose the identity test against run.body_abort.
         if result is not run.body_success and result is not run.body_abort:
             result = check_result(run.call.name, run.definition, result)
-        run.settle(self._classify(run, result, self._cancellation(run)), skip_post=False)
+        if call.signal.aborted or run.cancel_signal.aborted:
+            result = self._classify(run, result, self._cancellation(run))
+        run.result = result
         return run
 
     def _join_attempts(self, run: Run) -> None:
@@ -345,20 +355,29 @@ class Pipeline:
             return run.call.signal
         return None
 
-    def _invoke(self, run: Run, slot: SignalSlot) -> ToolExecutionResult:
+    def _invoke(self, run: Run, slot: SignalSlot | None) -> ToolExecutionResult:
         """The innermost ``next()``: fuse, submit to the tool's backend, join."""
         call = run.call
         caller = call.signal
-        outer = slot.signal
+        outer = caller if slot is None else slot.signal
+        definition = run.definition
+        assert definition is not None
+        backend: Backend = definition.backend or self._backend
+        # The thread backend's hand-off listens on the dispatch signal from
+        # its birth (one lock round trip); other backends add what they need
+        # in submit().
+        handoff = backend.prepare() if type(backend) is ThreadBackend else None
         # The registry aborts `fused` itself on KeyboardInterrupt, so signals
         # a body derives from it must link to it (aborts_directly).
-        fused = derive([caller] if outer is caller else [caller, outer], None, aborts_directly=True)
+        fused = derive(
+            [caller] if outer is caller else [caller, outer],
+            None if handoff is None else handoff.withdraw,
+            aborts_directly=True,
+        )
         run.cancel_signal = fused
         if fused.aborted:
             fused.close()
             return aborted(fused.reason, invoked=False)
-        definition = run.definition
-        assert definition is not None
         ctx = trusted_run_context(
             run.token,
             call.call_id,
@@ -383,8 +402,9 @@ class Pipeline:
                 # close() ran while this call was in admission: its backend
                 # may be gone. The body never runs; nothing was dispatched.
                 return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
-            slot.signal = fused
-            report = self._submit_and_join(run, definition.backend or self._backend, definition, ctx, fused)
+            if slot is not None:
+                slot.signal = fused
+            report = self._submit_and_join(run, backend, definition, ctx, fused, handoff)
         finally:
             # Bookkeeping first, each step reached even if an interrupt lands
             # in the one before: a stale attempt would block close() and
@@ -400,14 +420,21 @@ class Pipeline:
                     with self._lock:
                         self._idle.notify_all()
             finally:
-                slot.signal = outer
+                if slot is not None:
+                    slot.signal = outer
                 # Detaches from the caller's signal; a backend's listeners go
                 # with the closed signal (it can no longer abort).
                 fused.close()
         return self._to_result(run, definition, report, fused)
 
     def _submit_and_join(
-        self, run: Run, backend: Backend, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
+        self,
+        run: Run,
+        backend: Backend,
+        definition: ToolDefinition,
+        ctx: ToolRunContext,
+        fused: AbortSignal,
+        handoff: Dispatch | None,
     ) -> BodyReport:
         # Submit once, then wait in slices until the dispatch settles. A
         # KeyboardInterrupt anywhere aborts the dispatch signal (the backend
@@ -421,7 +448,10 @@ class Pipeline:
                 if not submitted:
                     submitted = True
                     try:
-                        dispatch = backend.submit(definition.execute, run.arguments, ctx)
+                        if handoff is None:
+                            dispatch = backend.submit(definition.execute, run.arguments, ctx)
+                        else:
+                            dispatch = backend.submit(definition.execute, run.arguments, ctx, handoff=handoff)  # type: ignore[call-arg]
                     except Exception as exc:
                         # The backend refused: the body was not and will not
                         # be started.
@@ -462,10 +492,15 @@ class Pipeline:
         in_force = fused if fused.aborted else None
         if type(outcome) is Value:
             run.body_invoked = True
-            checked = check_success(run.call.name, definition, outcome.value, None)
+            value = outcome.value
+            if value is None and definition._output_validator is None and definition.render is None:
+                checked: ToolExecutionResult = NULL_SUCCESS  # "done, nothing to say": never varies
+            else:
+                checked = check_success(run.call.name, definition, value, None)
             if isinstance(checked, ToolSuccess):
                 run.body_success = checked
-                return self._classify(run, checked, in_force)
+                if in_force is not None:
+                    return self._classify(run, checked, in_force)
             return checked
         if type(outcome) is Error:
             run.body_invoked = True
@@ -514,7 +549,8 @@ class Pipeline:
         try:
             if not run.skip_post and run.hooks.post_execute:
                 result = self._post_execute(run, run.view, result)
-            result = self._classify(run, result, None if waited_out or not signal.aborted else signal)
+            if signal.aborted and not waited_out:
+                result = self._classify(run, result, signal)
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
                 result = finalize(definition, run.view, result)

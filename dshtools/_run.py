@@ -11,7 +11,7 @@ class; nothing here takes a lock.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -20,9 +20,21 @@ from ._freeze import FrozenDict, freeze_with_height
 from ._hooks import AroundDispatch, Guard, PostExecuteHook, PreExecuteHook, ResultObserver, ToolDefinition
 from ._signal import AbortSignal
 from ._thread_backend import enter_worker, leave_worker
-from ._types import ExecutionToken, ToolExecution, ToolExecutionInput, ToolExecutionResult, ToolFailure, ToolSuccess
+from ._types import (
+    ExecutionToken,
+    RunLike,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolRunContext,
+    ToolSuccess,
+)
 
-__all__ = ["Hooks", "Run"]
+__all__ = ["Hooks", "Run", "trusted_run_context"]
+
+_new: Final = object.__new__
+_set: Final = object.__setattr__
 
 
 class _Executes(Protocol):
@@ -166,3 +178,32 @@ class Run:
             return self.registry.execute(child)
         finally:
             leave_worker()
+
+
+# A trusted constructor: the pipeline builds a context on every dispatch from
+# values it produced itself, so there is nothing to convert or check
+# (attrs' generated __init__ would run a converter and a setattr per field).
+def trusted_run_context(
+    token: ExecutionToken,
+    call_id: str,
+    root_call_id: str,
+    name: str,
+    arguments: Any,
+    agent: str | None,
+    parent: ExecutionToken | None,
+    definition: ToolDefinition | None,
+    signal: AbortSignal,
+    run: RunLike,
+) -> ToolRunContext:
+    ctx: ToolRunContext = _new(ToolRunContext)
+    _set(ctx, "token", token)
+    _set(ctx, "call_id", call_id)
+    _set(ctx, "root_call_id", root_call_id)
+    _set(ctx, "name", name)
+    _set(ctx, "arguments", arguments)
+    _set(ctx, "agent", agent)
+    _set(ctx, "parent", parent)
+    _set(ctx, "definition", definition)
+    _set(ctx, "signal", signal)
+    _set(ctx, "_run", run)
+    return ctx

@@ -95,12 +95,17 @@ class ExecutionToken:
     hashable. Nested calls carry their parent's token as ``parent``."""
 
     __slots__ = ("__weakref__", "_n")
+    _n: int
 
-    def __init__(self) -> None:
-        self._n = next(_token_ids)
+    # No __init__: a token is made on every call, and its number is only
+    # needed for repr, so it is drawn on the first repr (still unique).
 
     def __repr__(self) -> str:
-        return f"<ExecutionToken #{self._n}>"
+        try:
+            n = self._n
+        except AttributeError:
+            n = self._n = next(_token_ids)
+        return f"<ExecutionToken #{n}>"
 
 
 # ------------------------------------------------------------------ the call
@@ -556,6 +561,9 @@ class ToolDefinition:
     backend: BackendLike | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
+    # `parameters` is exactly {"type": "object"}: any frozen JSON object is
+    # valid, so the registry skips asking the validator.
+    _any_object: bool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(
@@ -567,6 +575,7 @@ class ToolDefinition:
             else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
         )
         object.__setattr__(self, "_output_validator", out)
+        object.__setattr__(self, "_any_object", dict(self.parameters) == {"type": "object"})
 
     def schema(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}`` as plain, mutable data."""
@@ -584,32 +593,6 @@ class ToolDefinition:
 
 _new: Final = object.__new__
 _set: Final = object.__setattr__
-
-
-def trusted_run_context(
-    token: ExecutionToken,
-    call_id: str,
-    root_call_id: str,
-    name: str,
-    arguments: Any,
-    agent: str | None,
-    parent: ExecutionToken | None,
-    definition: ToolDefinition | None,
-    signal: AbortSignal,
-    run: RunLike,
-) -> ToolRunContext:
-    ctx: ToolRunContext = _new(ToolRunContext)
-    _set(ctx, "token", token)
-    _set(ctx, "call_id", call_id)
-    _set(ctx, "root_call_id", root_call_id)
-    _set(ctx, "name", name)
-    _set(ctx, "arguments", arguments)
-    _set(ctx, "agent", agent)
-    _set(ctx, "parent", parent)
-    _set(ctx, "definition", definition)
-    _set(ctx, "signal", signal)
-    _set(ctx, "_run", run)
-    return ctx
 
 
 def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:

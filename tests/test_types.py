@@ -271,7 +271,7 @@ def _same_fields(a: object, b: object) -> None:
 
 
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
-    from dshtools._types import trusted_run_context
+    from dshtools._run import trusted_run_context
 
     class _R:
         def defer_context(self, context: object) -> None: ...
