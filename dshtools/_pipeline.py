@@ -52,7 +52,7 @@ from ._hooks import Accept, Approver, Block, PostExecuteDecision, ToolDefinition
 from ._outcome import NULL_SUCCESS, apply_post_decision, check_result, check_success, finalize, invalid_output
 from ._run import Hooks, Run, trusted_run_context
 from ._signal import AbortSignal, abort_owned, derive
-from ._thread_backend import ThreadBackend, worker_owners
+from ._thread_backend import ThreadBackend, WithdrawalSlot, worker_owners
 from ._types import (
     INVALID_ARGS,
     UNKNOWN_TOOL,
@@ -363,17 +363,13 @@ class Pipeline:
         definition = run.definition
         assert definition is not None
         backend: Backend = definition.backend or self._backend
-        # The thread backend's hand-off listens on the dispatch signal from
+        # The thread backend's withdrawal listens on the dispatch signal from
         # its birth (one lock round trip); other backends add what they need
         # in submit().
-        handoff = backend.prepare() if type(backend) is ThreadBackend else None
+        withdrawal = WithdrawalSlot() if type(backend) is ThreadBackend else None
         # The registry aborts `fused` itself on KeyboardInterrupt, so signals
         # a body derives from it must link to it (aborts_directly).
-        fused = derive(
-            [caller] if outer is caller else [caller, outer],
-            None if handoff is None else handoff.withdraw,
-            aborts_directly=True,
-        )
+        fused = derive([caller] if outer is caller else [caller, outer], withdrawal, aborts_directly=True)
         run.cancel_signal = fused
         if fused.aborted:
             fused.close()
@@ -404,7 +400,7 @@ class Pipeline:
                 return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
             if slot is not None:
                 slot.signal = fused
-            report = self._submit_and_join(run, backend, definition, ctx, fused, handoff)
+            report = self._submit_and_join(run, backend, definition, ctx, fused, withdrawal)
         finally:
             # Bookkeeping first, each step reached even if an interrupt lands
             # in the one before: a stale attempt would block close() and
@@ -434,7 +430,7 @@ class Pipeline:
         definition: ToolDefinition,
         ctx: ToolRunContext,
         fused: AbortSignal,
-        handoff: Dispatch | None,
+        withdrawal: WithdrawalSlot | None,
     ) -> BodyReport:
         # Submit once, then wait in slices until the dispatch settles. A
         # KeyboardInterrupt anywhere aborts the dispatch signal (the backend
@@ -448,10 +444,10 @@ class Pipeline:
                 if not submitted:
                     submitted = True
                     try:
-                        if handoff is None:
+                        if withdrawal is None:
                             dispatch = backend.submit(definition.execute, run.arguments, ctx)
                         else:
-                            dispatch = backend.submit(definition.execute, run.arguments, ctx, handoff=handoff)  # type: ignore[call-arg]
+                            dispatch = backend.submit(definition.execute, run.arguments, ctx, withdrawal=withdrawal)  # type: ignore[call-arg]
                     except Exception as exc:
                         # The backend refused: the body was not and will not
                         # be started.

@@ -58,7 +58,15 @@ from ._backend import Body, BodyOutcome, BodyReport, Error, NotInvoked, Value
 from ._signal import AbortSignal
 from ._types import ToolRunContext
 
-__all__ = ["DEFAULT_MAX_WORKERS", "ThreadBackend", "enter_worker", "leave_worker", "on_worker", "worker_owners"]
+__all__ = [
+    "DEFAULT_MAX_WORKERS",
+    "ThreadBackend",
+    "WithdrawalSlot",
+    "enter_worker",
+    "leave_worker",
+    "on_worker",
+    "worker_owners",
+]
 
 DEFAULT_MAX_WORKERS: Final = 32
 
@@ -283,6 +291,23 @@ class _Handoff:
         return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
 
 
+class WithdrawalSlot:
+    """Package-internal: the dispatch signal's listener for a thread-backend
+    call, installed by the registry when it derives that signal (one lock
+    round trip, no separate ``add_listener``), before ``submit`` made the
+    hand-off it forwards to. No ``__init__``: one is made per call."""
+
+    __slots__ = ("handoff",)
+    handoff: _Handoff
+
+    def __call__(self, signal: object) -> None:
+        try:
+            handoff = self.handoff
+        except AttributeError:
+            return  # aborted before submit(): its own check withdraws
+        handoff.withdraw(signal)
+
+
 class _Settled:
     """A dispatch settled before ``submit`` returned (inline body, refusal)."""
 
@@ -363,35 +388,33 @@ class ThreadBackend:
                 self._executor = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dshtools-tool")
             return self._executor
 
-    def prepare(self) -> _Handoff | None:
-        """Package-internal: a hand-off for the next ``submit`` from this
-        thread, whose ``withdraw`` the registry installs as the dispatch
-        signal's listener when it derives that signal (one lock round trip
-        instead of a separate ``add_listener``). ``None`` when the body will
-        run inline (the thread is running a body)."""
-        return None if _tls.stack else _Handoff()
-
     def submit(
-        self, body: Body, args: object, run: ToolRunContext, *, handoff: _Handoff | None = None
+        self, body: Body, args: object, run: ToolRunContext, *, withdrawal: WithdrawalSlot | None = None
     ) -> _Handoff | _Settled:
         """Queue ``body(args, run)`` on the executor (inline when called from a
         body's thread). Never raises for an executor fault: a refused or
         misbehaving ``submit()`` settles the call ``NotInvoked(error)``
         unless the worker already claimed it, in which case it is joined.
-        ``handoff``: from ``prepare()``, its withdrawal already listening on
-        ``run.signal``."""
+        ``withdrawal``: a slot already listening on ``run.signal`` (the
+        registry installs it when it derives the signal); without it the
+        withdrawal is added as a listener here."""
         signal = run.signal
         context = contextvars.copy_context()
-        if handoff is None:
-            handoff = _Handoff()
-            handoff.signal = signal
-            if _tls.stack:
-                # Inline: nothing is queued, so there is nothing to withdraw.
-                handoff.run(context, body, args, run)
-                return _Settled(BodyReport(outcome=handoff.outcome))
+        handoff = _Handoff()
+        handoff.signal = signal
+        if withdrawal is not None:
+            # Published before the re-check: either the listener finds the
+            # hand-off, or this check sees the abort (it is marked before
+            # listeners run).
+            withdrawal.handoff = handoff
+        if _tls.stack:
+            # Inline: nothing is queued, so there is nothing to withdraw.
+            handoff.run(context, body, args, run)
+            return _Settled(BodyReport(outcome=handoff.outcome))
+        if withdrawal is None:
             signal.add_listener(handoff.withdraw)
-        else:
-            handoff.signal = signal
+        elif signal.aborted:
+            handoff.withdraw()
         if 0 in handoff.claim:  # aborted before the work was queued
             return _Settled(BodyReport(outcome=handoff.outcome))
         executor = self._executor
