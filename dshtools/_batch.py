@@ -5,8 +5,8 @@ Guarantees:
 * Exactly one result per call, returned in model order, and exactly one
   publication per call to the result observers — also for calls that never
   started because the batch was cancelled (field cases B14, B16).
-* Only dispatch overlaps. Pre-execute/approval/guards (``_begin``) and
-  post-execute/observers (``_complete``) run on the calling thread, in model
+* Only dispatch overlaps. Pre-execute/approval/guards (``begin``) and
+  post-execute/observers (``complete``) run on the calling thread, in model
   order. A run of consecutive calls whose ``execution_mode`` is
   ``"parallel"`` dispatches up to ``max_parallel`` at a time on registry
   workers; an ``"exclusive"`` call waits until everything before it has
@@ -18,6 +18,13 @@ Guarantees:
   drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
   A ``KeyboardInterrupt`` is re-raised once every result is published.
 * A tool's failure never cancels its siblings (B32).
+* A call whose dispatch settled and that then waits for its model-order
+  turn keeps its success if the batch is cancelled during that wait; only
+  a cancellation while its own post-execute runs replaces it
+  (docs/contract.md §8 A1, decision 0017, field case N1).
+* A ``KeyboardInterrupt``, or a hook's ``SystemExit``/``GeneratorExit``
+  (§8 A3), stops new dispatch; every call still gets its one published
+  result, then the first of them is re-raised.
 * A batch run from inside a tool body (on a registry worker) dispatches
   its calls one after the other on that worker, never queued behind a
   pool full of parents (B17's kind). A ``close()`` of the registry during
@@ -26,6 +33,9 @@ Guarantees:
 * An internal fault of the scheduler (never a tool or policy fault, which
   the registry turns into results) stops new dispatch, drains started work,
   closes every signal it created, and then raises: no result is invented.
+
+Context: each call's dispatch work runs on a worker in a copy of the
+calling thread's ``contextvars`` context, taken per call (§8 A7).
 
 Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
 interrupt])`` where ``interrupt`` is private to this batch; every such
@@ -119,11 +129,11 @@ class _Batch:
         fused = AbortSignal.any_of([call.signal, self.signal, self.interrupt.signal])
         self.fused.append(fused)
         slot = _Slot(index, attrs.evolve(call, signal=fused))
-        # After cancellation the fused signal is already aborted, so _begin
+        # After cancellation the fused signal is already aborted, so begin
         # settles the call as ABORTED_BEFORE_DISPATCH and runs no hook
-        # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
-        # The slot is recorded only once _begin returned: a call whose
-        # _begin was interrupted counts as never begun and is settled again.
+        # (docs/contract.md §3 step 2): no pre-execute runs after the batch aborted.
+        # The slot is recorded only once begin returned: a call whose
+        # begin was interrupted counts as never begun and is settled again.
         slot.run = run = begin(self.registry, slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
@@ -188,7 +198,7 @@ class _Batch:
             # starting new work, re-raise at the end.
             self.on_interrupt(exc)
         finally:
-            # Even when a KeyboardInterrupt comes out of _dispatch the
+            # Even when a KeyboardInterrupt comes out of dispatch the
             # registry has joined the body and recorded ABORTED first, so
             # the run can still be completed and published.
             slot.done = True
@@ -202,7 +212,7 @@ class _Batch:
             self.results[slot.index] = complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
-                # Recorded (not raised) by _complete; _complete is
+                # Recorded (not raised) by complete; complete is
                 # idempotent, so a repeated call cannot publish twice.
                 self.on_interrupt(slot.run.interrupt)
 
