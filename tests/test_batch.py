@@ -23,6 +23,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
     _batch,
+    _pipeline,
     execute_batch,
 )
 
@@ -272,7 +273,7 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(
     with ToolRegistry() as registry:
         rec.install(registry)
         registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
-        real = _batch.dispatch
+        real = _pipeline.dispatch
 
         def faulty(run: Any) -> Any:
             if run.call.call_id == "c3":

@@ -961,7 +961,7 @@ def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
     assert _pipeline.dispatch(run) is run
     assert run.body_invoked and isinstance(run.result, ToolSuccess) and rec.results == []
     final = _pipeline.complete(run)
-    assert final.value == "v" and [r for _, r in rec.results] == [final]  # type: ignore[union-attr]
+    assert final.value == "v" and [r for _, r in rec.results] == [final]
     assert _pipeline.complete(run) is final and len(rec.results) == 1  # published once
     early = _pipeline.begin(registry, call("missing"))
     assert early.result is not None and early.result.code == UNKNOWN_TOOL
