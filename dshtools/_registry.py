@@ -262,15 +262,19 @@ class ToolRegistry(Pipeline):
     # ------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
-        """Refuse new calls, then wait for every in-flight body to return
-        (and shut the own executor down). Idempotent. A nested call made by
+        """Refuse new calls and registrations, wait for every in-flight body
+        to return, then close the backends: the own thread backend (its pool
+        shut down; a supplied executor is left running) and every backend
+        given to this registry or its tools, a shared one only when the last
+        registry using it closes (docs/contract.md §9). Idempotent; a close()
+        interrupted by Ctrl-C is finished by the next. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
         if on_worker_of(self):
             raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
         # Not "already closed" by the flag alone: a close() interrupted by
         # Ctrl-C while waiting left `_closed` set, and the next one must
-        # still wait for the bodies and shut the executor down.
+        # still wait for the bodies and close the backends.
         with self._lock:
             self._closed = True
             while self._bodies:
