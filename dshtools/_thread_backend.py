@@ -71,6 +71,8 @@ __all__ = [
 DEFAULT_MAX_WORKERS: Final = 32
 
 _WORKER: Final = object()  # the claim's value when the worker won it
+_new: Final = object.__new__
+_set: Final = object.__setattr__
 _NOT_YET: Final = NotInvoked()  # placeholder outcome before the claim is decided
 
 
@@ -232,7 +234,10 @@ class _Handoff:
         try:
             stack.append(run)
             try:
-                self.outcome = Value(context.run(body, args, run))
+                value = context.run(body, args, run)
+                outcome = _new(Value)  # Value(value), without attrs' per-field setattr
+                _set(outcome, "value", value)
+                self.outcome = outcome
             except BaseException as exc:  # every body fault is an outcome, never a crash
                 self.outcome = Error(exc)
             finally:
@@ -286,9 +291,16 @@ class _Handoff:
     def report(self) -> BodyReport:
         """The settled dispatch's report (after ``wait`` returned ``True``)."""
         aborted_at = self.aborted_at
-        if aborted_at is None or type(self.outcome) is NotInvoked:
-            return BodyReport(outcome=self.outcome)
-        return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
+        if aborted_at is not None and type(self.outcome) is not NotInvoked:
+            return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
+        # BodyReport(outcome=...), built without attrs' per-field setattr: the
+        # common report of every call.
+        report: BodyReport = _new(BodyReport)
+        _set(report, "outcome", self.outcome)
+        _set(report, "contexts", ())
+        _set(report, "killed", False)
+        _set(report, "overrun_s", None)
+        return report
 
 
 class WithdrawalSlot:
