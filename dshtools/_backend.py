@@ -23,9 +23,11 @@ The contract every backend keeps, whatever it runs on:
 
 Threads: the registry calls ``validate`` from ``register()``'s thread,
 ``submit``, ``wait`` and ``report`` from the thread blocked in ``execute``
-(always the same one for a given dispatch). ``wait`` may be interrupted by
-``KeyboardInterrupt`` and called again; the registry then aborts
-``run.signal`` itself and keeps waiting.
+(or a batch's dispatch thread; always the same one for a given dispatch).
+``wait`` may be interrupted by ``KeyboardInterrupt`` and called again; the
+registry then aborts ``run.signal`` itself and keeps waiting. The thread
+backend (``ThreadBackend``, the default) implements this protocol; the
+guide for writing one is docs/backends.md.
 """
 
 from __future__ import annotations
@@ -45,9 +47,17 @@ __all__ = [
     "Error",
     "NotInvoked",
     "Value",
+    "WorkerLost",
 ]
 
 Body: TypeAlias = Callable[[Any, ToolRunContext], object]
+
+
+class WorkerLost(Exception):
+    """The process (or Ray worker) running a body died on its own (a crash,
+    ``os._exit``) before the body returned. A backend reports it as
+    ``Error(WorkerLost(...))``; the registry makes it a failure with code
+    ``WORKER_LOST`` and ``info.name`` ``"WorkerLost"`` (docs/contract.md §9)."""
 
 
 @attrs.frozen(slots=True)

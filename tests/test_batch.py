@@ -15,6 +15,7 @@ from registry_support import error_of, value_of
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
@@ -22,6 +23,8 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
+    _batch,
+    _pipeline,
     execute_batch,
 )
 
@@ -261,21 +264,23 @@ def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegist
 
 
 @pytest.mark.timeout(20)
-def test_scheduler_fault_drains_and_raises_without_inventing_results(rec: Recorder) -> None:
+def test_scheduler_fault_drains_and_raises_without_inventing_results(
+    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Boom(Exception):
         pass
 
     with ToolRegistry() as registry:
         rec.install(registry)
         registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
-        real = registry._dispatch
+        real = _pipeline.dispatch
 
         def faulty(run: Any) -> Any:
             if run.call.call_id == "c3":
                 raise Boom("scheduler bug")
             return real(run)
 
-        registry._dispatch = faulty  # type: ignore[method-assign]
+        monkeypatch.setattr(_batch, "dispatch", faulty)
         with pytest.raises(Boom):
             execute_batch(
                 registry, calls("t", 8, AbortController().signal), signal=AbortController().signal, max_parallel=4
@@ -403,7 +408,7 @@ def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec:
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 5, AbortController().signal), signal=AbortController().signal)
     assert time.monotonic() - t0 < 2
-    assert results[1].is_error and results[1].code is None
+    assert results[1].is_error and results[1].code == TOOL_ERROR
     info = error_of(results[1]).info
     assert info is not None and info.name == "ValueError"
     assert [value_of(r) for i, r in enumerate(results) if i != 1] == ["ok"] * 4

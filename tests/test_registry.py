@@ -29,6 +29,7 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     UNKNOWN_TOOL,
     AbortController,
     AbortError,
@@ -38,11 +39,13 @@ from dshtools import (
     Ask,
     Block,
     Deny,
+    ThreadBackend,
     ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
+    _pipeline,
     thaw,
 )
 
@@ -99,7 +102,7 @@ def test_unknown_tool_still_passes_post_execute(registry: ToolRegistry) -> None:
     assert rec.events == ["pre-execute", "guard", "post-execute"]
 
 
-def test_plain_exception_becomes_failure_with_class_name_and_no_code(registry: ToolRegistry) -> None:
+def test_plain_exception_becomes_tool_error_with_its_class_name(registry: ToolRegistry) -> None:
     def body(a: Any, r: Any) -> Any:
         raise ValueError("bad thing")
 
@@ -107,7 +110,7 @@ def test_plain_exception_becomes_failure_with_class_name_and_no_code(registry: T
     result = registry.execute(call("t"))
     assert isinstance(result, ToolFailure)
     assert result.error.message == "bad thing" and result.error.info is not None
-    assert result.error.info.name == "ValueError" and result.code is None
+    assert result.error.info.name == "ValueError" and result.code == TOOL_ERROR
     assert [dict(b) for b in result.content] == [{"type": "text", "text": "Error: bad thing"}]
 
 
@@ -339,7 +342,7 @@ def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegis
 
     registry.register(tool("t", body))
     result = registry.execute(call("t"))
-    assert result.code is None and result.error.info.name == "AbortError"  # type: ignore[union-attr]
+    assert result.code == TOOL_ERROR and result.error.info.name == "AbortError"  # type: ignore[union-attr]
 
 
 @pytest.mark.timeout(10)
@@ -380,7 +383,7 @@ def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegist
     registry.add_post_execute(lambda e, r, nxt: rec.note("post") or nxt())  # type: ignore[func-returns-value]
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.error.info.name == "RuntimeError" and result.code is None  # type: ignore[union-attr]
+    assert result.error.info.name == "RuntimeError" and result.code == TOOL_ERROR  # type: ignore[union-attr]
     assert rec.events == []  # post-execute skipped for a wrapper that raised
 
 
@@ -870,8 +873,11 @@ def test_context_manager_yields_the_registry() -> None:
 
 
 def test_default_max_workers_is_32() -> None:
-    with ToolRegistry() as registry:
-        assert registry._executor._max_workers == 32  # type: ignore[attr-defined]
+    backend = ThreadBackend()
+    try:
+        assert backend.max_workers == 32 and backend.executor()._max_workers == 32  # type: ignore[attr-defined]
+    finally:
+        backend.close()
 
 
 def test_supplied_executor_is_used_and_not_shut_down() -> None:
@@ -947,22 +953,22 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
 
 
 def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
-    """The private phases the batch uses: _begin (steps 1-3), _dispatch
-    (4-5), _complete (6-7)."""
+    """The package-internal phases the batch uses: begin (steps 1-3),
+    dispatch (4-5), complete (6-7)."""
     rec = Recorder()
     registry.add_result_observer(rec.observer)
     registry.register(tool("t", lambda a, r: "v"))
-    run = registry._begin(call("t"))
+    run = _pipeline.begin(registry, call("t"))
     assert run.result is None and run.definition is registry.get("t") and not run.body_invoked
-    assert registry._dispatch(run) is run
+    assert _pipeline.dispatch(run) is run
     assert run.body_invoked and isinstance(run.result, ToolSuccess) and rec.results == []
-    final = registry._complete(run)
+    final = _pipeline.complete(run)
     assert final.value == "v" and [r for _, r in rec.results] == [final]
-    assert registry._complete(run) is final and len(rec.results) == 1  # published once
-    early = registry._begin(call("missing"))
+    assert _pipeline.complete(run) is final and len(rec.results) == 1  # published once
+    early = _pipeline.begin(registry, call("missing"))
     assert early.result is not None and early.result.code == UNKNOWN_TOOL
-    assert registry._dispatch(early) is early and not early.body_invoked
-    pre_aborted = registry._begin(call("t", signal=AbortSignal.already_aborted()))
+    assert _pipeline.dispatch(early) is early and not early.body_invoked
+    pre_aborted = _pipeline.begin(registry, call("t", signal=AbortSignal.already_aborted()))
     assert pre_aborted.result is not None and pre_aborted.result.code == TOOL_ABORTED_BEFORE_DISPATCH
 
 
@@ -973,12 +979,12 @@ def test_submit_marks_the_worker_so_dispatch_runs_the_body_inline() -> None:
         registry.register(tool("t", lambda a, r: threads.append(threading.current_thread().name) or "ok"))  # type: ignore[func-returns-value]
 
         def work() -> str:
-            run = registry._begin(call("t"))
-            registry._dispatch(run)  # on the only worker: must not wait for a second one
+            run = _pipeline.begin(registry, call("t"))
+            _pipeline.dispatch(run)  # on the only worker: must not wait for a second one
             threads.append(threading.current_thread().name)
-            return registry._complete(run).value  # type: ignore[no-any-return,union-attr]
+            return _pipeline.complete(run).value  # type: ignore[no-any-return,union-attr]
 
-        assert registry._submit(work).result(timeout=5) == "ok"
+        assert _pipeline.run_marked(registry, work).result(timeout=5) == "ok"
     assert threads[0] == threads[1]
 
 

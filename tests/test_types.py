@@ -21,6 +21,7 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
     AbortController,
@@ -101,7 +102,8 @@ def test_success_and_failure_shapes() -> None:
 def test_exception_failure_classification() -> None:
     assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
     plain = exception_failure(KeyError("k"))
-    assert plain.code is None and plain.error.info == ErrorInfo("KeyError", None)
+    assert plain.code == TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", TOOL_ERROR)
+    assert exception_failure(ToolError("no code")).code == TOOL_ERROR
 
 
 def test_aborted_results_carry_the_reason_object() -> None:
@@ -271,7 +273,7 @@ def _same_fields(a: object, b: object) -> None:
 
 
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
-    from dshtools._types import _run_context
+    from dshtools._run import trusted_run_context
 
     class _R:
         def defer_context(self, context: object) -> None: ...
@@ -291,17 +293,17 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
         "signal": signal,
     }
     built = ToolRunContext(**values, run=run)
-    fast = _run_context(**values, run=run)
+    fast = trusted_run_context(**values, run=run)
     _same_fields(built, fast)  # fails when a field is added to the class only
     with pytest.raises(AttributeError):
         fast.signal = signal  # type: ignore[misc]
 
 
 def test_trusted_success_sets_every_field_like_the_class() -> None:
-    from dshtools._types import _success, text_content
+    from dshtools._types import text_content, trusted_success
 
     content = text_content("hi")
-    built, fast = ToolSuccess("v", content), _success("v", content)
+    built, fast = ToolSuccess("v", content), trusted_success("v", content)
     _same_fields(built, fast)
     assert built == fast and not fast.is_error and fast.code is None
     with pytest.raises(AttributeError):
