@@ -25,6 +25,7 @@ from ._hooks import (
     ToolDefinition,
 )
 from ._policies import TimeoutPolicy
+from ._process_backend import ProcessBackend
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import (
@@ -79,6 +80,7 @@ __all__ = [
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
+    "ProcessBackend",
     "ResultObserver",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
