@@ -393,6 +393,13 @@ class ProcessBackend:
             return sum(1 for w in self._workers if w.job is not None and not w.job.done.is_set())
 
     @property
+    def calls_queued(self) -> int:
+        """How many calls wait for a worker (submitted, neither started nor
+        withdrawn)."""
+        with self._lock:
+            return sum(1 for job in self._queue if not job.claim)
+
+    @property
     def kills(self) -> int:
         """How many workers were killed by a forced stop so far."""
         return self._kills
