@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, latency, leaks, peers, report, signals
+from . import batch, dispatch, latency, leaks, peers, process, report, signals
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -26,6 +26,7 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "latency": latency.run,
     "leaks": leaks.run,
     "batch": batch.run,
+    "process": process.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -57,7 +57,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from ._backend import BodyReport, Dispatch, Error, NotInvoked, Value
+from ._backend import BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, TimeoutReason, safe_str
 from ._process_tree import stop_tree
 from ._process_worker import dump_reason
@@ -75,11 +75,6 @@ _NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
 _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 Body = Callable[[Any, ToolRunContext], object]
-
-
-class WorkerLost(Exception):
-    """The worker process running a body exited on its own (crash,
-    ``os._exit``, killed by someone else, out of memory)."""
 
 
 class RemoteTraceback(Exception):
@@ -149,7 +144,7 @@ class _Worker:
     (``None``: idle). Messages to it go through ``send`` (under
     ``send_lock``: the claimer and abort listeners may send concurrently)."""
 
-    __slots__ = ("bodies", "conn", "dead", "job", "pid", "pidfd", "proc", "send_lock")
+    __slots__ = ("bodies", "conn", "dead", "job", "pid", "pidfd", "proc", "ready", "send_lock")
 
     def __init__(self, kill_after: float | None) -> None:
         parent_sock, child_sock = socket.socketpair()
@@ -171,6 +166,7 @@ class _Worker:
         self.send_lock = threading.Lock()
         self.job: _Job | None = None
         self.dead = False
+        self.ready = False  # set when the worker said it runs: only then is it idle
         self.bodies: set[int] = set()
         self.pidfd = -1
         if hasattr(os, "pidfd_open"):
@@ -530,12 +526,16 @@ class ProcessBackend:
                 if self._idle:
                     worker = self._idle.pop()
                     job = self._queue.popleft()
-                elif len(self._workers) + self._starting < self.max_workers:
+                else:
+                    # Start a worker for each waiting call that no worker
+                    # on its way (started, not ready yet) will take.
+                    coming = self._starting + sum(1 for w in self._workers if not w.ready and not w.dead)
+                    waiting = sum(1 for j in self._queue if not j.claim)
+                    if waiting <= coming or len(self._workers) + self._starting >= self.max_workers:
+                        return
                     self._starting += 1
                     worker = None
                     job = None
-                else:
-                    return
             if worker is None:
                 try:
                     fresh = _Worker(self.kill_after)
@@ -553,8 +553,7 @@ class ProcessBackend:
                 with self._lock:
                     self._starting -= 1
                     self._workers.append(fresh)
-                    self._idle.append(fresh)
-                self._wake()  # the manager watches the new worker
+                self._wake()  # the manager watches it and makes it idle once it is ready
                 continue
             assert job is not None
             if not job.start_on(worker):
@@ -657,6 +656,14 @@ class ProcessBackend:
         except (EOFError, OSError):
             self._lose(worker)
             return
+        if message[0] == "ready":
+            # Imported and listening: from now on a claim starts the body at
+            # once, so "invoked" never covers an interpreter start-up.
+            worker.ready = True
+            with self._lock:
+                if not worker.dead:
+                    self._idle.append(worker)
+            return
         _, seq, kind, payload, contexts, detail = message
         job = worker.job
         if job is None or job.seq != seq:  # pragma: no cover - protocol invariant
@@ -722,6 +729,16 @@ class ProcessBackend:
         code = worker.proc.wait()
         worker.release()
         job = worker.job
+        if not worker.ready:
+            # It never got as far as running: do not start another one for
+            # the same queue forever; the queued calls never ran.
+            with self._lock:
+                failed = list(self._queue)
+                self._queue.clear()
+            refused = RuntimeError(f"a ProcessBackend worker process failed to start (exit status {code})")
+            for queued in failed:
+                queued.withdraw(refused)
+            return
         if job is None:
             return
         self._lost += 1

@@ -25,7 +25,7 @@ Guarantees:
 Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
 parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
 call_id, root_call_id, name, agent)``, ``("abort", seq, reason_bytes)``;
-worker → parent ``("done", seq, kind, payload, contexts, detail)`` with
+worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
 ``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
 """
 
@@ -217,6 +217,7 @@ def main(fd: int) -> None:
     reader = _Reader(conn, inbox)
     thread = threading.Thread(target=reader.run, name="dshtools-worker-reader", daemon=True)
     thread.start()
+    conn.send_bytes(pickle.dumps(("ready",), _PROTOCOL))
     bodies: dict[int, Callable[[Any, Any], object]] = {}
     while True:
         item = inbox.get()

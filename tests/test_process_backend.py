@@ -347,7 +347,7 @@ def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
 
 @pytest.mark.timeout(30)
 def test_a_worker_that_exits_on_its_own_is_reported_lost_and_replaced(backend: ProcessBackend) -> None:
-    from dshtools._process_backend import WorkerLost
+    from dshtools._backend import WorkerLost
 
     report = settle(backend.submit(exit_body, {}, ctx(AbortController().signal, "crasher")))
     assert isinstance(report.outcome, Error) and isinstance(report.outcome.error, WorkerLost)
