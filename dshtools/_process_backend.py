@@ -59,7 +59,7 @@ from typing import Any, Final
 
 from ._backend import BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, TimeoutReason, safe_str
-from ._process_tree import stop_tree
+from ._process_tree import left_behind, stop_tree
 from ._process_worker import dump_reason
 from ._signal import AbortSignal
 from ._types import ToolError, ToolRunContext
@@ -373,6 +373,7 @@ class ProcessBackend:
         self._bodies: dict[int, tuple[object, int, bytes]] = {}
         self._kills = 0
         self._lost = 0
+        self._started: list[int] = []
 
     # -- introspection (the demo's quiescence report, tests) ----------------
 
@@ -387,6 +388,19 @@ class ProcessBackend:
         """How many bodies a worker is running right now."""
         with self._lock:
             return sum(1 for w in self._workers if w.job is not None and not w.job.done.is_set())
+
+    @property
+    def workers_started(self) -> list[int]:
+        """Pids of every worker process this backend started, in order."""
+        with self._lock:
+            return list(self._started)
+
+    def left_behind(self) -> list[int]:
+        """Live processes that a worker started and that outlived the body
+        that started them (descendants of live workers, members of any
+        worker's session), for quiescence reports. Linux only (``[]``
+        elsewhere)."""
+        return left_behind(self.workers_started, self.worker_pids)
 
     @property
     def calls_queued(self) -> int:
@@ -553,6 +567,7 @@ class ProcessBackend:
                 with self._lock:
                     self._starting -= 1
                     self._workers.append(fresh)
+                    self._started.append(fresh.pid)
                 self._wake()  # the manager watches it and makes it idle once it is ready
                 continue
             assert job is not None

@@ -38,7 +38,7 @@ import signal as _os_signal
 import time
 from typing import Final, NamedTuple
 
-__all__ = ["ProcInfo", "scan", "session_alive", "stop_tree"]
+__all__ = ["ProcInfo", "left_behind", "scan", "session_alive", "stop_tree"]
 
 _log = logging.getLogger("dshtools.process")
 
@@ -109,6 +109,18 @@ def scan() -> dict[int, ProcInfo]:
 def session_alive(sid: int) -> list[int]:
     """Pids of the live (non-zombie) members of session ``sid``."""
     return sorted(p.pid for p in scan().values() if p.sid == sid and p.alive)
+
+
+def left_behind(workers_started: list[int], workers_alive: list[int]) -> list[int]:
+    """Live processes that ProcessBackend workers started and left: the
+    descendants of the live workers, and every live member of a session a
+    worker led (a worker's session outlives it only through such members),
+    the live workers themselves excepted."""
+    procs = scan()
+    found = {p.pid for root in workers_alive for p in _descendants(procs, root) if p.alive}
+    sids = set(workers_started)
+    found |= {p.pid for p in procs.values() if p.sid in sids and p.alive}
+    return sorted(found - set(workers_alive))
 
 
 def _kill_same(pid: int, start: int) -> None:
