@@ -308,6 +308,11 @@ class _Job:
                 )
             except OSError:
                 return True  # the worker died: the manager reports it lost
+            except Exception as exc:  # the message did not pickle: nothing was sent
+                self.worker = None
+                worker.job = None
+                self.settle_locked(BodyReport(outcome=NotInvoked(exc)))
+                return False
             worker.bodies.add(self.body_key)
         return True
 
@@ -363,6 +368,7 @@ class ProcessBackend:
         self._closed = False
         self._stopping = False
         self._manager: threading.Thread | None = None
+        self._wake_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -502,8 +508,10 @@ class ProcessBackend:
             self._idle.clear()
         for worker in workers:
             self._stop_worker(worker)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._wake_lock:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_w = -1
 
     def __enter__(self) -> ProcessBackend:
         return self
@@ -518,10 +526,16 @@ class ProcessBackend:
     # -- scheduling ---------------------------------------------------------
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass  # full (already woken) or closed
+        # Under its own lock against close(): a late listener must never
+        # write into a descriptor number that close() freed and the process
+        # reused for something else.
+        with self._wake_lock:
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"\0")
+            except OSError:
+                pass  # full: the manager is woken already
 
     def _ensure_manager_locked(self) -> None:
         if self._manager is None:
@@ -581,14 +595,30 @@ class ProcessBackend:
         try:
             self._manage_loop()
         except BaseException as exc:  # pragma: no cover - a bug here must not hang callers
-            _log.exception("ProcessBackend manager thread failed")
-            with self._lock:
-                workers = list(self._workers)
-            for worker in workers:
-                job = worker.job
-                if job is not None:
-                    with job.lock:
-                        job.settle_locked(BodyReport(outcome=Error(WorkerLost(f"backend failure: {exc!r}"))))
+            _log.exception("ProcessBackend manager thread failed; the backend is closed")
+            self._fail_all(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:  # pragma: no cover - see _manage
+        """Without its manager the backend cannot finish anything: close it,
+        withdraw what waits, kill every worker and report what ran as lost."""
+        with self._lock:
+            self._closed = True
+            queued = list(self._queue)
+            self._queue.clear()
+            workers = list(self._workers)
+        for waiting in queued:
+            waiting.withdraw(RuntimeError(f"ProcessBackend failed: {safe_str(exc)}"))
+        for worker in workers:
+            self._retire(worker)
+            if worker.proc.returncode is None:
+                stop_tree(worker.pid)
+                worker.proc.wait()
+            worker.release()
+            job = worker.job
+            if job is not None:
+                self._finish(
+                    worker, job, Error(WorkerLost(f"ProcessBackend failed: {safe_str(exc)}")), (), killed=False
+                )
 
     def _manage_loop(self) -> None:
         poller = select.poll()
