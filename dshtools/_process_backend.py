@@ -58,13 +58,13 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from ._backend import BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
-from ._errors import AbortError, TimeoutReason, safe_str
+from ._errors import AbortError, safe_str
 from ._process_tree import left_behind, stop_tree
-from ._process_worker import dump_reason
+from ._process_wire import UnsendableValue, dump_reason, error_from
 from ._signal import AbortSignal
-from ._types import ToolError, ToolRunContext
+from ._types import ToolRunContext
 
-__all__ = ["ProcessBackend", "RemoteTraceback", "WorkerLost"]
+__all__ = ["ProcessBackend"]
 
 _log = logging.getLogger("dshtools.process")
 _log.addHandler(logging.NullHandler())
@@ -75,68 +75,6 @@ _NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
 _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 Body = Callable[[Any, ToolRunContext], object]
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker process, set as
-    its ``__cause__`` (its text is the formatted traceback)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class _UnsendableValue:
-    """What a body returned when it could not be pickled back: the
-    registry's output check refuses it (``INVALID_TOOL_OUTPUT``) with
-    ``__json_problem__`` as the text."""
-
-    __slots__ = ("__json_problem__",)
-
-    def __init__(self, type_name: str, problem: str) -> None:
-        self.__json_problem__ = (
-            f"the return value (a {type_name}) could not be sent back from the worker process: {problem}"
-        )
-
-
-_stand_ins: dict[tuple[str, type[BaseException]], type[BaseException]] = {}
-
-
-def _stand_in(detail: tuple[Any, ...]) -> BaseException:
-    """An exception with the remote class name and message, for one that
-    did not cross the process boundary."""
-    name, message, is_abort, tool_code, timeout, _tb = detail
-    base: type[BaseException]
-    if tool_code is not None:
-        base = ToolError
-    elif is_abort or timeout is not None:
-        base = AbortError
-    else:
-        base = Exception
-    cls = _stand_ins.get((name, base))
-    if cls is None:
-        cls = _stand_ins[(name, base)] = type(str(name), (base,), {"__module__": "dshtools.remote"})
-    if base is ToolError:
-        return cls(message, tool_code)
-    if base is AbortError:
-        reason: object = TimeoutReason(timeout[0], timeout[1]) if timeout is not None else message
-        exc = cls(reason)
-        exc.args = (message,)
-        return exc
-    return cls(message)
-
-
-def _error_from(payload: bytes | None, detail: tuple[Any, ...]) -> BaseException:
-    exc: object = None
-    if payload is not None:
-        try:
-            exc = pickle.loads(payload)
-        except Exception:
-            exc = None
-    if not isinstance(exc, BaseException):
-        exc = _stand_in(detail)
-    if exc.__cause__ is None:
-        exc.__cause__ = RemoteTraceback(detail[5])
-    return exc
 
 
 class _Worker:
@@ -719,11 +657,11 @@ class ProcessBackend:
             try:
                 outcome = Value(pickle.loads(payload))
             except Exception as exc:
-                outcome = Value(_UnsendableValue("value", f"it does not unpickle here: {safe_str(exc)}"))
+                outcome = Value(UnsendableValue("value", f"it does not unpickle here: {safe_str(exc)}"))
         elif kind == "bad_value":
-            outcome = Value(_UnsendableValue(detail[0], detail[1]))
+            outcome = Value(UnsendableValue(detail[0], detail[1]))
         else:
-            outcome = Error(_error_from(payload, detail))
+            outcome = Error(error_from(payload, detail))
         self._finish(worker, job, outcome, tuple(contexts), killed=False)
         with self._lock:
             if not worker.dead:

@@ -37,51 +37,25 @@ import queue
 import signal as _os_signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ._deadline import timeout_of
-from ._errors import AbortError, safe_repr, safe_str
+from ._errors import AbortError, safe_str
 from ._freeze import freeze_with_height, thaw
+from ._process_wire import describe_error, load_reason
 from ._signal import AbortController, AbortSignal
-from ._types import ExecutionToken, ToolError, ToolExecutionResult, _run_context
+from ._types import ExecutionToken, ToolExecutionResult, _run_context
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
 
-__all__ = ["load_reason", "main"]
+__all__ = ["main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _NESTED = (
     "run.dispatch() is not available in a tool running on a ProcessBackend worker: "
     "nested calls need the thread backend (docs/contract.md §9)"
 )
-
-
-def load_reason(data: bytes) -> object:
-    """An abort reason sent by the other side; a stand-in ``AbortError``
-    when it does not unpickle here."""
-    try:
-        return pickle.loads(data)
-    except Exception as exc:
-        return AbortError(f"aborted (the reason could not be unpickled: {safe_str(exc)})")
-
-
-def dump_reason(reason: object) -> bytes:
-    """``reason`` pickled; a stand-in ``AbortError`` carrying its text when
-    it does not pickle."""
-    try:
-        return pickle.dumps(reason, _PROTOCOL)
-    except Exception:
-        try:
-            import cloudpickle as pickler  # type: ignore[import-untyped]
-
-            data: bytes = pickler.dumps(reason, _PROTOCOL)
-            return data
-        except Exception:
-            text = safe_str(reason) if isinstance(reason, BaseException) else safe_repr(reason)
-            return pickle.dumps(AbortError(text), _PROTOCOL)
 
 
 class _WorkerRun:
@@ -105,20 +79,6 @@ class _WorkerRun:
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult:
         raise RuntimeError(_NESTED)
-
-
-def describe_error(exc: BaseException) -> tuple[str, str, bool, str | None, tuple[str, float] | None, str]:
-    """``(class name, message, is AbortError, ToolError code, (timeout code,
-    seconds) or None, traceback text)``: enough to rebuild a stand-in when
-    ``exc`` does not cross the process boundary."""
-    tool_code = exc.code if isinstance(exc, ToolError) else None
-    reason = timeout_of(exc)
-    timeout = None if reason is None else (reason.code, reason.seconds)
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception:
-        text = f"{type(exc).__name__}: <traceback unavailable>"
-    return (type(exc).__name__, safe_str(exc), isinstance(exc, AbortError), tool_code, timeout, text)
 
 
 class _Reader:
@@ -210,7 +170,7 @@ def main(fd: int) -> None:
     """The worker loop; exits the process when the parent closes the
     connection."""
     global cloudpickle
-    import cloudpickle
+    import cloudpickle  # type: ignore[import-untyped]
 
     conn = Connection(fd)
     inbox: queue.SimpleQueue[tuple[Any, AbortController] | None] = queue.SimpleQueue()

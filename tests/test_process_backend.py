@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason
+from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason, ToolError
 from dshtools._backend import BodyReport, Error, NotInvoked, Value
 from dshtools._process_tree import session_alive
 from dshtools._types import ExecutionToken, ToolExecutionResult, ToolRunContext, _run_context
@@ -459,3 +459,36 @@ def test_bad_arguments_are_refused_at_construction() -> None:
     for bad_kill in (-0.1, float("nan"), float("inf"), "1"):
         with pytest.raises(ValueError, match="kill_after"):
             ProcessBackend(1, kill_after=bad_kill)  # type: ignore[arg-type]
+
+
+def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -> None:
+    from dshtools import timeout_of
+    from dshtools._process_wire import RemoteTraceback, describe_error, error_from
+
+    class Coded(ToolError):
+        def __init__(self, message: str, code: str, lock: object) -> None:
+            super().__init__(message, code)
+            self.lock = lock
+
+    class Stopped(AbortError):
+        pass
+
+    cases: list[BaseException] = [
+        Coded("quota exceeded", "QUOTA", threading.Lock()),
+        Stopped(TimeoutReason("TOOL_TIMEOUT", 1.5)),
+        Unpicklable("plain"),
+    ]
+    for original in cases:
+        rebuilt = error_from(None, describe_error(original))  # as if it did not pickle
+        assert type(rebuilt).__name__ == type(original).__name__
+        assert str(rebuilt) == str(original)
+        # The worker's traceback, unless the exception has a cause of its
+        # own (an AbortError's is its reason).
+        assert isinstance(rebuilt.__cause__, TimeoutReason if isinstance(original, AbortError) else RemoteTraceback)
+    coded, stopped, plain = (error_from(None, describe_error(e)) for e in cases)
+    assert isinstance(coded, ToolError) and coded.code == "QUOTA"
+    assert isinstance(stopped, AbortError)
+    reason = timeout_of(stopped)
+    assert reason is not None and (reason.code, reason.seconds) == ("TOOL_TIMEOUT", 1.5)
+    assert type(plain).__mro__[-3:] == (Exception, BaseException, object)
+    assert not isinstance(plain, (ToolError, AbortError))
