@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from ._errors import AbortError
+from ._errors import AbortError, safe_repr, safe_str, safe_type_name
 from ._hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
 from ._outcome import denied
 from ._types import UNKNOWN_TOOL, ToolExecution, aborted, failure
@@ -39,8 +39,13 @@ class HookReturnError(Exception):
 
 
 def describe(fn: Callable[..., object] | object) -> str:
-    """A hook's name for messages."""
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
+    """A hook's name for messages; never runs a foreign ``__repr__`` and never
+    raises (docs/contract.md §8 A4)."""
+    try:
+        name = getattr(fn, "__qualname__", None)
+    except Exception:
+        name = None
+    return name if type(name) is str and name else safe_type_name(fn)
 
 
 def _cancelled(run: _Run) -> bool:
@@ -57,7 +62,7 @@ def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
     # anything else fails closed (a broken policy never lets a call through).
     if isinstance(exc, AbortError) and _cancelled(run):
         return
-    run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
+    run.settle(denied(f"{what} failed: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False)
 
 
 def admit(run: _Run, approver: Approver | None) -> None:
@@ -159,7 +164,9 @@ def _approve(run: _Run, approver: Approver | None, view: ToolExecution, ask: Ask
             run.settle(denied("approval is unavailable"), skip_post=False)
             return False
     run.settle(
-        denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
+        denied(
+            f"approver returned {safe_repr(answer)}, expected one of allowed-once, rejected, cancelled, unavailable"
+        ),
         skip_post=False,
     )
     return False

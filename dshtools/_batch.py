@@ -106,7 +106,9 @@ class _Batch:
         # Worker -> calling thread: a finished slot, or None as a wake-up
         # when the batch signal aborts.
         self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        self.interrupted: KeyboardInterrupt | None = None
+        # The first KeyboardInterrupt (or hook BaseException, docs/contract.md
+        # §8 A3) to re-raise once every result is published.
+        self.interrupted: BaseException | None = None
 
     def cancelled(self) -> bool:
         return self.signal.aborted or self.interrupt.signal.aborted
@@ -147,8 +149,11 @@ class _Batch:
                 slot.started = True
             try:
                 dispatch(run)
-            except BaseException as exc:  # a fault of the pipeline itself
-                slot.error = exc
+            except BaseException as exc:
+                if run.interrupt is not exc:  # a fault of the pipeline itself
+                    slot.error = exc
+                # else: a hook's BaseException, recorded on the run with its
+                # result; the calling thread re-raises it (complete_ready).
             finally:
                 slot.finished.set()
                 events.put(slot)
@@ -164,17 +169,26 @@ class _Batch:
         slot.submitted = True
         try:
             self.registry._submit(work)
-        except RuntimeError:
-            # The executor is shut down (close() during the batch): nothing
-            # was queued. Dispatching here reports ABORTED_BEFORE_DISPATCH.
+        except Exception:
+            # The executor is shut down (close() during the batch) or refused
+            # the work (docs/contract.md §8 A5): nothing was queued.
+            # Dispatching here reports ABORTED_BEFORE_DISPATCH (closed) or
+            # runs the call on this thread.
             self.in_flight -= 1
             slot.submitted = False
             self.dispatch_here(slot)
 
     def dispatch_here(self, slot: _Slot) -> None:
-        assert slot.run is not None
+        run = slot.run
+        assert run is not None
         try:
-            self.registry._dispatch(slot.run)
+            self.registry._dispatch(run)
+        except BaseException as exc:
+            if run.interrupt is not exc:
+                raise
+            # Recorded with the call's result: publish it in order, stop
+            # starting new work, re-raise at the end.
+            self.on_interrupt(exc)
         finally:
             # Even when a KeyboardInterrupt comes out of _dispatch the
             # registry has joined the body and recorded ABORTED first, so
@@ -187,7 +201,7 @@ class _Batch:
         while self.window and self.window[0].done:
             slot = self.window[0]
             assert slot.run is not None
-            self.results[slot.index] = self.registry._complete(slot.run)
+            self.results[slot.index] = self.registry._complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
                 # Recorded (not raised) by _complete; _complete is
@@ -291,7 +305,7 @@ class _Batch:
             self.complete_ready()
         self.complete_ready()
 
-    def on_interrupt(self, exc: KeyboardInterrupt) -> None:
+    def on_interrupt(self, exc: BaseException) -> None:
         if self.interrupted is None:
             self.interrupted = exc
         self.interrupt.abort(exc)

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from types import TracebackType
@@ -151,6 +153,21 @@ def _release(backend: Backend) -> bool:
         return False
 
 
+# Registries alive in this process, for the fork handler below.
+_registries: weakref.WeakSet[ToolRegistry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread exists in the child: the calls other threads
+    # were running (and any lock they held) belong to the parent. Start each
+    # registry over with fresh locks and no call in flight; its thread
+    # backend makes fresh workers on the next call (docs/contract.md §8 A10).
+    for registry in list(_registries):
+        registry._forget_parent_calls()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _log: Final = logging.getLogger("dshtools")
 _OVERRUN_REPORTED_S: Final = 0.1
 
@@ -247,7 +264,9 @@ class _Run:
         self.result: ToolExecutionResult | None = None
         self.body_invoked = False
         self.skip_post = False
-        self.interrupt: KeyboardInterrupt | None = None
+        # A KeyboardInterrupt (or, from a hook, any BaseException that is not
+        # an Exception) to re-raise once the call's result is published.
+        self.interrupt: BaseException | None = None
         self.cancel_signal: AbortSignal = call.signal
         self.tool_contexts: list[FrozenDict] = []
         self.drop_tool_contexts = False
@@ -380,6 +399,12 @@ class ToolRegistry:
         self._closing: list[Backend] | None = None  # backends close() still has to close
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = _Hooks()
+        _registries.add(self)
+
+    def _forget_parent_calls(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._bodies = set()
 
     def statistics(self) -> RegistryStatistics:
         """A snapshot of the registry's state, for tests, monitoring and
@@ -547,7 +572,7 @@ class ToolRegistry:
         run = self._begin(call)
         try:
             self._dispatch(run)
-        except KeyboardInterrupt:
+        except BaseException:
             # The run holds its cancellation result; publish it, then re-raise.
             self._complete(run)
             raise
@@ -600,9 +625,13 @@ class ToolRegistry:
         # Step 3.
         try:
             admit(run, self._approver)
-        except KeyboardInterrupt as ki:
-            run.interrupt = ki
-            run.settle(aborted(ki, invoked=False), skip_post=True)
+        except BaseException as exc:
+            # admit() turns every Exception into a result; what escapes is a
+            # KeyboardInterrupt/SystemExit/GeneratorExit from a hook, guard
+            # or approver (docs/contract.md §8 A3): nothing was dispatched,
+            # the call is published ABORTED_BEFORE_DISPATCH, then re-raised.
+            run.interrupt = exc
+            run.settle(aborted(exc, invoked=False), skip_post=True)
         return run
 
     # -- phase 2: steps 4-5 -------------------------------------------------
@@ -653,25 +682,30 @@ class ToolRegistry:
         try:
             # No wrapper: the innermost next() directly (no closure frame).
             result = call_at(0) if around else self._invoke(run, slot)
-        except KeyboardInterrupt as ki:
-            if run.interrupt is None:
-                run.interrupt = ki
-            signal = run.cancel_signal
-            reason = signal.reason if signal.aborted else ki
-            run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
-            raise
         except HookReturnError as exc:
             run.settle(invalid_output(call.name, str(exc)), skip_post=False)
             return run
         except Exception as exc:
             # A wrapper raised: a wrapper failure (no post-execute). An
             # AbortError while cancellation is in force is cancellation.
-            cancel = self._cancellation(run)
-            if isinstance(exc, AbortError) and cancel is not None:
-                run.settle(aborted(cancel.reason, invoked=run.body_invoked), skip_post=True)
-            else:
-                run.settle(exception_failure(exc), skip_post=True)
+            raised = exception_failure(exc)
+            if isinstance(exc, AbortError):
+                run.body_abort = raised
+            run.settle(self._classify(run, raised, self._cancellation(run)), skip_post=True)
             return run
+        except BaseException as exc:
+            # KeyboardInterrupt (the caller's Ctrl-C, already delivered to the
+            # dispatch signal by the join) or a SystemExit/GeneratorExit from
+            # a wrapper or renderer (docs/contract.md §8 A3): abort what is
+            # still dispatching, join it (below), publish, re-raise.
+            if run.interrupt is None:
+                run.interrupt = exc
+            signal = run.cancel_signal
+            if run.attempts and signal is not call.signal:
+                abort_owned(signal, exc)
+            reason = signal.reason if signal.aborted else exc
+            run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
+            raise
         finally:
             run.settled = True
             slot.signal = call.signal  # unconditionally, whatever a wrapper left
@@ -681,13 +715,10 @@ class ToolRegistry:
                 self._join_attempts(run)
         # Step 5: classification.
         # Registry-built body results are valid already; re-checking would
-        # copy them and lose the identity test against run.body_abort below.
+        # copy them and lose the identity test against run.body_abort.
         if result is not run.body_success and result is not run.body_abort:
             result = check_result(run.call.name, run.definition, result)
-        cancel = self._cancellation(run)
-        if cancel is not None and (isinstance(result, ToolSuccess) or result is run.body_abort):
-            result = aborted(cancel.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
-        run.settle(result, skip_post=False)
+        run.settle(self._classify(run, result, self._cancellation(run)), skip_post=False)
         return run
 
     def _join_attempts(self, run: _Run) -> None:
@@ -706,6 +737,20 @@ class ToolRegistry:
             if run.interrupt is None:
                 run.interrupt = interrupt
             raise interrupt
+
+    def _classify(self, run: _Run, result: ToolExecutionResult, in_force: AbortSignal | None) -> ToolExecutionResult:
+        """The one rule of abort classification (docs/contract.md §3 step 5,
+        §7, §8 A1): while cancellation is in force (``in_force`` aborted), a
+        success, or the failure of an ``AbortError`` raised by the body or a
+        wrapper, becomes ``ABORTED`` if the body was invoked, else
+        ``ABORTED_BEFORE_DISPATCH``; every other failure keeps its code.
+        Which signal is in force is each phase's question: the dispatch
+        signal for the body's own time, the caller's for the wrapper and
+        post-execute time; never an abort that arrived only while a settled
+        call waited for its turn in a batch."""
+        if in_force is None or not (isinstance(result, ToolSuccess) or result is run.body_abort):
+            return result
+        return aborted(in_force.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
 
     def _cancellation(self, run: _Run) -> AbortSignal | None:
         """The signal whose abort is "cancellation in force", if any."""
@@ -829,27 +874,26 @@ class ToolRegistry:
         outcome = report.outcome
         if report.contexts or report.killed or report.overrun_s is not None:
             run.note_report(report)
+        in_force = fused if fused.aborted else None
         if type(outcome) is Value:
             run.body_invoked = True
             checked = check_success(run.call.name, definition, outcome.value, None)
             if isinstance(checked, ToolSuccess):
-                if fused.aborted:
-                    return aborted(fused.reason, invoked=True)
                 run.body_success = checked
+                return self._classify(run, checked, in_force)
             return checked
         if type(outcome) is Error:
             run.body_invoked = True
             error = outcome.error
-            if report.killed or isinstance(error, AbortError):
-                if fused.aborted:
-                    return aborted(fused.reason, invoked=True)
-                if isinstance(error, AbortError):
-                    result = exception_failure(error)
-                    run.body_abort = result
-                    return result
             if isinstance(error, WorkerLost):
                 return failure(safe_str(error), name="WorkerLost", code=WORKER_LOST)
-            return exception_failure(error)
+            result = exception_failure(error)
+            if report.killed or isinstance(error, AbortError):
+                # A forced stop follows an abort: it is cancellation, as an
+                # AbortError is.
+                run.body_abort = result
+                return self._classify(run, result, in_force)
+            return result
         # Not invoked: withdrawn by the abort, or refused/dropped/failed by
         # the backend (its own error when it gave one).
         if fused.aborted:
@@ -863,32 +907,37 @@ class ToolRegistry:
 
     # -- phase 3: steps 6-7 -------------------------------------------------
 
-    def _complete(self, run: _Run) -> ToolExecutionResult:
+    def _complete(self, run: _Run, *, waited: bool = False) -> ToolExecutionResult:
         """Steps 6-7: post-execute (unless skipped), caller cancellation over
         a success, ``finalize_content``, freezing, observers (once).
         Returns the final result; never raises for hook faults. A
-        ``KeyboardInterrupt`` here is recorded on ``run.interrupt``."""
+        ``BaseException`` that is not an ``Exception`` (KeyboardInterrupt,
+        SystemExit, ...) from post-execute or the finalizer makes a success
+        ``ABORTED`` and is recorded on ``run.interrupt`` (docs/contract.md
+        §8 A3). ``waited``: the call's dispatch settled before and it waited
+        for its model-order turn (a batch); an abort that arrived during
+        that wait does not replace its success (§8 A1)."""
         if run.published:
             assert run.result is not None
             return run.result
         result = run.result
         if result is None:  # pragma: no cover - defensive: a phase was skipped
             result = failure("internal error: the call has no result", name="RuntimeError", code=None)
+        signal = run.call.signal
+        # Aborted while waiting for its turn: not this call's own time.
+        waited_out = waited and signal.aborted
         try:
             if not run.skip_post and run.hooks.post_execute:
                 result = self._post_execute(run, run.view, result)
-            signal = run.call.signal
-            if isinstance(result, ToolSuccess) and signal.aborted:
-                result = aborted(
-                    signal.reason, invoked=run.body_invoked, additional_contexts=result.additional_contexts
-                )
+            result = self._classify(run, result, None if waited_out or not signal.aborted else signal)
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
                 result = finalize(definition, run.view, result)
-        except KeyboardInterrupt as ki:
+        except BaseException as exc:
             if run.interrupt is None:
-                run.interrupt = ki
-            assert result is not None
+                run.interrupt = exc
+            if isinstance(result, ToolSuccess):
+                result = aborted(exc, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
         if run.tool_contexts and not run.drop_tool_contexts:
             result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
         if run.killed or run.overrun_s is not None:
