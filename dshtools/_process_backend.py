@@ -144,6 +144,7 @@ class _Job:
         "body_data",
         "body_key",
         "claim",
+        "deferred",
         "done",
         "handle",
         "lock",
@@ -167,10 +168,15 @@ class _Job:
         self.worker: _Worker | None = None
         self.aborted_at: float | None = None
         self.handle: Any = None
+        self.deferred: BaseException | None = None  # an interrupt submit() caught after the start
 
     # -- Dispatch protocol --------------------------------------------------
 
     def wait(self, timeout: float) -> bool:
+        deferred = self.deferred
+        if deferred is not None:
+            self.deferred = None
+            raise deferred
         return self.done.wait(timeout)
 
     def report(self) -> BodyReport:
@@ -413,7 +419,16 @@ class ProcessBackend:
         if closed:
             job.withdraw(RuntimeError("ProcessBackend is closed"))
             return job
-        self._pump()
+        try:
+            self._pump()
+        except BaseException as exc:  # e.g. KeyboardInterrupt while starting it
+            # A raising submit() tells the registry the body never starts:
+            # true only if this withdrawal wins. If the job was started
+            # already, it must be joined: the interrupt surfaces from the
+            # first wait() instead, where the registry handles it.
+            if job.withdraw(exc if isinstance(exc, Exception) else None):
+                raise
+            job.deferred = exc
         return job
 
     def close(self) -> None:
@@ -523,9 +538,15 @@ class ProcessBackend:
                 self._wake()  # the manager watches it and makes it idle once it is ready
                 continue
             assert job is not None
-            if not job.start_on(worker):
-                with self._lock:
-                    self._idle.append(worker)
+            started = False
+            try:
+                started = job.start_on(worker)
+            finally:
+                # Also on an interrupt: a worker whose job was not sent is
+                # idle again, never stranded.
+                if not started and worker.job is None:
+                    with self._lock:
+                        self._idle.append(worker)
 
     # -- the manager thread -------------------------------------------------
 

@@ -492,3 +492,50 @@ def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -
     assert reason is not None and (reason.code, reason.seconds) == ("TOOL_TIMEOUT", 1.5)
     assert type(plain).__mro__[-3:] == (Exception, BaseException, object)
     assert not isinstance(plain, (ToolError, AbortError))
+
+
+@pytest.mark.timeout(30)
+def test_an_interrupt_inside_submit_after_the_start_surfaces_from_wait_and_the_body_is_joined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dshtools._process_backend import _Job
+
+    original = _Job.start_on
+
+    def start_then_interrupt(self: _Job, worker: Any) -> bool:
+        original(self, worker)
+        raise KeyboardInterrupt
+
+    with ProcessBackend(1, kill_after=0.5) as b:
+        settle(b.submit(echo_body, {}, ctx(AbortController().signal)))  # a ready, idle worker
+        monkeypatch.setattr(_Job, "start_on", start_then_interrupt)
+        dispatch = b.submit(echo_body, {"n": 1}, ctx(AbortController().signal))
+        monkeypatch.setattr(_Job, "start_on", original)
+        with pytest.raises(KeyboardInterrupt):
+            dispatch.wait(0.25)
+        report = settle(dispatch)  # the started body is still joined
+        assert isinstance(report.outcome, Value) and report.outcome.value["args"] == {"n": 1}  # type: ignore[index]
+
+
+@pytest.mark.timeout(30)
+def test_an_interrupt_inside_submit_before_the_start_withdraws_and_strands_no_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dshtools._process_backend import _Job
+
+    original = _Job.start_on
+    counter = tmp_path / "counter"
+    counter.write_text("")
+
+    def interrupt_first(self: _Job, worker: Any) -> bool:
+        raise KeyboardInterrupt
+
+    with ProcessBackend(1, kill_after=0.5) as b:
+        settle(b.submit(echo_body, {}, ctx(AbortController().signal)))
+        monkeypatch.setattr(_Job, "start_on", interrupt_first)
+        with pytest.raises(KeyboardInterrupt):
+            b.submit(counting_body, {"counter": str(counter)}, ctx(AbortController().signal))
+        monkeypatch.setattr(_Job, "start_on", original)
+        # The only worker is idle again and serves the next call.
+        assert isinstance(settle(b.submit(echo_body, {}, ctx(AbortController().signal))).outcome, Value)
+    assert counter.read_text() == ""
