@@ -498,7 +498,7 @@ def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -
 def test_an_interrupt_inside_submit_after_the_start_surfaces_from_wait_and_the_body_is_joined(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dshtools._process_backend import _Job
+    from dshtools._process_pool import _Job
 
     original = _Job.start_on
 
@@ -521,7 +521,7 @@ def test_an_interrupt_inside_submit_after_the_start_surfaces_from_wait_and_the_b
 def test_an_interrupt_inside_submit_before_the_start_withdraws_and_strands_no_worker(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from dshtools._process_backend import _Job
+    from dshtools._process_pool import _Job
 
     original = _Job.start_on
     counter = tmp_path / "counter"
