@@ -80,8 +80,7 @@ class ProcessBackend:
     ``max_workers`` (default: the CPU count) worker processes at most,
     started on demand and reused; ``kill_after`` in seconds (finite, >= 0),
     or ``None`` never to kill (cooperative only, still joined). Raises
-    ``ValueError`` for a bad value, ``ImportError`` without ``cloudpickle``
-    (the ``process`` extra).
+    ``ValueError`` for a bad value.
 
     Use as ``ToolRegistry(backend=ProcessBackend())`` or per tool with
     ``ToolDefinition(..., backend=...)``. Bodies are serialized by value
@@ -107,8 +106,10 @@ class ProcessBackend:
             kill_after = float(kill_after)
         try:
             import cloudpickle  # type: ignore[import-untyped]
-        except ImportError as exc:  # pragma: no cover - the extra is part of the test install
-            raise ImportError("ProcessBackend needs cloudpickle: pip install 'dshtools[process]'") from exc
+        except ImportError as exc:  # pragma: no cover - a dependency; imported here, not by `import dshtools`
+            raise ImportError(
+                "ProcessBackend needs cloudpickle (a dependency of dshtools): pip install cloudpickle"
+            ) from exc
         self._pickler: Any = cloudpickle
         self.max_workers: Final = max_workers
         self.kill_after: Final = kill_after
