@@ -50,10 +50,9 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any, Final
 
-from ._backend import BodyReport, Dispatch, Error, Value, WorkerLost
+from ._backend import Body, BodyReport, Dispatch, Error, Value, WorkerLost
 from ._errors import AbortError, safe_str
 from ._process_pool import _Job, _Worker
 from ._process_tree import left_behind, stop_tree
@@ -67,8 +66,6 @@ _log.addHandler(logging.NullHandler())
 
 _PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
 _NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
-
-Body = Callable[[Any, ToolRunContext], object]
 
 
 class ProcessBackend:

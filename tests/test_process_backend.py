@@ -539,3 +539,29 @@ def test_an_interrupt_inside_submit_before_the_start_withdraws_and_strands_no_wo
         # The only worker is idle again and serves the next call.
         assert isinstance(settle(b.submit(echo_body, {}, ctx(AbortController().signal))).outcome, Value)
     assert counter.read_text() == ""
+
+
+def test_the_process_benchmark_is_a_section_and_renders_its_targets() -> None:
+    from benchmarks import __main__ as bench_main
+    from benchmarks import process as bench_process
+    from benchmarks import report
+
+    assert bench_main.SECTIONS["process"] is bench_process.run
+    figures = {
+        "per_call_us": 180.0,
+        "bare_pool_us": 250.0,
+        "ratio": 0.72,
+        "signal_p50_ms": 0.2,
+        "signal_p99_ms": 12.0,
+        "kill_after_s": 0.2,
+        "kill_p50_s": 0.21,
+        "kill_p99_s": 0.22,
+        "growth_calls": 1000,
+        "process_growth": 0,
+        "thread_growth": 1,
+        "fd_growth": 0,
+    }
+    table = report.render({"process": figures})
+    assert "Process backend" in table
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert [row.rsplit("|", 2)[-2].strip() for row in rows[2:]] == ["yes", "**no**", "yes", "**no**"]
