@@ -428,27 +428,58 @@ def test_close_stops_every_worker_and_refuses_new_work(tmp_path: Path) -> None:
     assert set(threading.enumerate()) - threads == set()
 
 
-@pytest.mark.timeout(30)
-def test_a_backend_used_in_a_forked_child_raises_runtime_error(backend: ProcessBackend) -> None:
-    settle(backend.submit(echo_body, {}, ctx(AbortController().signal)))
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            backend.submit(echo_body, {}, ctx(AbortController().signal))
-            os.write(write, b"no error")
-        except RuntimeError as exc:
-            os.write(write, ("RuntimeError: " + str(exc)).encode()[:500])
-        except BaseException as exc:
-            os.write(write, repr(exc).encode()[:500])
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        text = f.read().decode()
-    os.waitpid(pid, 0)
-    assert text.startswith("RuntimeError:") and "forked" in text
-    # The parent's backend still works and still has its workers.
-    assert isinstance(settle(backend.submit(echo_body, {}, ctx(AbortController().signal))).outcome, Value)
+FORK_SCRIPT = """
+import json, os, sys, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process, on purpose
+from dshtools import AbortController, ProcessBackend, ToolDefinition, ToolExecutionInput, ToolRegistry
+
+def echo(args, run):
+    return os.getpid()
+
+backend = ProcessBackend(1, kill_after=0.5)
+registry = ToolRegistry(backend=backend)
+registry.register(ToolDefinition("echo", "", {"type": "object"}, echo))
+call = lambda: ToolExecutionInput("c", "echo", {}, AbortController().signal)
+assert not registry.execute(call()).is_error  # a live worker and manager thread
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    signal_alarm = __import__("signal").alarm(10)  # a hang is killed, never waited for
+    out = {}
+    result = registry.execute(call())
+    out["code"] = result.code
+    out["reason"] = repr(result.meta["reason"]) if result.meta else None
+    try:
+        registry.register(ToolDefinition("other", "", {"type": "object"}, echo))
+        out["register"] = "no error"
+    except RuntimeError as exc:
+        out["register"] = "RuntimeError: " + str(exc)
+    registry.close()  # must not touch the parent's worker
+    os.write(write, json.dumps(out).encode())
+    os._exit(0)
+os.close(write)
+with os.fdopen(read, "rb") as f:
+    child = json.loads(f.read() or b"{}")
+os.waitpid(pid, 0)
+parent_ok = not registry.execute(call()).is_error  # the parent's backend still works
+registry.close()
+print(json.dumps({"child": child, "parent_ok": parent_ok, "left": backend.worker_pids}))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_backend_used_in_a_forked_child_raises_runtime_error() -> None:
+    # In a subprocess: pytest itself must not fork a threaded process.
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    child = out["child"]
+    assert child["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert "RuntimeError" in child["reason"] and "forked" in child["reason"]
+    assert child["register"].startswith("RuntimeError:") and "forked" in child["register"]
+    assert out["parent_ok"] is True and out["left"] == []
 
 
 @pytest.mark.timeout(10)
