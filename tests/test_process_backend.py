@@ -596,3 +596,18 @@ def test_the_process_benchmark_is_a_section_and_renders_its_targets() -> None:
     assert "Process backend" in table
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert [row.rsplit("|", 2)[-2].strip() for row in rows[2:]] == ["yes", "**no**", "yes", "**no**"]
+
+
+@pytest.mark.timeout(30)
+def test_close_waits_for_a_running_body_and_its_forced_stop_still_applies(tmp_path: Path) -> None:
+    fifos = Fifos(tmp_path)
+    b = ProcessBackend(1, kill_after=0.3)
+    controller = AbortController()
+    dispatch = b.submit(stubborn_body, {"started": fifos.started}, ctx(controller.signal))
+    worker = int(fifos.wait_started())
+    controller.abort("closing")
+    b.close()  # returns only once the body's worker was stopped and reaped
+    assert dispatch.wait(0)
+    assert dispatch.report().killed is True
+    assert gone(worker) and session_alive(worker) == []
+    assert b.worker_pids == []
