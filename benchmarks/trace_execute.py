@@ -16,6 +16,7 @@ between a run of ``N`` executes and a run of none, divided by ``N``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -60,7 +61,7 @@ def trace_one(*, pool: bool, hooks: bool) -> list[tuple[str, str]]:
             return
         module = os.path.splitext(os.path.basename(filename))[0]
         with lock:
-            seen.append((module, frame.f_code.co_qualname))
+            seen.append((module, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)))
 
     # Installed before the pool starts its threads, so the worker is traced
     # too; active only for the traced call (the first one warms up).
@@ -76,7 +77,7 @@ def trace_one(*, pool: bool, hooks: bool) -> list[tuple[str, str]]:
         active = False
     finally:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)  # type: ignore[arg-type,unused-ignore]
     registry.close()
     if pool:
         executor.shutdown(wait=True)
@@ -86,7 +87,7 @@ def trace_one(*, pool: bool, hooks: bool) -> list[tuple[str, str]]:
 def report(seen: list[tuple[str, str]]) -> str:
     lines = [f"  {module}.{name}" for module, name in seen]
     modules = [module for module, _ in seen]
-    switches = sum(1 for a, b in zip(modules, modules[1:], strict=False) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(modules) if a != b)
     entries = sum(
         1 for i, m in enumerate(modules) if m == HANDOFF_MODULE and (i == 0 or modules[i - 1] != HANDOFF_MODULE)
     )

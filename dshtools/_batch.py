@@ -38,16 +38,15 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import attrs
 
+from ._pipeline import begin, check_open, complete, dispatch, run_marked
+from ._registry import ToolRegistry
+from ._run import Run
 from ._signal import AbortController, AbortSignal
 from ._thread_backend import on_worker
 from ._types import ToolExecutionInput, ToolExecutionResult
-
-if TYPE_CHECKING:
-    from ._registry import ToolRegistry, _Run
 
 __all__ = ["execute_batch"]
 
@@ -72,7 +71,7 @@ class _Slot:
     def __init__(self, index: int, call: ToolExecutionInput) -> None:
         self.index = index
         self.call = call
-        self.run: _Run | None = None
+        self.run: Run | None = None
         # Dispatch on a worker: `submitted` is set *before* the executor is
         # asked, `started`/`withdrawn` are decided under the batch lock, and
         # `finished` is set by the worker when its dispatch returned.
@@ -125,7 +124,7 @@ class _Batch:
         # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
         # The slot is recorded only once _begin returned: a call whose
         # _begin was interrupted counts as never begun and is settled again.
-        slot.run = run = self.registry._begin(slot.call, allow_closed=True)
+        slot.run = run = begin(self.registry, slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
             # A KeyboardInterrupt inside pre-execute/approval: the registry
@@ -139,7 +138,6 @@ class _Batch:
         run = slot.run
         assert run is not None
         events = self.events
-        dispatch = self.registry._dispatch
         lock = self.lock
 
         def work() -> None:
@@ -168,7 +166,7 @@ class _Batch:
         self.in_flight += 1
         slot.submitted = True
         try:
-            self.registry._submit(work)
+            run_marked(self.registry, work)
         except Exception:
             # The executor is shut down (close() during the batch) or refused
             # the work (docs/contract.md §8 A5): nothing was queued.
@@ -182,7 +180,7 @@ class _Batch:
         run = slot.run
         assert run is not None
         try:
-            self.registry._dispatch(run)
+            dispatch(run)
         except BaseException as exc:
             if run.interrupt is not exc:
                 raise
@@ -201,7 +199,7 @@ class _Batch:
         while self.window and self.window[0].done:
             slot = self.window[0]
             assert slot.run is not None
-            self.results[slot.index] = self.registry._complete(slot.run, waited=True)
+            self.results[slot.index] = complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
                 # Recorded (not raised) by _complete; _complete is
@@ -367,5 +365,5 @@ def execute_batch(
     for call in items:
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
-    registry._check_open()
+    check_open(registry)
     return _Batch(registry, items, signal, limit).run_all()
