@@ -45,7 +45,7 @@ from ._errors import AbortError, safe_str
 from ._freeze import freeze_with_height, thaw
 from ._process_wire import describe_error, load_reason
 from ._signal import AbortController, AbortSignal
-from ._types import ExecutionToken, ToolExecutionResult, _run_context
+from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
 
@@ -140,8 +140,17 @@ def _run_one(
         body = bodies.get(key)
         if body is None:
             body = bodies[key] = cloudpickle.loads(body_bytes)
-        ctx = _run_context(
-            ExecutionToken(), call_id, root_call_id, name, args, agent, None, None, controller.signal, worker_run
+        ctx = ToolRunContext(
+            token=ExecutionToken(),
+            call_id=call_id,
+            root_call_id=root_call_id,
+            name=name,
+            arguments=args,
+            agent=agent,
+            parent=None,
+            definition=None,
+            signal=controller.signal,
+            run=worker_run,
         )
         value = body(args, ctx)
     except BaseException as exc:  # every body fault is an outcome, never a crash

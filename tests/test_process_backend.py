@@ -26,7 +26,7 @@ import pytest
 from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason, ToolError
 from dshtools._backend import BodyReport, Error, NotInvoked, Value
 from dshtools._process_tree import session_alive
-from dshtools._types import ExecutionToken, ToolExecutionResult, ToolRunContext, _run_context
+from dshtools._types import ExecutionToken, ToolExecutionResult, ToolRunContext
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -44,7 +44,18 @@ class _CallerRun:
 
 
 def ctx(signal: AbortSignal, name: str = "tool", call_id: str = "c1") -> ToolRunContext:
-    return _run_context(ExecutionToken(), call_id, "root-1", name, {}, "agent-a", None, None, signal, _CallerRun())
+    return ToolRunContext(
+        token=ExecutionToken(),
+        call_id=call_id,
+        root_call_id="root-1",
+        name=name,
+        arguments={},
+        agent="agent-a",
+        parent=None,
+        definition=None,
+        signal=signal,
+        run=_CallerRun(),
+    )
 
 
 def settle(dispatch: Any, limit: float = 20.0) -> BodyReport:
