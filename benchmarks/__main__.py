@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, instructions, latency, leaks, peers, report, signals
+from . import batch, dispatch, instructions, latency, leaks, peers, process, report, signals
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -29,6 +29,7 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "latency": latency.run,
     "leaks": leaks.run,
     "batch": batch.run,
+    "process": process.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -217,7 +217,48 @@ def render(results: dict[str, Any]) -> str:
             ),
             "",
         ]
+    pr = results.get("process")
+    if pr:
+        lines += _process_rows(pr)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _process_rows(pr: dict[str, Any]) -> list[str]:
+    return [
+        "**Process backend** (`ProcessBackend`; baseline: a bare `ProcessPoolExecutor` with the same start method, spawn)",
+        "",
+        _row("measure", "median / p99", "ratio", "target", "met"),
+        _row("---", "---:", "---:", "---:", ":---:"),
+        _row(
+            "`registry.execute` of a no-op tool vs `pool.submit(f).result()`",
+            f"{pr['per_call_us']:.0f} µs vs {pr['bare_pool_us']:.0f} µs",
+            f"{pr['ratio']:.2f}",
+            "≤ 1.5",
+            _ok(pr["ratio"], 1.5),
+        ),
+        _row(
+            "abort → the worker's `run.signal` aborted",
+            f"{pr['signal_p50_ms']:.2f} ms / {pr['signal_p99_ms']:.2f} ms",
+            "",
+            "p99 ≤ 10 ms",
+            _ok(pr["signal_p99_ms"], 10.0),
+        ),
+        _row(
+            f"abort → `execute` returns, body ignores its signal, `kill_after={pr['kill_after_s']:g}`",
+            f"{pr['kill_p50_s'] * 1e3:.0f} ms / {pr['kill_p99_s'] * 1e3:.0f} ms",
+            "",
+            f"p99 ≤ {(pr['kill_after_s'] + 0.05) * 1e3:.0f} ms",
+            _ok(pr["kill_p99_s"], pr["kill_after_s"] + 0.05),
+        ),
+        _row(
+            f"growth after {pr['growth_calls']:,} calls: processes / threads / fds",
+            f"{pr['process_growth']} / {pr['thread_growth']} / {pr['fd_growth']}",
+            "",
+            "0 / 0 / 0",
+            _ok(abs(pr["process_growth"]) + abs(pr["thread_growth"]) + abs(pr["fd_growth"]), 0),
+        ),
+        "",
+    ]
 
 
 def replace_between_markers(text: str, table: str) -> str:

@@ -31,6 +31,7 @@ from ._interop import INVALID_CALL
 from ._lifecycle import SignalReason, abort_on_signals
 from ._policies import TimeoutPolicy
 from ._process import ProcessAbortError
+from ._process_backend import ProcessBackend
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._thread_backend import ThreadBackend
@@ -94,6 +95,7 @@ __all__ = [
     "PreExecuteDecision",
     "PreExecuteHook",
     "ProcessAbortError",
+    "ProcessBackend",
     "ResultObserver",
     "SignalReason",
     "ThreadBackend",

@@ -161,10 +161,12 @@ def _report(
 
 def cmd_demo(ns: argparse.Namespace) -> int:
     from ._demo import (
+        FORCED_STOP_AFTER,
         HTTP_TIMEOUT,
         READ_TIMEOUT,
         SHELL_TIMEOUT,
         SLEEP_TIMEOUT,
+        STUBBORN_TIMEOUT,
         DemoServer,
         DemoTools,
         group_alive,
@@ -193,7 +195,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         print(
             f"tools: shell (exclusive unless read_only, timeout {SHELL_TIMEOUT:g}s), "
             f"http_get (parallel, timeout {HTTP_TIMEOUT:g}s), read_file (parallel, timeout {READ_TIMEOUT:g}s), "
-            f"sleep (parallel, timeout {SLEEP_TIMEOUT:g}s); TimeoutPolicy installed",
+            f"sleep (parallel, timeout {SLEEP_TIMEOUT:g}s), stubborn (parallel, timeout {STUBBORN_TIMEOUT:g}s, "
+            f"ignores its signal; worker process, stopped by force {FORCED_STOP_AFTER:g}s after an abort); "
+            "TimeoutPolicy installed",
             file=out,
             flush=True,
         )
@@ -216,10 +220,38 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 f"(pgids: {listed}; alive: {', '.join(map(str, alive)) or 'none'})",
                 not alive,
             ),
+        ]
+        # The stubborn tool's worker processes (docs/contract.md §9): none runs a
+        # body, nothing a worker started is alive; then the idle worker is
+        # stopped, so the descendant check below covers everything else.
+        backend = tools.process_backend
+        running = backend.bodies_running
+        left = backend.left_behind()
+        checks.append(
+            (
+                f"no worker process runs a tool body (bodies running: {running}; workers started: "
+                f"{', '.join(map(str, backend.workers_started)) or 'none'}; stopped by force: {backend.kills})",
+                running == 0,
+            )
+        )
+        checks.append(
+            (
+                f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})",
+                not left,
+            )
+        )
+        backend.close()
+        checks += [
             _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
-        return _report(run, lambda row: "yes" if tools.body_invoked(row.call_id) else "no", checks, ns.json, ns.wide)
+
+        def invoked(row: _Row) -> str:
+            if row.name in tools.process_tools:  # its body runs elsewhere: observed by the meter
+                return meter.body_invoked(row.token, row.result)
+            return "yes" if tools.body_invoked(row.call_id) else "no"
+
+        return _report(run, invoked, checks, ns.json, ns.wide)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -31,7 +31,15 @@ BODY_LEGEND = (
 def outcome_of(result: ToolExecutionResult | None) -> str:
     """``SUCCESS``, the failure's code, ``TOOL_ERROR(<info name>)`` for an
     uncaught exception, ``ERROR(<info name>)`` for a failure without a code,
-    or ``NO RESULT``."""
+    or ``NO RESULT``; `` (killed)`` follows when a backend stopped the body
+    by force (``meta["killed"]``, docs/contract.md §9)."""
+    text = _outcome(result)
+    if result is not None and result.meta is not None and result.meta.get("killed") is True:
+        text += " (killed)"
+    return text
+
+
+def _outcome(result: ToolExecutionResult | None) -> str:
     if result is None:
         return "NO RESULT"
     if not result.is_error:

@@ -13,7 +13,10 @@ Guarantees:
   client that gives up ends the handler promptly).
 * ``DemoTools`` builds a ``ToolRegistry`` whose four tools (``shell``,
   ``http_get``, ``read_file``, ``sleep``) delegate to the cancellable
-  capabilities of ``dshtools.io`` with the signal they receive. Every body
+  capabilities of ``dshtools.io`` with the signal they receive, and a fifth,
+  ``stubborn``, that ignores its signal (a plain ``time.sleep``) and runs on
+  a ``ProcessBackend`` with ``kill_after=FORCED_STOP_AFTER``: a cancel stops
+  it by force (docs/contract.md §9). Every body
   is counted while it runs (``bodies_in_flight``), every call id whose body
   was invoked is recorded, and the process group of every shell the
   ``shell`` tool started is recorded, so the demo can prove quiescence
@@ -39,6 +42,7 @@ from typing import Any
 from . import io as dio
 from ._hooks import ToolDefinition
 from ._policies import TimeoutPolicy
+from ._process_backend import ProcessBackend
 from ._process_session import _group_alive
 from ._registry import ToolRegistry
 from ._types import ToolError, ToolRunContext
@@ -53,8 +57,11 @@ HTTP_TIMEOUT = 0.5
 SHELL_TIMEOUT = 3.0
 SLEEP_TIMEOUT = 2.0
 READ_TIMEOUT = 2.0
+STUBBORN_TIMEOUT = 2.0
 # SIGTERM -> SIGKILL grace of the shell tool (seconds).
 SHELL_GRACE = 1.0
+# kill_after of the stubborn tool's ProcessBackend (seconds).
+FORCED_STOP_AFTER = 1.0
 # How long a stalling handler waits for its client at most (seconds).
 _STALL_LIMIT = 60.0
 _POLL_SLICE = 0.05
@@ -164,6 +171,13 @@ def group_alive(pgid: int) -> bool:
 # Tools
 
 
+def _stubborn(args: Any, run: ToolRunContext) -> object:
+    """Ignores its signal: only a forced stop ends it early. Module-level, so
+    it pickles by reference for the worker process."""
+    time.sleep(float(args["seconds"]))
+    return {"slept": args["seconds"]}
+
+
 class DemoTools:
     """The demo's registry and the bookkeeping that proves quiescence.
 
@@ -179,6 +193,9 @@ class DemoTools:
         self._in_flight = 0
         self._invoked: set[str] = set()
         self._pgids: list[int] = []
+        # One worker process for the stubborn tool; closed with the registry.
+        self.process_backend = ProcessBackend(1, kill_after=FORCED_STOP_AFTER)
+        self.process_tools = frozenset({"stubborn"})
         self.registry = ToolRegistry()
         self.registry.add_around_dispatch(TimeoutPolicy())
         for definition in self._definitions():
@@ -315,10 +332,26 @@ class DemoTools:
             timeout=SLEEP_TIMEOUT,
             is_concurrency_safe=lambda args: True,
         )
+        yield ToolDefinition(
+            "stubborn",
+            "Sleep for some seconds, ignoring cancellation (runs in a worker process, stopped by force).",
+            {
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0}},
+                "required": ["seconds"],
+                "additionalProperties": False,
+            },
+            _stubborn,
+            timeout=STUBBORN_TIMEOUT,
+            is_concurrency_safe=lambda args: True,
+            backend=self.process_backend,
+        )
 
     def close(self) -> None:
-        """Close the registry (waits for any body still running)."""
+        """Close the registry (waits for any body still running) and with
+        it the process backend."""
         self.registry.close()
+        self.process_backend.close()
 
     def __enter__(self) -> DemoTools:
         return self

@@ -173,6 +173,8 @@ def _rows(stdout: str) -> dict[str, list[str]]:
         parts = line.split()
         if len(parts) < 6 or not parts[0].isdigit():
             break
+        if parts[4] == "(killed)":  # "ABORTED (killed)": one outcome cell
+            parts[3:5] = [f"{parts[3]} (killed)"]
         rows[parts[1]] = parts
     return rows
 
@@ -219,17 +221,23 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
         "call_04": "SUCCESS",
         "call_05": "TOOL_TIMEOUT",
         "call_06": "TOOL_ERROR(FileNotFoundError)",
-        "call_07": "ABORTED",
-        "call_08": "ABORTED_BEFORE_DISPATCH",
+        "call_07": "ABORTED (killed)",  # ignores its signal: its worker process is killed (§9)
+        "call_08": "ABORTED",
         "call_09": "ABORTED_BEFORE_DISPATCH",
         "call_10": "ABORTED_BEFORE_DISPATCH",
+        "call_11": "ABORTED_BEFORE_DISPATCH",
     }
     bodies = {cid: parts[4] for cid, parts in rows.items()}
-    assert bodies["call_07"] == "yes" and bodies["call_05"] == "yes"
-    assert [bodies[f"call_{i:02d}"] for i in (8, 9, 10)] == ["no", "no", "no"]
+    assert bodies["call_07"] == "yes" and bodies["call_08"] == "yes" and bodies["call_05"] == "yes"
+    assert [bodies[f"call_{i:02d}"] for i in (9, 10, 11)] == ["no", "no", "no"]
+    # Stopped by force FORCED_STOP_AFTER (1 s) after the cancel at 1.5 s.
+    assert 2.0 < float(rows["call_07"][5].rstrip("s")) < 4.0
     assert "cancelled mid-run at" in proc.stdout
     quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
-    assert len(quiescence) == 4
+    assert len(quiescence) == 6
+    assert any("no worker process runs a tool body (bodies running: 0;" in line for line in quiescence)
+    assert any("stopped by force: 1)" in line for line in quiescence)
+    assert any("no process a worker started is alive (alive: none)" in line for line in quiescence)
     assert all(line.strip().startswith("ok") for line in quiescence), proc.stdout
     assert any("process groups the shell tool created" in line for line in quiescence)
     assert any("bodies in flight: 0" in line for line in quiescence)
@@ -249,8 +257,9 @@ def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(tmp_path: Path) ->
     proc = _run(["demo", "--no-cancel"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     outcomes = _outcomes(proc.stdout)
-    assert outcomes["call_07"] == "TOOL_TIMEOUT"  # the soak test meets the shell's timeout
-    assert [outcomes[f"call_{i:02d}"] for i in (8, 9, 10)] == ["SUCCESS"] * 3
+    assert outcomes["call_07"] == "TOOL_TIMEOUT (killed)"  # the policy's abort, then the forced stop
+    assert outcomes["call_08"] == "TOOL_TIMEOUT"  # the soak test meets the shell's timeout
+    assert [outcomes[f"call_{i:02d}"] for i in (9, 10, 11)] == ["SUCCESS"] * 3
     assert not {"ABORTED", "ABORTED_BEFORE_DISPATCH"} & set(outcomes.values())
     assert "cancelled mid-run" not in proc.stdout
     quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]

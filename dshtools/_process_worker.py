@@ -1,0 +1,207 @@
+"""The worker side of ``ProcessBackend`` (docs/contract.md §9): the loop a
+worker process runs (``main(fd)``, started by ``ProcessBackend`` in a fresh
+interpreter).
+
+Guarantees:
+
+* The worker leads its own session (the parent starts it with
+  ``start_new_session=True``), so a forced stop can kill its process group
+  and find every member of its session.
+* One body at a time, on the main thread. A reader thread receives the
+  parent's messages: a call is handed to the main thread with a fresh
+  ``AbortController`` made at receipt; an abort for that call aborts the
+  controller at once (in the reader thread, so a body blocked in C code or
+  ``time.sleep`` still sees ``run.signal`` abort within milliseconds).
+* The body gets a ``ToolRunContext`` whose ``signal`` is that controller's
+  real ``AbortSignal``; ``token`` is fresh, ``parent`` and ``definition``
+  are ``None``; ``defer_context`` collects JSON objects that travel back
+  with the outcome; ``dispatch`` raises ``RuntimeError``.
+* Every outcome travels back: a value that does not pickle, or an
+  exception that does not, is described (type name, message) instead.
+* When the parent goes away (end of file on the connection), the current
+  call's signal aborts and the worker exits; after ``kill_after`` seconds
+  (5 s without one) it kills its own process group first.
+
+Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
+parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
+call_id, root_call_id, name, agent)``, ``("abort", seq, reason_bytes)``;
+worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
+``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal as _os_signal
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ._errors import AbortError, safe_str
+from ._freeze import freeze_with_height, thaw
+from ._process_wire import describe_error, load_reason
+from ._signal import AbortController, AbortSignal
+from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
+
+cloudpickle: Any = None  # imported by main(): only workers need it here
+
+__all__ = ["main"]
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_NESTED = (
+    "run.dispatch() is not available in a tool running on a ProcessBackend worker: "
+    "nested calls need the thread backend (docs/contract.md §9)"
+)
+
+
+class _WorkerRun:
+    """What ``ToolRunContext`` needs from its run, in a worker."""
+
+    __slots__ = ("contexts", "settled")
+
+    def __init__(self) -> None:
+        self.contexts: list[dict[str, Any]] = []
+        self.settled = False
+
+    def defer_context(self, context: object) -> None:
+        if self.settled:
+            raise RuntimeError("defer_context() after the tool body settled")
+        if not isinstance(context, dict):
+            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
+        frozen, _ = freeze_with_height(context)
+        self.contexts.append(thaw(frozen))
+
+    def dispatch(
+        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
+    ) -> ToolExecutionResult:
+        raise RuntimeError(_NESTED)
+
+
+class _Reader:
+    """The reader thread: calls go to ``inbox``, aborts reach the call's
+    controller at once."""
+
+    def __init__(self, conn: Connection, inbox: queue.SimpleQueue[tuple[Any, AbortController] | None]) -> None:
+        self.conn = conn
+        self.inbox = inbox
+        self.lock = threading.Lock()
+        self.controllers: dict[int, AbortController] = {}
+        self.kill_after = 5.0
+
+    def run(self) -> None:
+        try:
+            while True:
+                message = pickle.loads(self.conn.recv_bytes())
+                kind = message[0]
+                if kind == "call":
+                    controller = AbortController()
+                    with self.lock:
+                        self.controllers[message[1]] = controller
+                    self.inbox.put((message, controller))
+                elif kind == "abort":
+                    with self.lock:
+                        target = self.controllers.get(message[1])
+                    if target is not None:
+                        target.abort(load_reason(message[2]))
+                elif kind == "config":
+                    # First message: the parent's kill_after and sys.path (so
+                    # bodies pickled by reference to an importable module
+                    # load here as they did there).
+                    if message[1] is not None:
+                        self.kill_after = message[1]
+                    sys.path[:] = [p for p in message[2] if isinstance(p, str)]
+        except (EOFError, OSError):
+            pass
+        # The parent is gone: stop the call cooperatively, then by force.
+        with self.lock:
+            pending = list(self.controllers.values())
+        for controller in pending:
+            controller.abort(AbortError("the parent process of this ProcessBackend worker went away"))
+        self.inbox.put(None)
+        timer = threading.Timer(self.kill_after, os.killpg, (0, _os_signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+    def finished(self, seq: int) -> None:
+        with self.lock:
+            self.controllers.pop(seq, None)
+
+
+def _run_one(
+    bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
+) -> tuple[str, Any, list[dict[str, Any]], Any]:
+    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent = message
+    worker_run = _WorkerRun()
+    try:
+        body = bodies.get(key)
+        if body is None:
+            body = bodies[key] = cloudpickle.loads(body_bytes)
+        ctx = ToolRunContext(
+            token=ExecutionToken(),
+            call_id=call_id,
+            root_call_id=root_call_id,
+            name=name,
+            arguments=args,
+            agent=agent,
+            parent=None,
+            definition=None,
+            signal=controller.signal,
+            run=worker_run,
+        )
+        value = body(args, ctx)
+    except BaseException as exc:  # every body fault is an outcome, never a crash
+        worker_run.settled = True
+        detail = describe_error(exc)
+        try:
+            payload: Any = pickle.dumps(exc, _PROTOCOL)
+        except Exception:
+            try:
+                payload = cloudpickle.dumps(exc, _PROTOCOL)
+            except Exception:
+                payload = None
+        return "error", payload, worker_run.contexts, detail
+    worker_run.settled = True
+    try:
+        return "value", pickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+    except Exception as exc:
+        try:
+            return "value", cloudpickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+        except Exception:
+            pass
+        return "bad_value", None, worker_run.contexts, (type(value).__qualname__, safe_str(exc))
+
+
+def main(fd: int) -> None:
+    """The worker loop; exits the process when the parent closes the
+    connection."""
+    global cloudpickle
+    import cloudpickle  # type: ignore[import-untyped]
+
+    conn = Connection(fd)
+    inbox: queue.SimpleQueue[tuple[Any, AbortController] | None] = queue.SimpleQueue()
+    reader = _Reader(conn, inbox)
+    thread = threading.Thread(target=reader.run, name="dshtools-worker-reader", daemon=True)
+    thread.start()
+    conn.send_bytes(pickle.dumps(("ready",), _PROTOCOL))
+    bodies: dict[int, Callable[[Any, Any], object]] = {}
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        message, controller = item
+        seq = message[1]
+        kind, payload, contexts, detail = _run_one(bodies, message, controller)
+        reader.finished(seq)
+        try:
+            data = pickle.dumps(("done", seq, kind, payload, contexts, detail), _PROTOCOL)
+        except Exception:  # a context that does not pickle: it was frozen JSON, so never
+            data = pickle.dumps(("done", seq, kind, payload, [], detail), _PROTOCOL)
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            break
+    os._exit(0)
