@@ -2,6 +2,9 @@
 synchronous Python LLM agents. The public API is re-exported here once;
 see docs/contract.md and docs/ for the contract."""
 
+import logging
+
+from ._backend import Backend
 from ._batch import execute_batch
 from ._deadline import Deadline, deadline, timeout_of
 from ._errors import AbortError, TimeoutReason
@@ -27,14 +30,17 @@ from ._hooks import (
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
+from ._thread_backend import ThreadBackend
 from ._types import (
     DENIED,
     INVALID_ARGS,
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
+    WORKER_LOST,
     ErrorDetail,
     ErrorInfo,
     ExecutionToken,
@@ -54,8 +60,10 @@ __all__ = [
     "INVALID_TOOL_OUTPUT",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
+    "TOOL_ERROR",
     "TOOL_TIMEOUT",
     "UNKNOWN_TOOL",
+    "WORKER_LOST",
     "AbortController",
     "AbortError",
     "AbortSignal",
@@ -67,6 +75,7 @@ __all__ = [
     "Approver",
     "AroundDispatch",
     "Ask",
+    "Backend",
     "Block",
     "Deadline",
     "Deny",
@@ -80,6 +89,7 @@ __all__ = [
     "PreExecuteDecision",
     "PreExecuteHook",
     "ResultObserver",
+    "ThreadBackend",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
     "TimeoutReason",
@@ -100,3 +110,7 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# The library logs through "dshtools" and its children and prints nothing
+# itself (docs/contract.md §8 A8).
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -45,9 +45,17 @@ __all__ = [
     "Error",
     "NotInvoked",
     "Value",
+    "WorkerLost",
 ]
 
 Body: TypeAlias = Callable[[Any, ToolRunContext], object]
+
+
+class WorkerLost(Exception):
+    """The process (or Ray worker) running a body died on its own (a crash,
+    ``os._exit``) before the body returned. A backend reports it as
+    ``Error(WorkerLost(...))``; the registry makes it a failure with code
+    ``WORKER_LOST`` and ``info.name`` ``"WorkerLost"`` (docs/contract.md §9)."""
 
 
 @attrs.frozen(slots=True)

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._registry import _on_worker
 from ._signal import AbortController, AbortSignal
+from ._thread_backend import on_worker
 from ._types import ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ class _Batch:
         # holds a worker; queueing its calls behind a full pool of parents
         # would deadlock (B17's kind). It dispatches each call inline on
         # this thread instead, one after the other.
-        nested = _on_worker()
+        nested = on_worker()
         for index, call in enumerate(self.calls):
             if self.cancelled():
                 return

@@ -15,16 +15,19 @@ from ._types import ToolExecutionResult
 
 
 def outcome_of(result: ToolExecutionResult | None) -> str:
-    """``SUCCESS``, the failure's code, ``ERROR(<info name>)`` for a failure
-    without a code, or ``NO RESULT``."""
+    """``SUCCESS``, the failure's code, ``TOOL_ERROR(<info name>)`` for an
+    uncaught exception, ``ERROR(<info name>)`` for a failure without a code,
+    or ``NO RESULT``."""
     if result is None:
         return "NO RESULT"
     if not result.is_error:
         return "SUCCESS"
     code = result.code
+    info = result.error.info  # type: ignore[union-attr]
+    if code == "TOOL_ERROR" and info is not None:
+        return f"TOOL_ERROR({info.name})"
     if code is not None:
         return code
-    info = result.error.info  # type: ignore[union-attr]
     return f"ERROR({info.name if info is not None else '?'})"
 
 

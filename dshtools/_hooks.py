@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from ._backend import Backend
 from ._freeze import FreezeError, freeze, thaw
 from ._schema import CompiledSchema
 from ._signal import AbortSignal
@@ -87,6 +88,11 @@ def _check_timeout(_inst: object, _attr: attrs.Attribute[Any], value: object) ->
         raise ValueError(f"timeout must be positive and finite (seconds), got {value!r}")
 
 
+def _check_backend(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Backend):
+        raise TypeError(f"backend must implement the Backend protocol or be None, not {type(value).__name__}")
+
+
 def _freeze_schema(value: object, what: str) -> Any:
     if not isinstance(value, Mapping):
         raise TypeError(f"{what} must be a JSON Schema object (dict), not {type(value).__name__}")
@@ -108,7 +114,7 @@ def _opt_schema_converter(value: object) -> Any:
 class ToolDefinition:
     """One tool: ``ToolDefinition(name, description, parameters, execute, *,
     output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
-    finalize_content=None)`` (docs/contract.md §3).
+    finalize_content=None, backend=None)`` (docs/contract.md §3, §9).
 
     * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
       deep-frozen and compiled here; invalid → ``ValueError``.
@@ -123,6 +129,8 @@ class ToolDefinition:
     * ``finalize_content(exec, result) -> str | sequence of blocks``:
       replaces the content of a *success* last (step 7); failures keep the
       canonical ``Error: ...`` text.
+    * ``backend``: where this tool's body runs (docs/backends.md); ``None``
+      uses the registry's. ``register()`` asks it to ``validate`` the body.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -140,6 +148,7 @@ class ToolDefinition:
     finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = attrs.field(
         default=None, kw_only=True, validator=_check_callable("finalize_content", True)
     )
+    backend: Backend | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
 

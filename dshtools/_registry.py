@@ -45,17 +45,18 @@ before the interrupt is re-raised; see ``execute``.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
-from _thread import get_ident
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
 from ._admission import HookReturnError, admit, describe
-from ._errors import AbortError, report_unraisable, safe_repr
+from ._backend import Backend, BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
+from ._errors import AbortError, report_unraisable, safe_repr, safe_str
 from ._freeze import FreezeError, FrozenDict, freeze_with_height
 from ._hooks import (
     Accept,
@@ -75,8 +76,10 @@ from ._hooks import (
 )
 from ._outcome import apply_post_decision, check_result, check_success, finalize, invalid_output
 from ._signal import AbortSignal, abort_owned, derive
+from ._thread_backend import DEFAULT_MAX_WORKERS, ThreadBackend, enter_worker, leave_worker, worker_owners
 from ._types import (
     INVALID_ARGS,
+    WORKER_LOST,
     ExecutionToken,
     ToolDispatchExecution,
     ToolExecution,
@@ -100,100 +103,95 @@ __all__ = [
     "Ask",
     "Block",
     "Deny",
+    "RegistryStatistics",
     # defined in _hooks, re-exported here (the registry's vocabulary)
     "ToolDefinition",
     "ToolRegistry",
 ]
 
-DEFAULT_MAX_WORKERS: Final = 32
 _SLICE: Final = 0.25
 _T = TypeVar("_T")
 
 
-# Threads currently running registry work (a body, a function given to
-# _submit, or a nested run.dispatch): the registries they work for, innermost
-# last. Dispatch from such a thread runs the body inline (any registry's
-# worker: registries may share one executor); close() and the closed check
-# look only for their own registry.
-class _WorkerState(threading.local):
-    # A class-level default: on a thread that never ran registry work,
-    # reading `stack` finds None here instead of raising (and catching)
-    # AttributeError, which is what `getattr(local, name, default)` cost on
-    # every execute() from a plain thread (~0.9 us of ~1 us for the check).
-    stack: list[ToolRegistry] | None = None
-
-
-_tls = _WorkerState()
-
-
-def _stack() -> list[ToolRegistry]:
-    stack: list[ToolRegistry] | None = getattr(_tls, "stack", None)
-    if stack is None:
-        stack = _tls.stack = []
-    return stack
-
-
-def _on_worker() -> bool:
-    return bool(getattr(_tls, "stack", None))
-
-
 def _on_worker_of(registry: ToolRegistry) -> bool:
-    stack: list[ToolRegistry] | None = getattr(_tls, "stack", None)
-    return bool(stack) and registry in stack  # type: ignore[operator]
-
-
-def _enter_worker(registry: ToolRegistry) -> None:
-    _stack().append(registry)
-
-
-def _leave_worker() -> None:
-    _stack().pop()
+    """The current thread runs (or dispatches for) one of ``registry``'s bodies."""
+    owners = worker_owners()
+    if not owners:
+        return False
+    bodies = registry._bodies
+    return any(owner in bodies or (isinstance(owner, _Run) and owner.registry is registry) for owner in owners)
 
 
 _CLOSED_BEFORE_DISPATCH: Final = "ToolRegistry closed before the call was dispatched"
 
 
 _ACCEPT: Final = Accept()
-_NOT_INVOKED: Final = object()
+
+# How many open registries use each backend (by identity): a backend shared
+# by several registries is closed when the last of them closes.
+# Must be held while reading or mutating _backend_users.
+_users_lock = threading.Lock()
+_backend_users: dict[int, tuple[Backend, int]] = {}
 
 
-_WORKER: Final = object()  # the claim's value when the worker won it
+def _adopt(backend: Backend) -> None:
+    with _users_lock:
+        _, count = _backend_users.get(id(backend), (backend, 0))
+        _backend_users[id(backend)] = (backend, count + 1)
 
 
-class _Handoff:
-    """One body's hand-off between the calling thread and a worker.
+def _release(backend: Backend) -> bool:
+    """Drop one registry's use; True when it was the last one."""
+    with _users_lock:
+        _, count = _backend_users.get(id(backend), (backend, 1))
+        if count <= 1:
+            _backend_users.pop(id(backend), None)
+            return True
+        _backend_users[id(backend)] = (backend, count - 1)
+        return False
 
-    ``claim`` gets one entry, by ``dict.setdefault`` (one atomic step): the
-    first to insert decides the call - the worker (``_WORKER``: the body
-    runs) or a withdrawal (a fresh token: it never runs) - and the entry
-    stays, so the decision can be re-read. ``done`` is acquired at creation
-    and released once: by the worker after the body returned (``finished``
-    is set first) or by the withdrawal that won. ``settled()`` re-reads the
-    decision, so a ``KeyboardInterrupt`` that lands just after the waiter
-    consumed ``done`` (or between a withdrawal's claim and its release)
-    cannot leave the waiter blocked on a lock nobody will release again.
-    ``outcome`` is ``_NOT_INVOKED`` or ``(ok, value)``."""
 
-    __slots__ = ("claim", "done", "finished", "outcome")
+_log: Final = logging.getLogger("dshtools")
+_OVERRUN_REPORTED_S: Final = 0.1
 
-    def __init__(self) -> None:
-        self.claim: dict[int, object] = {}
-        self.done = threading.Lock()
-        self.done.acquire()
-        self.outcome: Any = _NOT_INVOKED
-        self.finished = False
 
-    def withdraw(self, _signal: object = None) -> None:
-        """Withdraw a call still queued (also the fused signal's listener);
-        a no-op once the worker claimed it."""
-        mine = object()
-        if self.claim.setdefault(0, mine) is mine:
-            self.done.release()
+def _with_backend_meta(run: _Run, result: ToolExecutionResult) -> ToolExecutionResult:
+    """Add ``meta["killed"]`` and ``meta["overrun_s"]`` (an overrun above
+    0.1 s, also logged as a WARNING) to the call's final result, whichever
+    hook built it (docs/contract.md §8 A8, §9)."""
+    extra: dict[str, object] = {}
+    if run.killed:
+        extra["killed"] = True
+    overrun = run.overrun_s
+    if overrun is not None and overrun > _OVERRUN_REPORTED_S:
+        extra["overrun_s"] = overrun
+        _log.warning(
+            "tool %r (call %r) returned %.3f s after its dispatch signal aborted",
+            run.call.name,
+            run.call.call_id,
+            overrun,
+        )
+    if not extra:
+        return result
+    return attrs.evolve(result, meta={**(result.meta or {}), **extra})
 
-    def settled(self) -> bool:
-        """The body returned, or the call was withdrawn before it started."""
-        winner = self.claim.get(0)
-        return self.finished or (winner is not None and winner is not _WORKER)
+
+@attrs.frozen(kw_only=True)
+class RegistryStatistics:
+    """``ToolRegistry.statistics()``: ``bodies_in_flight`` (dispatch attempts
+    submitted and not yet joined), ``tools``, the number of hooks of each
+    kind, ``backends`` (the backends the registry will close) and
+    ``closed``."""
+
+    bodies_in_flight: int
+    tools: int
+    pre_execute_hooks: int
+    guards: int
+    around_dispatch_hooks: int
+    post_execute_hooks: int
+    result_observers: int
+    backends: int
+    closed: bool
 
 
 @attrs.frozen
@@ -218,7 +216,6 @@ class _Run:
         "body_abort",
         "body_invoked",
         "body_success",
-        "body_thread",
         "call",
         "cancel_signal",
         "definition",
@@ -226,13 +223,14 @@ class _Run:
         "hooks",
         "interrupt",
         "joining",
+        "killed",
+        "overrun_s",
         "published",
         "registry",
         "result",
         "root_call_id",
         "settled",
         "skip_post",
-        "submit_error",
         "token",
         "tool_contexts",
     )
@@ -262,8 +260,8 @@ class _Run:
         self.attempts: set[object] = set()
         self.joining = False
         self._children = itertools.count(1)
-        self.body_thread = 0  # threading.get_ident() of the thread that ran the body
-        self.submit_error: BaseException | None = None
+        self.killed = False  # a backend killed the body's process (docs/contract.md §9)
+        self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
 
     @property
     def view(self) -> ToolExecution:
@@ -289,6 +287,18 @@ class _Run:
         self.result = result
         self.skip_post = skip_post
 
+    def note_report(self, report: BodyReport) -> None:
+        """Record what a backend reported beside the outcome: contexts the
+        body deferred out of process, a kill, an overrun (added to ``meta``
+        when the result is classified, so a wrapper's own failure keeps them)."""
+        for context in report.contexts:
+            frozen, _ = freeze_with_height(context)
+            self.tool_contexts.append(frozen)
+        if report.killed:
+            self.killed = True
+        if report.overrun_s is not None:
+            self.overrun_s = max(self.overrun_s or 0.0, report.overrun_s)
+
     # -- used by ToolRunContext (the body's thread) --
 
     def defer_context(self, context: object) -> None:
@@ -311,24 +321,28 @@ class _Run:
         # The parent body occupies a worker and waits for this call, possibly
         # from a helper thread of its own: run the nested body inline in this
         # thread, never queued behind the parent (B17 with max_workers=1).
-        _enter_worker(self.registry)
+        enter_worker(self)
         try:
             return self.registry.execute(child)
         finally:
-            _leave_worker()
+            leave_worker()
 
 
 class ToolRegistry:
-    """Registered tools, their policies, and the executor their bodies run on.
+    """Registered tools, their policies, and the backend their bodies run on.
 
-    ``ToolRegistry(*, max_workers=None, executor=None, approver=None)``:
-    without ``executor`` the registry owns a ``ThreadPoolExecutor`` of
-    ``max_workers`` (default ``DEFAULT_MAX_WORKERS`` = 32) and shuts it down
-    in ``close()``; a supplied executor is used as is and never shut down
-    (``close()`` then waits for this registry's in-flight bodies only).
-    Giving both raises ``ValueError``. Hook registration and ``execute`` are
+    ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
+    backend=None)``: bodies run on ``backend`` (any ``Backend``,
+    docs/backends.md) unless their ``ToolDefinition`` names its own. Without
+    ``backend`` the registry owns a ``ThreadBackend``: a
+    ``ThreadPoolExecutor`` of ``max_workers`` (default
+    ``DEFAULT_MAX_WORKERS`` = 32), shut down in ``close()``; or, with
+    ``executor``, that executor used as is and never shut down (``close()``
+    then waits for this registry's in-flight bodies only). Giving
+    ``max_workers``/``executor`` together, or either with ``backend``,
+    raises ``ValueError``. Hook registration and ``execute`` are
     thread-safe; each call snapshots the hooks at its start. Source:
-    docs/contract.md §3.
+    docs/contract.md §3, §9.
     """
 
     def __init__(
@@ -337,42 +351,75 @@ class ToolRegistry:
         max_workers: int | None = None,
         executor: Executor | None = None,
         approver: Approver | None = None,
+        backend: Backend | None = None,
     ) -> None:
-        if executor is not None and max_workers is not None:
-            raise ValueError("give max_workers or executor, not both")
-        if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
-            raise TypeError(f"max_workers must be an int, not {type(max_workers).__name__}")
-        if max_workers is not None and max_workers < 1:
-            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-        if executor is not None and not isinstance(executor, Executor):
-            raise TypeError(f"executor must be a concurrent.futures.Executor, not {type(executor).__name__}")
         if approver is not None and not callable(approver):
             raise TypeError(f"approver must be callable, not {type(approver).__name__}")
-        self._owns_executor = executor is None
-        self._executor: Executor = executor or ThreadPoolExecutor(
-            max_workers=max_workers or DEFAULT_MAX_WORKERS, thread_name_prefix="dshtools-tool"
-        )
+        if backend is not None:
+            if max_workers is not None or executor is not None:
+                raise ValueError("give backend, or max_workers/executor for the thread backend, not both")
+            if not isinstance(backend, Backend):
+                raise TypeError(f"backend must implement the Backend protocol, not {type(backend).__name__}")
+        # Thread pool for a batch's overlapping dispatches (and the bodies'
+        # default backend): its executor is created on first use.
+        self._threads = ThreadBackend(max_workers, executor=executor)
+        self._backend: Backend = self._threads if backend is None else backend
+        # Every backend this registry uses, closed (when its last registry
+        # closes) by close(). Guarded by _lock.
+        self._backends: list[Backend] = [self._threads]
+        if backend is not None:
+            _adopt(backend)
+            self._backends.append(backend)
         self._approver = approver
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        # Runs whose body is submitted or running (set.add/discard are atomic
-        # under the GIL: no lock on the hot path; close() waits on _idle).
-        self._bodies: set[object] = set()  # dispatch attempts in flight
+        # Run contexts of the dispatch attempts in flight (set.add/discard are
+        # atomic under the GIL: no lock on the hot path; close() waits on _idle).
+        self._bodies: set[object] = set()
         self._closed = False
+        self._closing: list[Backend] | None = None  # backends close() still has to close
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = _Hooks()
+
+    def statistics(self) -> RegistryStatistics:
+        """A snapshot of the registry's state, for tests, monitoring and
+        quiescence checks (nothing here is a lock-protected invariant: read
+        it after the calls you care about returned)."""
+        hooks = self._hooks
+        return RegistryStatistics(
+            bodies_in_flight=len(self._bodies),
+            tools=len(self._definitions),
+            pre_execute_hooks=len(hooks.pre_execute),
+            guards=len(hooks.guards),
+            around_dispatch_hooks=len(hooks.around),
+            post_execute_hooks=len(hooks.post_execute),
+            result_observers=len(hooks.observers),
+            backends=len(self._backends),
+            closed=self._closed,
+        )
 
     # ------------------------------------------------------------ registration
 
     def register(self, definition: ToolDefinition) -> Callable[[], None]:
         """Add a tool. Returns an idempotent ``unregister()``. Raises
         ``TypeError`` for a non-``ToolDefinition``, ``ValueError`` for a name
-        already registered."""
+        already registered or a body its backend cannot run
+        (``Backend.validate``), ``RuntimeError`` after ``close()``
+        (docs/contract.md §8 A13)."""
         if not isinstance(definition, ToolDefinition):
             raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
+        if self._closed:
+            raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
+        own = definition.backend
+        (own or self._backend).validate(definition.name, definition.execute)
         with self._lock:
+            if self._closed:
+                raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
             if definition.name in self._definitions:
                 raise ValueError(f"a tool named {definition.name!r} is already registered")
+            if own is not None and not any(b is own for b in self._backends):
+                _adopt(own)
+                self._backends.append(own)
             # Copy-on-write: a call's definition lookup never sees a half-update.
             defs = dict(self._definitions)
             defs[definition.name] = definition
@@ -471,8 +518,15 @@ class ToolRegistry:
             self._closed = True
             while self._bodies:
                 self._idle.wait(_SLICE)
-        if self._owns_executor:
-            self._executor.shutdown(wait=True)  # idempotent
+            if self._closing is None:
+                # Decided once: the own thread backend is this registry's
+                # alone; another backend is closed by the last registry that
+                # uses it. A close() interrupted below is finished by the next.
+                self._closing = [b for b in self._backends if b is self._threads or _release(b)]
+            closing = self._closing
+        while closing:
+            closing[0].close()  # idempotent
+            closing.pop(0)
 
     def __enter__(self) -> ToolRegistry:
         return self
@@ -662,65 +716,54 @@ class ToolRegistry:
         return None
 
     def _invoke(self, run: _Run, slot: _SignalSlot) -> ToolExecutionResult:
-        """The innermost ``next()``: fuse, submit (or run inline), join."""
+        """The innermost ``next()``: fuse, submit to the tool's backend, join."""
         call = run.call
         caller = call.signal
         outer = slot.signal
-        # On a registry worker the body runs inline (nothing is queued, so
-        # there is nothing to withdraw); otherwise the hand-off's withdrawal
-        # is the fused signal's listener from birth (one lock round trip).
         # The registry aborts `fused` itself on KeyboardInterrupt, so signals
         # a body derives from it must link to it (aborts_directly).
-        handoff = None if _on_worker() else _Handoff()
-        fused = derive(
-            [caller] if outer is caller else [caller, outer],
-            None if handoff is None else handoff.withdraw,
-            aborts_directly=True,
-        )
+        fused = derive([caller] if outer is caller else [caller, outer], None, aborts_directly=True)
         run.cancel_signal = fused
         if fused.aborted:
             fused.close()
             return aborted(fused.reason, invoked=False)
+        definition = run.definition
+        assert definition is not None
+        ctx = _run_context(
+            run.token,
+            call.call_id,
+            run.root_call_id,
+            call.name,
+            run.arguments,
+            call.agent,
+            call.parent,
+            definition,
+            fused,
+            run,
+        )
         bodies = self._bodies
-        attempt = object()  # one per next() call: a wrapper may retry or hedge
-        # Registered before the closed check (close() sets `_closed`, then
-        # reads `_bodies`): either close() waits for this attempt, or this
-        # call sees `_closed` and never dispatches.
-        bodies.add(attempt)
-        run.attempts.add(attempt)
+        # One attempt per next() call (a wrapper may retry or hedge): its run
+        # context. Registered before the closed check (close() sets
+        # `_closed`, then reads `_bodies`): either close() waits for this
+        # attempt, or this call sees `_closed` and never dispatches.
+        bodies.add(ctx)
+        run.attempts.add(ctx)
         try:
             if self._closed and not _on_worker_of(self):
-                # close() ran while this call was in admission: its executor
+                # close() ran while this call was in admission: its backend
                 # may be gone. The body never runs; nothing was dispatched.
                 return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
-            definition = run.definition
-            assert definition is not None
-            ctx = _run_context(
-                run.token,
-                call.call_id,
-                run.root_call_id,
-                call.name,
-                run.arguments,
-                call.agent,
-                call.parent,
-                definition,
-                fused,
-                run,
-            )
             slot.signal = fused
-            if handoff is None:
-                outcome = self._body(run, definition, ctx, fused)
-            else:
-                outcome = self._submit_and_join(run, definition, ctx, fused, handoff)
+            report = self._submit_and_join(run, definition.backend or self._backend, definition, ctx, fused)
         finally:
             # Bookkeeping first, each step reached even if an interrupt lands
             # in the one before: a stale attempt would block close() and
             # _join_attempts forever.
             try:
                 try:
-                    bodies.discard(attempt)
+                    bodies.discard(ctx)
                 finally:
-                    run.attempts.discard(attempt)
+                    run.attempts.discard(ctx)
                 if (self._closed and not bodies) or run.joining:
                     # close() or _join_attempts may be waiting; a missed
                     # notify costs them one slice.
@@ -728,143 +771,93 @@ class ToolRegistry:
                         self._idle.notify_all()
             finally:
                 slot.signal = outer
-                # Detaches from the caller's signal; the withdrawal listener
-                # goes with the closed signal (it can no longer abort).
+                # Detaches from the caller's signal; a backend's listeners go
+                # with the closed signal (it can no longer abort).
                 fused.close()
-        return self._to_result(run, definition, outcome, fused)
-
-    def _body(self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal) -> Any:
-        # Runs on the worker, after the trampoline claimed the hand-off: the one
-        # point where "queued" became "running".
-        if fused.aborted:
-            return _NOT_INVOKED
-        run.body_invoked = True
-        run.body_thread = get_ident()
-        try:
-            return (True, definition.execute(run.arguments, ctx))
-        except BaseException as exc:  # every body fault is a result, never a crash
-            return (False, exc)
-
-    def _trampoline(
-        self, handoff: _Handoff, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
-    ) -> None:
-        # Runs on an executor worker. Claiming the hand-off is the single
-        # point where the call goes from queued to running: if the call was
-        # withdrawn first, nothing runs (the waiter was released already).
-        if handoff.claim.setdefault(0, _WORKER) is not _WORKER:
-            return
-        try:
-            _enter_worker(self)
-            try:
-                handoff.outcome = self._body(run, definition, ctx, fused)
-            finally:
-                _leave_worker()
-        finally:
-            # Last: the waiting thread resumes with the GIL nearly free.
-            handoff.finished = True
-            handoff.done.release()
+        return self._to_result(run, definition, report, fused)
 
     def _submit_and_join(
-        self, run: _Run, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal, handoff: _Handoff
-    ) -> Any:
-        # The registry owns the hand-off it joins (the executor only runs the
-        # trampoline), so a KeyboardInterrupt landing anywhere - even inside
-        # executor.submit() - cannot lose the handle on the call: the retry
-        # below withdraws it if it is still queued (or never got queued) and
-        # otherwise joins the running body.
-        # `fused` withdraws the call if it aborts while queued (its listener
-        # since _invoke derived it). The withdrawal loses the claim once the
-        # worker took it; the worker then sees `fused` aborted (it is marked
-        # before listeners run) or the body does.
+        self, run: _Run, backend: Backend, definition: ToolDefinition, ctx: ToolRunContext, fused: AbortSignal
+    ) -> BodyReport:
+        # Submit once, then wait in slices until the dispatch settles. A
+        # KeyboardInterrupt anywhere aborts the dispatch signal (the backend
+        # withdraws a queued body or tells a running one) and the wait goes
+        # on: a started body is never abandoned.
         interrupt: KeyboardInterrupt | None = None
-        work: Future[None] | None = None
+        dispatch: Dispatch | None = None
         submitted = False
-        done = handoff.done
         while True:
             try:
                 if not submitted:
                     submitted = True
                     try:
-                        work = self._executor.submit(self._trampoline, handoff, run, definition, ctx, fused)
+                        dispatch = backend.submit(definition.execute, run.arguments, ctx)
                     except Exception as exc:
-                        # Shut down (RuntimeError: a supplied executor, or ours
-                        # by close() during admission) or otherwise refused. It
-                        # may have queued the work before raising: withdraw,
-                        # and keep joining if the worker claimed it anyway.
-                        run.submit_error = exc
-                        handoff.withdraw()
+                        # The backend refused: the body was not and will not
+                        # be started.
+                        return BodyReport(outcome=NotInvoked(exc))
                 if interrupt is not None:
                     # Also runs listeners a second interrupt left pending.
                     abort_owned(fused, interrupt)
-                    handoff.withdraw()
-                # After an interrupt `done` may already have been consumed
-                # (the interrupt landed just after acquire() returned): read
-                # the recorded decision first. The common path waits at once.
-                if (interrupt is not None and handoff.settled()) or done.acquire(True, _SLICE):
+                if dispatch is None:
+                    # An interrupt inside submit() lost the handle: the abort
+                    # above withdrew whatever the backend had queued.
+                    report = BodyReport(outcome=NotInvoked())
                     break
-                if handoff.settled():
+                if dispatch.wait(_SLICE):
+                    report = dispatch.report()
                     break
-                if work is not None and work.done():
-                    # The executor finished the work item without running the
-                    # trampoline to the end: dropped it (shutdown with
-                    # cancel_futures=True) or failed it (a broken pool).
-                    # Withdrawing is a no-op if the trampoline claimed.
-                    if not work.cancelled():
-                        run.submit_error = work.exception()
-                    handoff.withdraw()
             except KeyboardInterrupt as ki:
                 # Abort the dispatch signal and keep joining: never abandon.
                 if interrupt is None:
                     interrupt = ki
-        outcome = handoff.outcome
-        if (
-            interrupt is None
-            and outcome is not _NOT_INVOKED
-            and not outcome[0]
-            and isinstance(outcome[1], KeyboardInterrupt)
-            and run.body_thread == get_ident()
-        ):
-            # An executor that ran the body in this very thread (inline):
-            # a Ctrl-C inside the body is this thread's interrupt, not a
-            # tool fault.
-            interrupt = outcome[1]
-            abort_owned(fused, interrupt)
         if interrupt is not None:
             run.interrupt = interrupt
+            if type(report.outcome) is Value or type(report.outcome) is Error:
+                run.body_invoked = True
+            run.note_report(report)
             raise interrupt
-        return outcome
+        return report
 
     def _to_result(
-        self, run: _Run, definition: ToolDefinition, outcome: Any, fused: AbortSignal
+        self, run: _Run, definition: ToolDefinition, report: BodyReport, fused: AbortSignal
     ) -> ToolExecutionResult:
         """The body's outcome as the result the innermost ``next()`` returns.
         Classified already here (step 5), so wrappers see ``ABORTED`` for a
         success or ``AbortError`` while the fused signal is aborted; a tool
         failure (``ToolError``, other exceptions, invalid output) stays."""
-        if outcome is _NOT_INVOKED:
-            if not fused.aborted:  # withdrawn: the executor refused, dropped or failed it
-                # The executor's own error when it gave one (refused,
-                # failed); a drop by shutdown(cancel_futures=True) gives none.
-                error = run.submit_error
-                if error is None:
-                    error = RuntimeError("the executor shut down before the call was dispatched")
-                return aborted(error, invoked=False)
-            return aborted(fused.reason, invoked=False)
-        ok, payload = outcome
-        if not ok:
-            if isinstance(payload, AbortError):
+        outcome = report.outcome
+        if report.contexts or report.killed or report.overrun_s is not None:
+            run.note_report(report)
+        if type(outcome) is Value:
+            run.body_invoked = True
+            checked = check_success(run.call.name, definition, outcome.value, None)
+            if isinstance(checked, ToolSuccess):
                 if fused.aborted:
                     return aborted(fused.reason, invoked=True)
-                result = exception_failure(payload)
-                run.body_abort = result
-                return result
-            return exception_failure(payload)
-        checked = check_success(run.call.name, definition, payload, None)
-        if isinstance(checked, ToolSuccess):
-            if fused.aborted:
-                return aborted(fused.reason, invoked=True)
-            run.body_success = checked
-        return checked
+                run.body_success = checked
+            return checked
+        if type(outcome) is Error:
+            run.body_invoked = True
+            error = outcome.error
+            if report.killed or isinstance(error, AbortError):
+                if fused.aborted:
+                    return aborted(fused.reason, invoked=True)
+                if isinstance(error, AbortError):
+                    result = exception_failure(error)
+                    run.body_abort = result
+                    return result
+            if isinstance(error, WorkerLost):
+                return failure(safe_str(error), name="WorkerLost", code=WORKER_LOST)
+            return exception_failure(error)
+        # Not invoked: withdrawn by the abort, or refused/dropped/failed by
+        # the backend (its own error when it gave one).
+        if fused.aborted:
+            return aborted(fused.reason, invoked=False)
+        refusal = outcome.error if isinstance(outcome, NotInvoked) else None
+        if refusal is None:
+            refusal = RuntimeError("the backend shut down before the call was dispatched")
+        return aborted(refusal, invoked=False)
 
     # -- result checking ----------------------------------------------------
 
@@ -898,6 +891,8 @@ class ToolRegistry:
             assert result is not None
         if run.tool_contexts and not run.drop_tool_contexts:
             result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
+        if run.killed or run.overrun_s is not None:
+            result = _with_backend_meta(run, result)
         run.result = result
         run.published = True
         for observer in run.hooks.observers:
@@ -944,14 +939,7 @@ class ToolRegistry:
             raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
 
     def _submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        """Run ``fn`` on the registry's executor with the worker thread marked
-        as a registry worker (so ``_dispatch`` there runs bodies inline)."""
-
-        def marked() -> _T:
-            _enter_worker(self)
-            try:
-                return fn()
-            finally:
-                _leave_worker()
-
-        return self._executor.submit(marked)
+        """Run ``fn`` on the registry's thread pool with the worker thread
+        marked as a registry worker (so ``_dispatch`` there runs bodies of
+        the thread backend inline)."""
+        return self._threads.run_marked(fn)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 import attrs
 
-from ._errors import AbortError
+from ._deadline import timeout_of
+from ._errors import AbortError, safe_str, safe_type_name
 from ._freeze import FrozenDict, thaw
 from ._signal import AbortSignal
 
@@ -39,8 +40,10 @@ __all__ = [
     "INVALID_TOOL_OUTPUT",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
+    "TOOL_ERROR",
     "TOOL_TIMEOUT",
     "UNKNOWN_TOOL",
+    "WORKER_LOST",
     "ContentBlock",
     "ErrorDetail",
     "ErrorInfo",
@@ -69,6 +72,8 @@ UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 INVALID_ARGS: Final = "INVALID_ARGS"
 INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
 DENIED: Final = "DENIED"
+TOOL_ERROR: Final = "TOOL_ERROR"
+WORKER_LOST: Final = "WORKER_LOST"
 
 ContentBlock = Mapping[str, Any]
 """A content block: a JSON object with a ``"type"``, e.g. ``{"type": "text", "text": "..."}``."""
@@ -283,15 +288,16 @@ def failure(
 
 
 def exception_failure(exc: BaseException) -> ToolFailure:
-    """A raised exception as a failure: ``ToolError`` keeps its code; any
-    other exception gets its class name and no code (docs/contract.md §2)."""
+    """A raised exception as a failure (docs/contract.md §8 A2): a
+    ``ToolError`` keeps its code (``TOOL_ERROR`` when it has none); an
+    exception carrying a timeout (``timeout_of(exc)``, e.g. the
+    ``AbortError`` of ``run_process(timeout=...)``) gets that reason's code;
+    any other exception ``TOOL_ERROR``. ``info.name`` is the exception's
+    class name; an unprintable message is replaced by a stand-in."""
     if isinstance(exc, ToolError):
-        return failure(exc.message, name=type(exc).__name__, code=exc.code)
-    try:
-        message = str(exc)
-    except Exception:  # a broken __str__ must not break the pipeline
-        message = f"<{type(exc).__name__}: unprintable>"
-    return failure(message, name=type(exc).__name__, code=None)
+        return failure(safe_str(exc), name=safe_type_name(exc), code=exc.code or TOOL_ERROR)
+    timeout = timeout_of(exc)
+    return failure(safe_str(exc), name=safe_type_name(exc), code=TOOL_ERROR if timeout is None else timeout.code)
 
 
 def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapping[str, Any]] = ()) -> ToolFailure:

@@ -18,6 +18,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
+    _thread_backend,
 )
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -101,11 +102,11 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 
 def blocked_in_wait(thread: threading.Thread) -> bool:
     """The thread is parked: in ``threading``'s ``wait`` (a Condition or an
-    Event), or in the registry's join (it blocks in a C-level
-    ``Lock.acquire`` called from ``_submit_and_join``, the innermost Python
-    frame)."""
+    Event), or in the thread backend's join (it blocks in a C-level
+    ``Lock.acquire`` called from the dispatch's ``wait``, the innermost
+    Python frame)."""
     frame = sys._current_frames().get(thread.ident or -1)
-    if frame is not None and frame.f_code.co_name == "_submit_and_join":
+    if frame is not None and frame.f_code.co_name == "wait" and frame.f_code.co_filename == _thread_backend.__file__:
         return True
     while frame is not None:
         if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:

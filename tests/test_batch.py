@@ -14,6 +14,7 @@ from batch_support import Recorder, calls, tool
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
@@ -403,7 +404,7 @@ def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec:
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 5, AbortController().signal), signal=AbortController().signal)
     assert time.monotonic() - t0 < 2
-    assert results[1].is_error and results[1].code is None
+    assert results[1].is_error and results[1].code == TOOL_ERROR
     assert results[1].error.info is not None and results[1].error.info.name == "ValueError"
     assert [r.value for i, r in enumerate(results) if i != 1] == ["ok"] * 4
     assert not any(r.code in CANCELLED for r in results)

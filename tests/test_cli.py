@@ -218,7 +218,7 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
         "call_03": "SUCCESS",
         "call_04": "SUCCESS",
         "call_05": "TOOL_TIMEOUT",
-        "call_06": "ERROR(FileNotFoundError)",
+        "call_06": "TOOL_ERROR(FileNotFoundError)",
         "call_07": "ABORTED",
         "call_08": "ABORTED_BEFORE_DISPATCH",
         "call_09": "ABORTED_BEFORE_DISPATCH",
@@ -659,7 +659,7 @@ def test_replay_body_column_is_observed_for_timeouts_and_exceptions(tools_dir: P
     assert {cid: (r[3], r[4]) for cid, r in rows.items()} == {
         "t1": ("TOOL_TIMEOUT", "no"),  # the deadline fired before the body could start
         "t2": ("TOOL_TIMEOUT", "yes"),
-        "t3": ("ERROR(ZeroDivisionError)", "yes"),
+        "t3": ("TOOL_ERROR(ZeroDivisionError)", "yes"),
         "t4": ("E_NOPE", "yes"),
         "t5": ("UNKNOWN_TOOL", "no"),
     }

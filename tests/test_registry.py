@@ -30,6 +30,7 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     UNKNOWN_TOOL,
     AbortController,
     AbortError,
@@ -39,6 +40,7 @@ from dshtools import (
     Ask,
     Block,
     Deny,
+    ThreadBackend,
     ToolError,
     ToolExecutionInput,
     ToolFailure,
@@ -97,7 +99,7 @@ def test_unknown_tool_still_passes_post_execute(registry: ToolRegistry) -> None:
     assert rec.events == ["pre-execute", "guard", "post-execute"]
 
 
-def test_plain_exception_becomes_failure_with_class_name_and_no_code(registry: ToolRegistry) -> None:
+def test_plain_exception_becomes_tool_error_with_its_class_name(registry: ToolRegistry) -> None:
     def body(a: Any, r: Any) -> Any:
         raise ValueError("bad thing")
 
@@ -105,7 +107,7 @@ def test_plain_exception_becomes_failure_with_class_name_and_no_code(registry: T
     result = registry.execute(call("t"))
     assert isinstance(result, ToolFailure)
     assert result.error.message == "bad thing" and result.error.info is not None
-    assert result.error.info.name == "ValueError" and result.code is None
+    assert result.error.info.name == "ValueError" and result.code == TOOL_ERROR
     assert [dict(b) for b in result.content] == [{"type": "text", "text": "Error: bad thing"}]
 
 
@@ -337,7 +339,7 @@ def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegis
 
     registry.register(tool("t", body))
     result = registry.execute(call("t"))
-    assert result.code is None and result.error.info.name == "AbortError"  # type: ignore[union-attr]
+    assert result.code == TOOL_ERROR and result.error.info.name == "AbortError"  # type: ignore[union-attr]
 
 
 @pytest.mark.timeout(10)
@@ -378,7 +380,7 @@ def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegist
     registry.add_post_execute(lambda e, r, nxt: rec.note("post") or nxt())  # type: ignore[func-returns-value]
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.error.info.name == "RuntimeError" and result.code is None  # type: ignore[union-attr]
+    assert result.error.info.name == "RuntimeError" and result.code == TOOL_ERROR  # type: ignore[union-attr]
     assert rec.events == []  # post-execute skipped for a wrapper that raised
 
 
@@ -868,8 +870,11 @@ def test_context_manager_yields_the_registry() -> None:
 
 
 def test_default_max_workers_is_32() -> None:
-    with ToolRegistry() as registry:
-        assert registry._executor._max_workers == 32  # type: ignore[attr-defined]
+    backend = ThreadBackend()
+    try:
+        assert backend.max_workers == 32 and backend.executor()._max_workers == 32  # type: ignore[attr-defined]
+    finally:
+        backend.close()
 
 
 def test_supplied_executor_is_used_and_not_shut_down() -> None:

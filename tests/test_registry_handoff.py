@@ -43,6 +43,7 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     _registry,
+    _thread_backend,
 )
 
 __all__ = ["unraisable"]  # fixture re-exported for pytest
@@ -145,15 +146,15 @@ def install_handoff_probe(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any],
     passed to ``wrap`` right after construction; returns them, in creation
     order."""
     made: list[Any] = []
-    base: Any = _registry._Handoff
+    base: Any = _thread_backend._Handoff
 
     class ProbedHandoff(base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
+        def __init__(self, signal: AbortSignal) -> None:
+            super().__init__(signal)
             wrap(self)
             made.append(self)
 
-    monkeypatch.setattr(_registry, "_Handoff", ProbedHandoff)
+    monkeypatch.setattr(_thread_backend, "_Handoff", ProbedHandoff)
     return made
 
 
@@ -238,16 +239,22 @@ def test_a_withdrawal_that_loses_the_claim_keeps_the_caller_joining(monkeypatch:
     so it must not release the waiting caller; the worker's re-check then
     decides ABORTED_BEFORE_DISPATCH and the body never runs."""
     claimed, go = threading.Event(), threading.Event()
-    enter = _registry._enter_worker
 
-    def gated_enter(registry: ToolRegistry) -> None:
-        # Called by the trampoline right after it claimed the hand-off.
-        if threading.current_thread().name.startswith("dshtools-tool") and not claimed.is_set():
-            claimed.set()
-            go.wait(5)
-        enter(registry)
+    class GatedClaim(dict):  # type: ignore[type-arg]
+        """The claim; the worker is held right after its winning insert,
+        before ``start()`` re-checks the signal."""
 
-    monkeypatch.setattr(_registry, "_enter_worker", gated_enter)
+        def setdefault(self, key: Any, default: Any = None) -> Any:
+            value = super().setdefault(key, default)
+            if threading.current_thread().name.startswith("dshtools-tool") and not claimed.is_set():
+                claimed.set()
+                go.wait(5)
+            return value
+
+    def wrap(handoff: Any) -> None:
+        handoff.claim = GatedClaim()
+
+    install_handoff_probe(monkeypatch, wrap)
     ran = threading.Event()
     rec = Recorder()
     controller = AbortController()
@@ -876,7 +883,7 @@ def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: 
     entry of ``_leave_worker()`` in the trampoline's ``finally`` (probe).
     Expected: execute re-raises KeyboardInterrupt promptly."""
     armed, fired, finished = threading.Event(), threading.Event(), threading.Event()
-    leave = _registry._leave_worker
+    leave = _thread_backend.leave_worker
 
     def leave_probe() -> None:
         if armed.is_set() and threading.current_thread().name == "handoff-caller":
@@ -885,7 +892,7 @@ def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: 
             raise KeyboardInterrupt
         leave()
 
-    monkeypatch.setattr(_registry, "_leave_worker", leave_probe)
+    monkeypatch.setattr(_thread_backend, "leave_worker", leave_probe)
     made = install_handoff_probe(monkeypatch, lambda h: None)
     registry = ToolRegistry(executor=InlineExecutor())
     registry.register(tool("t", lambda a, r: armed.set() or "done"))
@@ -977,6 +984,6 @@ def test_close_after_an_interrupted_close_still_waits_for_the_running_body() -> 
     t.join(5)
     closer.join(5)
     assert box[0].value == "done"
-    registry._executor.shutdown(wait=True)  # what the second close() should have done
+    registry.close()  # what the second close() should have done
     if returned_early:
         raise ObservedBug("the second close() returned while the body was still running")

@@ -20,6 +20,7 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
     AbortController,
@@ -100,7 +101,8 @@ def test_success_and_failure_shapes() -> None:
 def test_exception_failure_classification() -> None:
     assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
     plain = exception_failure(KeyError("k"))
-    assert plain.code is None and plain.error.info == ErrorInfo("KeyError", None)
+    assert plain.code == TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", TOOL_ERROR)
+    assert exception_failure(ToolError("no code")).code == TOOL_ERROR
 
 
 def test_aborted_results_carry_the_reason_object() -> None:

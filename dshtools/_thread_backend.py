@@ -1,0 +1,410 @@
+"""The thread backend and its hand-off: where a queued body becomes a
+running one (docs/contract.md §3 step 4, §9; docs/backends.md).
+
+Guarantees:
+
+* **One transition point.** ``_Handoff.start()`` is the single place where
+  a submitted body goes from queued to running, as
+  ``Future.set_running_or_notify_cancel()`` is in ``concurrent.futures``.
+  It claims the hand-off, re-checks the dispatch signal and records "body
+  invoked" in one step. The pool path, the inline path and the withdrawal
+  all go through it; nothing else decides whether a body ran.
+* **Withdrawn, never run late.** A call still queued when its dispatch
+  signal aborts (or whose executor refused, dropped or failed the work) is
+  withdrawn: the withdrawal claims the hand-off first and the worker, when
+  it gets to it, finds the claim taken and returns without running
+  anything. The report then says ``NotInvoked``.
+* **Joined.** ``_ThreadDispatch.wait`` returns ``True`` only after the body
+  returned or the call was withdrawn. It may be interrupted by
+  ``KeyboardInterrupt`` at any point and called again: the decision is
+  recorded on the hand-off and re-read, so a wait can never block on a lock
+  that was already consumed.
+* **Caller context.** Every body runs in a copy of the submitting thread's
+  ``contextvars`` context (docs/contract.md §8 A7): it sees the caller's
+  values, and what it sets is seen neither by the caller nor by a later body.
+* **Nested calls do not deadlock.** ``submit`` from a thread that is
+  running a body (any thread backend's worker, or a thread that a body
+  dispatches from) runs the body inline, at once, in that thread: a full
+  pool of parents waiting for their children cannot deadlock (field case
+  B17). The inline path goes through the same ``start()``.
+* **Fork.** In a child created by ``os.fork()`` an owned pool is replaced by
+  a fresh one on the next call; a supplied executor is refused with a
+  ``RuntimeError`` naming the fork (its threads did not survive), so no
+  call waits for a worker that does not exist (docs/contract.md §8 A10).
+
+Atomicity assumptions (all hold with the GIL; each is one bytecode-level
+C operation): the claim is one ``dict.setdefault`` on a fresh dict (the first
+insert wins, later ones read the winner); ``done`` is a plain
+``threading.Lock`` acquired at creation and released exactly once, by the
+claim winner; ``finished``/``outcome`` are written by the worker before it
+releases ``done`` and read by the waiter only after acquiring it (or after
+seeing ``finished``). Without the GIL the claim would need a lock; nothing
+else would change.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+import time
+import weakref
+from _thread import get_ident
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, Final
+
+from ._backend import Body, BodyOutcome, BodyReport, Error, NotInvoked, Value
+from ._signal import AbortSignal
+from ._types import ToolRunContext
+
+__all__ = ["DEFAULT_MAX_WORKERS", "ThreadBackend", "enter_worker", "leave_worker", "on_worker", "worker_owners"]
+
+DEFAULT_MAX_WORKERS: Final = 32
+
+_WORKER: Final = object()  # the claim's value when the worker won it
+_NOT_YET: Final = NotInvoked()  # placeholder outcome before the claim is decided
+
+
+# --------------------------------------------------------------- worker state
+
+
+class _WorkerState(threading.local):
+    # The run contexts of the bodies this thread is running (or dispatching
+    # nested calls for), innermost last. A class-level default: a thread that
+    # never ran a body reads None here instead of raising AttributeError.
+    stack: list[object] | None = None
+
+
+_tls = _WorkerState()
+
+
+def on_worker() -> bool:
+    """True when the current thread runs a body (of any registry, on any
+    thread backend) or dispatches a nested call for one. Package-internal."""
+    return bool(_tls.stack)
+
+
+def worker_owners() -> tuple[object, ...]:
+    """What the current thread works for, outermost first: the run context of
+    each body it runs (or dispatches a nested call for), ``None`` for a
+    batch's dispatch work; empty on a plain thread. Package-internal: the
+    registry uses it to recognise a nested call or ``close()`` from one of
+    its own bodies."""
+    stack = _tls.stack
+    return () if stack is None else tuple(stack)
+
+
+def enter_worker(owner: object) -> None:
+    """Mark the current thread as working for ``owner`` (until ``leave_worker``)."""
+    stack = _tls.stack
+    if stack is None:
+        stack = _tls.stack = []
+    stack.append(owner)
+
+
+def leave_worker() -> None:
+    stack = _tls.stack
+    assert stack
+    stack.pop()
+
+
+# ------------------------------------------------------------------ the fork
+
+_generation = 0  # bumped in a forked child
+_backends: weakref.WeakSet[ThreadBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _generation
+    _generation += 1
+    _tls.stack = None  # the forking thread's bodies do not exist in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ------------------------------------------------------------------ hand-off
+
+
+class _Handoff:
+    """One body's hand-off between the submitting thread and a worker: a
+    state machine ``queued -> running -> finished`` or ``queued ->
+    withdrawn`` whose only transitions are ``start()`` (the worker),
+    ``withdraw()`` (the dispatch signal's listener) and ``refuse()`` (an
+    executor fault). ``done`` is released once, by whichever settles it."""
+
+    __slots__ = ("aborted_at", "claim", "done", "finished", "outcome", "signal", "thread")
+
+    def __init__(self, signal: AbortSignal) -> None:
+        self.signal = signal
+        self.claim: dict[int, object] = {}
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.outcome: BodyOutcome = _NOT_YET
+        self.finished = False
+        self.thread = 0  # get_ident() of the thread that ran the body
+        self.aborted_at: float | None = None  # monotonic time of an abort seen while running
+
+    def start(self) -> bool:
+        """The worker's claim: ``True`` when the body is invoked now (the
+        call was neither withdrawn nor aborted meanwhile). ``False`` leaves
+        the hand-off settled; the worker must not run the body."""
+        if self.claim.setdefault(0, _WORKER) is not _WORKER:
+            return False  # withdrawn first; the withdrawal released `done`
+        if self.signal.aborted:
+            # Claimed, but the abort's listener lost the race to us: it is
+            # still a call that never ran.
+            self.outcome = NotInvoked()
+            self.finish()
+            return False
+        self.thread = get_ident()
+        return True
+
+    def finish(self) -> None:
+        """Called once, after ``outcome`` was recorded, by the claim winner."""
+        self.finished = True
+        self.done.release()
+
+    def withdraw(self, _signal: object = None) -> None:
+        """Withdraw a call still queued (the dispatch signal's listener). Once
+        the worker claimed it, note when the abort arrived (for the overrun)."""
+        mine = object()
+        if self.claim.setdefault(0, mine) is mine:
+            self.outcome = NotInvoked()
+            self.done.release()
+        elif self.aborted_at is None:
+            self.aborted_at = time.monotonic()
+
+    def refuse(self, error: BaseException) -> None:
+        """Withdraw a call whose executor refused, dropped or failed it; a
+        no-op once the worker claimed it."""
+        mine = object()
+        if self.claim.setdefault(0, mine) is mine:
+            self.outcome = NotInvoked(error)
+            self.done.release()
+
+    def settled(self) -> bool:
+        """The body returned, or the call was withdrawn before it started."""
+        winner = self.claim.get(0)
+        return self.finished or (winner is not None and winner is not _WORKER)
+
+    def run(self, context: contextvars.Context, body: Body, args: object, run: ToolRunContext) -> None:
+        """The work item: claim, run the body in ``context``, settle."""
+        if not self.start():
+            return
+        try:
+            enter_worker(run)
+            try:
+                self.outcome = context.run(_call_body, body, args, run)
+            finally:
+                leave_worker()
+        finally:
+            if self.aborted_at is None and self.signal.aborted:
+                self.aborted_at = time.monotonic()
+            # Last: the waiting thread resumes with the GIL nearly free.
+            self.finish()
+
+
+def _call_body(body: Body, args: object, run: ToolRunContext) -> BodyOutcome:
+    try:
+        return Value(body(args, run))
+    except BaseException as exc:  # every body fault is an outcome, never a crash
+        return Error(exc)
+
+
+class _ThreadDispatch:
+    """``Dispatch`` of the thread backend (see ``dshtools._backend``)."""
+
+    __slots__ = ("_future", "_handoff", "_interrupt_seen", "_pending", "_waited")
+
+    def __init__(self, handoff: _Handoff, future: object, pending: KeyboardInterrupt | None = None) -> None:
+        self._handoff = handoff
+        # Anything but a Future (a misbehaving executor) is ignored: the
+        # hand-off alone decides and is joined (docs/contract.md §8 A5).
+        self._future = future if isinstance(future, Future) else None
+        self._waited = False
+        self._interrupt_seen = False
+        self._pending = pending  # an interrupt that landed inside submit()
+
+    def wait(self, timeout: float) -> bool:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            raise pending
+        handoff = self._handoff
+        if self._waited and handoff.settled():
+            # A KeyboardInterrupt may have landed just after an earlier wait
+            # consumed `done`: re-read the recorded decision first.
+            return self._check_inline_interrupt()
+        self._waited = True
+        if handoff.done.acquire(True, timeout) or handoff.settled():
+            return self._check_inline_interrupt()
+        future = self._future
+        if future is not None and future.done():
+            # The executor finished the work item without running it to the
+            # end: dropped it (shutdown with cancel_futures=True) or failed it
+            # (a broken pool). A no-op if the worker claimed.
+            error = None if future.cancelled() else future.exception()
+            handoff.refuse(error or RuntimeError("the executor shut down before the call was dispatched"))
+            return handoff.settled() and self._check_inline_interrupt()
+        return False
+
+    def _check_inline_interrupt(self) -> bool:
+        # An executor that ran the body in this very thread (inline): a
+        # Ctrl-C inside the body is this thread's interrupt, not a tool fault.
+        handoff = self._handoff
+        outcome = handoff.outcome
+        if (
+            not self._interrupt_seen
+            and type(outcome) is Error
+            and isinstance(outcome.error, KeyboardInterrupt)
+            and handoff.thread == get_ident()
+        ):
+            self._interrupt_seen = True
+            raise outcome.error
+        return True
+
+    def report(self) -> BodyReport:
+        handoff = self._handoff
+        aborted_at = handoff.aborted_at
+        if aborted_at is None or type(handoff.outcome) is NotInvoked:
+            return BodyReport(outcome=handoff.outcome)
+        return BodyReport(outcome=handoff.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
+
+
+class _Settled:
+    """A dispatch settled before ``submit`` returned (inline body, refusal)."""
+
+    __slots__ = ("_report",)
+
+    def __init__(self, report: BodyReport) -> None:
+        self._report = report
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+    def report(self) -> BodyReport:
+        return self._report
+
+
+class ThreadBackend:
+    """Runs bodies on a ``concurrent.futures`` executor in this process: the
+    default backend (docs/backends.md, docs/contract.md §9).
+
+    ``ThreadBackend(max_workers=None, *, executor=None)``: without
+    ``executor`` it owns a ``ThreadPoolExecutor`` of ``max_workers``
+    (default 32, suited to I/O-bound tools), created on first use and shut
+    down by ``close()``; a supplied executor is used as is and never shut
+    down. Giving both raises ``ValueError``. ``submit`` is called from the
+    thread blocked in ``execute``; bodies run on the executor's threads, or
+    inline in the submitting thread when it is itself running a body.
+    Threads cannot be killed: a body that ignores its signal is joined
+    however long it runs (``killed`` is never reported).
+    """
+
+    def __init__(self, max_workers: int | None = None, *, executor: Executor | None = None) -> None:
+        if executor is not None and max_workers is not None:
+            raise ValueError("give max_workers or executor, not both")
+        if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
+            raise TypeError(f"max_workers must be an int, not {type(max_workers).__name__}")
+        if max_workers is not None and max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        if executor is not None and not isinstance(executor, Executor):
+            raise TypeError(f"executor must be a concurrent.futures.Executor, not {type(executor).__name__}")
+        self.max_workers: Final = max_workers or DEFAULT_MAX_WORKERS
+        self._owns_executor = executor is None
+        self._executor: Executor | None = executor
+        self._lock = threading.Lock()  # guards creating/replacing the owned executor
+        self._generation = _generation
+        self._closed = False
+        _backends.add(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"ThreadBackend(max_workers={self.max_workers})" if self._owns_executor else "ThreadBackend(executor=...)"
+        )
+
+    def validate(self, name: str, body: Body) -> None:
+        """Any callable runs in a thread: nothing to check."""
+
+    def executor(self) -> Executor:
+        """The executor bodies run on (created on first use when owned).
+        Raises ``RuntimeError`` after ``close()`` or, for a supplied
+        executor, in a child process forked after it was given."""
+        executor = self._executor
+        if executor is not None and self._generation == _generation:
+            return executor
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("ThreadBackend is closed")
+            if self._generation != _generation:
+                if not self._owns_executor:
+                    raise RuntimeError(
+                        "this ThreadBackend's executor was created before os.fork(): its worker threads do not "
+                        "exist in the child process; create the registry (or the executor) after the fork"
+                    )
+                # The parent's pool object (its threads, queue and locks) is
+                # unusable here: drop it, never shut it down.
+                self._executor = None
+                self._generation = _generation
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dshtools-tool")
+            return self._executor
+
+    def submit(self, body: Body, args: object, run: ToolRunContext) -> _ThreadDispatch | _Settled:
+        """Queue ``body(args, run)`` on the executor (inline when called from a
+        body's thread). Never raises for an executor fault: a refused or
+        misbehaving ``submit()`` settles the call ``NotInvoked(error)``
+        unless the worker already claimed it, in which case it is joined."""
+        signal = run.signal
+        handoff = _Handoff(signal)
+        context = contextvars.copy_context()
+        if _tls.stack:
+            # Inline: nothing is queued, so there is nothing to withdraw.
+            handoff.run(context, body, args, run)
+            return _Settled(BodyReport(outcome=handoff.outcome))
+        signal.add_listener(handoff.withdraw)
+        if handoff.settled():  # aborted before the listener was installed
+            return _Settled(BodyReport(outcome=handoff.outcome))
+        # A KeyboardInterrupt can land inside executor.submit() (it blocks
+        # while starting a worker thread) after the work was queued: it is
+        # handed back through the dispatch, whose first wait() raises it, so
+        # the registry keeps the handle, aborts `signal` (withdrawing the
+        # call if still queued) and joins a body the worker claimed.
+        future: object = None
+        pending: KeyboardInterrupt | None = None
+        try:
+            future = self.executor().submit(handoff.run, context, body, args, run)
+        except KeyboardInterrupt as ki:
+            pending = ki
+        except Exception as exc:
+            # Shut down, refused, or raising after queueing: withdraw; if the
+            # worker claimed anyway, the body is joined as usual.
+            handoff.refuse(exc)
+        return _ThreadDispatch(handoff, future, pending)
+
+    def close(self) -> None:
+        """Shut an owned pool down, waiting for its bodies. Idempotent. A
+        supplied executor is left running."""
+        with self._lock:
+            self._closed = True
+            executor = self._executor if self._owns_executor and self._generation == _generation else None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def run_marked(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` on the executor in a copy of the submitting thread's
+        context, with the worker marked (so a dispatch there runs its body
+        inline). The batch's seam: it dispatches whole calls on workers.
+        Raises what the executor's ``submit`` raises."""
+        context = contextvars.copy_context()
+
+        def marked() -> Any:
+            enter_worker(None)
+            try:
+                return context.run(fn)
+            finally:
+                leave_worker()
+
+        return self.executor().submit(marked)
