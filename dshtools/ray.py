@@ -60,25 +60,29 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import ray
 from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import _ray_reap
-from ._backend import Body, BodyReport, Error, NotInvoked, Value
+from ._backend import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, safe_repr, safe_str
 from ._freeze import freeze_with_height
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import ExecutionToken, ToolRunContext, _run_context
 
-__all__ = ["RayBackend", "WorkerLost"]
+__all__ = ["RayBackend"]
 
 
-class WorkerLost(Exception):  # noqa: N818 - the contract names the error class
-    """The Ray worker or node running a body was lost (the task ended
-    without the body returning). Code ``WORKER_LOST``."""
+def _dumps(obj: object) -> bytes:
+    """Ray's serializer for Python objects (``ray.cloudpickle``)."""
+    return cast(bytes, cloudpickle.dumps(obj))  # type: ignore[no-untyped-call]
+
+
+def _loads(data: bytes) -> Any:
+    return cloudpickle.loads(data)
 
 
 _INLINE_BODY_BYTES: Final = 64 * 1024
@@ -201,7 +205,7 @@ class _SignalActor:
             return items
 
 
-_SignalActorRemote = ray.remote(concurrency_groups={"claim": 4, "watch": _WATCH_THREADS})(_SignalActor)
+_SignalActorRemote = ray.remote(concurrency_groups={"claim": 4, "watch": _WATCH_THREADS})(_SignalActor)  # type: ignore[call-overload]
 
 
 # ------------------------------------------------------------ the remote side
@@ -243,7 +247,7 @@ class _NotJSON:
 
 def _load_reason(data: bytes) -> object:
     try:
-        return cloudpickle.loads(data)
+        return _loads(data)
     except Exception as exc:
         return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
 
@@ -296,9 +300,9 @@ class _Channel:
                 return
             for key, data in items:
                 with self.lock:
-                    controller = self.running.get(key)
-                if controller is not None:
-                    controller.abort(_load_reason(data))
+                    target = self.running.get(key)
+                if target is not None:
+                    target.abort(_load_reason(data))
 
 
 _channels: dict[str, _Channel] = {}
@@ -324,7 +328,7 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
     if body is None:
         if not isinstance(body_data, bytes):  # a reference Ray resolved into the bytes
             body_data = bytes(body_data)
-        body = cloudpickle.loads(body_data)
+        body = _loads(body_data)
         if len(_body_cache) >= 64:
             _body_cache.clear()
         _body_cache[body_key] = body
@@ -333,8 +337,8 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 
 def _pack_error(exc: BaseException) -> tuple[str, object]:
     try:
-        data = cloudpickle.dumps(exc)
-        cloudpickle.loads(data)
+        data = _dumps(exc)
+        _loads(data)
     except Exception:
         return "error_stub", (type(exc).__name__, safe_str(exc))
     return "error", data
@@ -370,7 +374,7 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
     run.settled = True
     channel.release(key)
     try:
-        return "value", cloudpickle.dumps(value), tuple(run.contexts)
+        return "value", _dumps(value), tuple(run.contexts)
     except Exception as exc:
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
         return "bad_value", problem, tuple(run.contexts)
@@ -384,16 +388,16 @@ _run_remote_task = ray.remote(_run_remote)
 
 def _pickle_reason(reason: object) -> bytes:
     try:
-        data = cloudpickle.dumps(reason)
-        cloudpickle.loads(data)
+        data = _dumps(reason)
+        _loads(data)
         return data
     except Exception:
-        return cloudpickle.dumps(safe_repr(reason))
+        return _dumps(safe_repr(reason))
 
 
 def _stand_in(name: str, message: str) -> BaseException:
     """An exception of class name ``name`` for one that did not pickle."""
-    cls = type(name, (Exception,), {"__module__": "dshtools.ray"})
+    cls: type[Exception] = type(name, (Exception,), {"__module__": "dshtools.ray"})
     return cls(message)
 
 
@@ -425,6 +429,12 @@ class _RayDispatch:
         self._handle: ListenerHandle | None = None
         ref.future().add_done_callback(self._on_task_done)
         self._handle = signal.add_listener(self._on_abort)
+
+    @property
+    def task(self) -> Any:
+        """The Ray ``ObjectRef`` of the task running this body: ``ray.wait``
+        on it says whether Ray reports the task ended."""
+        return self._ref
 
     # -- other threads
 
@@ -547,16 +557,20 @@ class _RayDispatch:
                 return NotInvoked(), (), False
             if self._kill is not None:
                 return Error(AbortError(self._signal.reason)), (), True
-            return Error(WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")), (), True
+            return (
+                Error(WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")),
+                (),
+                True,
+            )
         if kind == "withdrawn":
             return NotInvoked(), (), False
         if kind == "not_invoked":
-            return NotInvoked(cloudpickle.loads(payload)), (), False
+            return NotInvoked(_loads(payload)), (), False
         if kind == "not_invoked_stub":
             return NotInvoked(_stand_in(*payload)), (), False
         if kind == "value":
             try:
-                value = cloudpickle.loads(payload)
+                value = _loads(payload)
             except Exception as exc:
                 value = _NotJSON(f"the tool's return value cannot be deserialized here: {safe_str(exc)}")
             return Value(value), contexts, True
@@ -564,9 +578,11 @@ class _RayDispatch:
             return Value(_NotJSON(payload)), contexts, True
         if kind == "error":
             try:
-                error = cloudpickle.loads(payload)
+                error = _loads(payload)
             except Exception as exc:
-                error = _stand_in(type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}")
+                error = _stand_in(
+                    type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}"
+                )
             return Error(error), contexts, True
         return Error(_stand_in(*payload)), contexts, True
 
@@ -702,14 +718,16 @@ class RayBackend:
                     namespace=self._actor_name[1],
                     num_cpus=0,
                     max_restarts=0,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        ray.get_runtime_context().get_node_id(), soft=True
+                    ),
                 ).remote()
             return self._actor
 
     def _serialized(self, name: str, body: Body) -> bytes:
         try:
-            data = cloudpickle.dumps(body)
-            cloudpickle.loads(data)
+            data = _dumps(body)
+            _loads(data)
         except Exception as exc:
             raise ValueError(
                 f"tool {name!r} cannot run on RayBackend: its body does not round-trip through Ray's "
