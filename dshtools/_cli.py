@@ -31,7 +31,7 @@ Guarantees:
 
 Command line::
 
-    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json]
+    dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--backend thread|ray]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE
                     [--cancel-after S] [--max-parallel N] [--json]
 
@@ -132,6 +132,10 @@ def _report(run: _Replay, invoked: Callable[[_Row], str], extra_checks: list[tup
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
+    if ns.backend == "ray":
+        from ._demo_ray import cmd_demo_ray
+
+        return cmd_demo_ray(ns)
     from ._demo import (
         HTTP_TIMEOUT,
         READ_TIMEOUT,
@@ -292,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-cancel",
         action="store_true",
         help="do not cancel; every call runs to its end or its timeout (not with --cancel-after)",
+    )
+    demo.add_argument(
+        "--backend",
+        choices=("thread", "ray"),
+        default="thread",
+        help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
+        "connected (needs the 'ray' extra; adds a non-cooperative call that is stopped by force)",
     )
     demo.set_defaults(func=cmd_demo, subparser=demo)
 
