@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--only SECTION ...] [--out PATH] [--update-docs]``
+"""``python -m benchmarks [--quick] [--only SECTION ...] [--ray] [--out PATH] [--update-docs]``
 
 Runs every section (under 60 s on 2 cores), prints a Markdown table and
 writes the figures to ``benchmarks/results.json``.
@@ -33,7 +33,7 @@ DEFAULT_OUT = HERE / "results.json"
 DOCS_PAGE = HERE.parent / "docs" / "benchmarks.md"
 
 
-def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
+def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True, ray: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     t0 = time.monotonic()
@@ -53,6 +53,12 @@ def run_all(*, quick: bool, only: list[str] | None = None, progress: bool = True
         results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+    if ray:
+        from . import ray as ray_bench
+
+        if progress:
+            print("[benchmarks] ray ...", file=sys.stderr, flush=True)
+        results["ray"] = ray_bench.run(quick=quick)
     results["meta"] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
@@ -71,12 +77,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few rounds of everything (smoke use; rough figures)")
     parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="also run the Ray backend section (needs the 'ray' extra; starts a local Ray)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
     parser.add_argument("--update-docs", action="store_true", help=f"also rewrite the table in {DOCS_PAGE}")
     args = parser.parse_args(argv)
-    results = run_all(quick=args.quick, only=args.only)
+    results = run_all(quick=args.quick, only=args.only, ray=args.ray)
     table = report.render(results)
+    if "ray" in results:
+        from . import ray as ray_bench
+
+        table += "\n\n" + ray_bench.render(results["ray"])
     print(table)
     if not args.no_write:
         args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
