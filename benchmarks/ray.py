@@ -87,7 +87,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        events = ray.remote(num_cpus=0, max_concurrency=8)(_Started).options(name=_EVENTS).remote()
+        events = ray.remote(num_cpus=0, max_concurrency=8)(_Started).options(name=_EVENTS).remote()  # type: ignore[call-overload]
         remote_noop = ray.remote(max_retries=0)(lambda: None)
         backend = RayBackend(kill_after=0.5)
         with ToolRegistry(backend=backend) as registry:

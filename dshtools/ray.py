@@ -99,6 +99,8 @@ _FORBIDDEN_OPTIONS: Final = ("num_returns", "_generator_backpressure_num_objects
 
 
 ProcessId = tuple[int, int, int]
+WorkerId = tuple[str, ProcessId | None]
+"""``(Ray node id, process identity on that node)`` of a worker process."""
 
 _WATCH_IDLE_S: Final = 30.0
 """A worker's watch call returns empty after this long without news, and
@@ -113,7 +115,7 @@ worker process that ran a body of the backend."""
 class _Entry:
     __slots__ = ("pid", "state", "worker")
 
-    def __init__(self, state: str, worker: str | None = None, pid: ProcessId | None = None) -> None:
+    def __init__(self, state: str, worker: str | None = None, pid: WorkerId | None = None) -> None:
         self.state = state  # "withdrawn" | "claimed" | "aborted"
         self.worker = worker
         self.pid = pid
@@ -145,7 +147,7 @@ class _SignalActor:
         self._mailboxes: dict[str, _Mailbox] = {}
 
     @ray.method(concurrency_group="claim")
-    def claim(self, key: str, worker: str, pid: ProcessId | None, finished: list[str]) -> bool:
+    def claim(self, key: str, worker: str, pid: WorkerId, finished: list[str]) -> bool:
         """A task starts on ``worker``: ``True`` if its body may run,
         ``False`` if the call was withdrawn first. ``finished``: calls
         whose bodies returned on that worker since its last claim."""
@@ -160,7 +162,7 @@ class _SignalActor:
             return True
 
     @ray.method(concurrency_group="claim")
-    def abort(self, key: str, reason: bytes) -> tuple[bool, ProcessId | None]:
+    def abort(self, key: str, reason: bytes) -> tuple[bool, WorkerId | None]:
         """The caller aborted. ``(False, None)``: nothing claimed the call,
         it is withdrawn now. ``(True, pid)``: its body started (on the
         worker process ``pid``); the reason goes to that worker."""
@@ -261,7 +263,7 @@ class _Channel:
         self.name = actor_name
         self.actor = ray.get_actor(actor_name, namespace=namespace)
         self.worker = uuid.uuid4().hex
-        self.pid = _ray_reap.identity(os.getpid())
+        self.pid: WorkerId = (ray.get_runtime_context().get_node_id(), _ray_reap.identity(os.getpid()))
         self.lock = threading.Lock()
         self.running: dict[str, AbortController] = {}
         self.finished: list[str] = []
@@ -421,8 +423,7 @@ class _RayDispatch:
         self._abort_reply: Future[Any] | None = None
         self._withdrawn = False
         self._cancel_sent = False
-        self._kill: tuple[tuple[int, int, int] | None, list[tuple[int, int, int]]] | None = None
-        self._killed = False
+        self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
         self._report: BodyReport | None = None
         self._events = 0
         self._signal = signal
@@ -511,27 +512,32 @@ class _RayDispatch:
         return time.monotonic() + 1.0
 
     def _force_stop(self, reply: Future[Any] | None) -> None:
-        worker: tuple[int, int, int] | None = None
+        # The worker's processes can be swept only on this node (/proc).
+        local: ProcessId | None = None
         if reply is not None and reply.done():
             try:
-                _started, worker = reply.result()
+                _started, where = reply.result()
             except Exception:
-                worker = None
-        descendants: list[tuple[int, int, int]] = []
-        if worker is not None and _ray_reap.alive(worker):
-            descendants = _ray_reap.snapshot(worker[0])
-        self._kill = (worker, descendants)
+                where = None
+            if where is not None and where[0] == self._backend._node_id:
+                local = where[1]
+        descendants: list[ProcessId] = []
+        if local is not None and _ray_reap.alive(local):
+            descendants = _ray_reap.snapshot(local[0])
+        self._kill = (local, descendants)
         ray.cancel(self._ref, force=True, recursive=True)
         _ray_reap.kill_tree(None, descendants)
-        self._killed = True
 
     def _settle(self) -> None:
-        outcome, contexts, invoked = self._outcome()
-        if self._kill is not None:
+        outcome, contexts, invoked, ended = self._outcome()
+        # Killed: a forced stop was issued and the task ended without the
+        # body returning (a body that returned at that very moment was not).
+        killed = self._kill is not None and ended
+        if killed:
+            assert self._kill is not None
             worker, descendants = self._kill
             _ray_reap.kill_tree(worker, descendants)
-            procs = ([worker] if worker is not None else []) + descendants
-            _ray_reap.wait_gone(procs, _CONFIRM_S)
+            _ray_reap.wait_gone(([worker] if worker is not None else []) + descendants, _CONFIRM_S)
         overrun = None
         if invoked and self._abort_at is not None and self._task_done_at is not None:
             overrun = max(0.0, self._task_done_at - self._abort_at)
@@ -540,42 +546,45 @@ class _RayDispatch:
             handle.remove()
         if self._abort_at is not None or not invoked:
             self._backend._forget(self._key)
-        self._backend._settled(self, self._kill is not None)
-        self._report = BodyReport(outcome=outcome, contexts=contexts, killed=self._kill is not None, overrun_s=overrun)
+        self._backend._settled(self, killed)
+        self._report = BodyReport(outcome=outcome, contexts=contexts, killed=killed, overrun_s=overrun)
 
-    def _outcome(self) -> tuple[Any, tuple[Mapping[str, Any], ...], bool]:
+    def _outcome(self) -> tuple[Any, tuple[Mapping[str, Any], ...], bool, bool]:
+        """``(outcome, contexts, invoked, ended)``; ``ended``: the task
+        ended without the wrapper returning (Ray reports it failed)."""
         try:
             kind, payload, contexts = ray.get(self._ref, timeout=0)
         except ray.exceptions.RayTaskError as exc:
             # The wrapper raised: only possible before the claim.
             if self._withdrawn:
-                return NotInvoked(), (), False
+                return NotInvoked(), (), False, True
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-            return NotInvoked(cause), (), False
+            return NotInvoked(cause), (), False, True
         except Exception as exc:
             if self._withdrawn:
-                return NotInvoked(), (), False
+                return NotInvoked(), (), False, True
             if self._kill is not None:
-                return Error(AbortError(self._signal.reason)), (), True
-            return (
-                Error(WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")),
-                (),
-                True,
-            )
+                return Error(AbortError(self._signal.reason)), (), True, True
+            lost = WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")
+            return Error(lost), (), True, True
+        outcome, invoked = self._decode(kind, payload)
+        return outcome, (contexts if invoked else ()), invoked, False
+
+    def _decode(self, kind: str, payload: Any) -> tuple[Any, bool]:
         if kind == "withdrawn":
-            return NotInvoked(), (), False
+            return NotInvoked(), False
         if kind == "not_invoked":
-            return NotInvoked(_loads(payload)), (), False
+            return NotInvoked(_loads(payload)), False
         if kind == "not_invoked_stub":
-            return NotInvoked(_stand_in(*payload)), (), False
+            return NotInvoked(_stand_in(*payload)), False
         if kind == "value":
             try:
                 value = _loads(payload)
             except Exception as exc:
                 value = _NotJSON(f"the tool's return value cannot be deserialized here: {safe_str(exc)}")
-            return Value(value), contexts, True
+            return Value(value), True
         if kind == "bad_value":
-            return Value(_NotJSON(payload)), contexts, True
+            return Value(_NotJSON(payload)), True
         if kind == "error":
             try:
                 error = _loads(payload)
@@ -583,8 +592,8 @@ class _RayDispatch:
                 error = _stand_in(
                     type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}"
                 )
-            return Error(error), contexts, True
-        return Error(_stand_in(*payload)), contexts, True
+            return Error(error), True
+        return Error(_stand_in(*payload)), True
 
     def report(self) -> BodyReport:
         if self._report is None:
@@ -635,6 +644,7 @@ class RayBackend:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._actor: Any = None
+        self._node_id = ""
         self._closed = False
         self._prefix = uuid.uuid4().hex[:12]
         self._actor_name = (f"dshtools-signal-{self._prefix}", "dshtools")
@@ -713,6 +723,7 @@ class RayBackend:
             if self._actor is None:
                 if not ray.is_initialized():
                     ray.init()
+                self._node_id = ray.get_runtime_context().get_node_id()
                 self._actor = _SignalActorRemote.options(
                     name=self._actor_name[0],
                     namespace=self._actor_name[1],
