@@ -5,16 +5,17 @@ the cluster ``ray.init()`` connected this process to, or on a local Ray that
 the backend starts (``ray.init()`` with no arguments) at its first call when
 none is connected. It keeps the contract of the thread backend:
 
-* **The signal travels.** Each backend owns one small async actor, the
-  *signal actor*. The caller-side abort of ``run.signal`` sends the reason
-  to it (one actor call, from the thread that aborted); the remote body's
-  watcher thread waits on a call to the same actor that returns when the
-  reason arrives, and aborts the body's local ``run.signal`` with it (the
-  same reason when it pickles, else its ``repr`` as a string). Nothing
-  polls; nothing is injected into the body.
+* **The signal travels.** Each backend owns one small threaded actor, the
+  *signal actor* (decision 0036). The caller-side abort of ``run.signal``
+  sends the reason to it (one actor call, from the thread that aborted);
+  each worker process keeps one ``watch`` call to the actor outstanding,
+  which returns when a reason for one of its bodies arrives, and its
+  watcher thread aborts that body's local ``run.signal`` with it (the same
+  reason when it pickles, else its ``repr`` as a string). Nothing polls;
+  nothing is injected into the body.
 * **One claim decides.** A task starting on a worker first asks the signal
-  actor to claim its call. The actor handles one message at a time: if the
-  caller's abort reached it first, the claim fails and the body never runs
+  actor to claim its call. Claim and withdrawal decide under one lock in
+  the actor: if the caller's abort reached it first, the claim fails and the body never runs
   (``NotInvoked``: ``ABORTED_BEFORE_DISPATCH``); otherwise the body runs
   and a later abort is delivered to it. Only a task refused its claim is
   ever cancelled with ``ray.cancel(force=False)`` (that interrupt can land
@@ -25,9 +26,9 @@ none is connected. It keeps the contract of the thread backend:
   seconds after the abort, a body still running is stopped with
   ``ray.cancel(force=True)``: the worker's descendants (recorded first,
   whatever session they moved to) are killed too, and ``wait`` reports the
-  dispatch settled only once Ray reports the task ended and, on this
-  node, the worker and its descendants are gone. ``BodyReport.killed``
-  is then ``True``.
+  dispatch settled only once Ray reports the task ended and, for a worker
+  on the driver's node, the worker and its descendants are gone
+  (decision 0037). ``BodyReport.killed`` is then ``True``.
 * **Never retried.** Tasks run with ``max_retries=0``; passing
   ``max_retries`` (other than 0) or ``retry_exceptions`` raises
   ``ValueError``. A worker or node lost under a body gives ``WorkerLost``
@@ -46,8 +47,8 @@ exception of the same class name and message.
 Threads: ``submit``/``wait``/``report`` run in the thread blocked in
 ``execute``; the abort listener runs in the thread that aborted the signal
 and only sends one actor message; Ray's callback thread only records
-completions. Linux is needed for the descendant kill (``/proc``); elsewhere
-the forced stop is Ray's alone. The Ray this backend uses is process-wide:
+completions. The descendant sweep needs Linux (``/proc``) and runs only for
+a worker on the driver's node; elsewhere the forced stop is Ray's alone. The Ray this backend uses is process-wide:
 ``close()`` releases the backend's actor, never ``ray.shutdown()``.
 """
 
