@@ -55,6 +55,7 @@ a worker on the driver's node; elsewhere the forced stop is Ray's alone. The Ray
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
@@ -75,6 +76,8 @@ from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._types import ExecutionToken, ToolRunContext, _run_context
 
 __all__ = ["RayBackend"]
+
+logger = logging.getLogger("dshtools.ray")
 
 
 def _dumps(obj: object) -> bytes:
@@ -404,6 +407,16 @@ def _stand_in(name: str, message: str) -> BaseException:
     return cls(message)
 
 
+def _cancel(ref: Any, *, force: bool) -> None:
+    """``ray.cancel``; a refusal (the task ended meanwhile, Ray shutting
+    down) is not the waiting caller's fault: the task's end still settles
+    the dispatch."""
+    try:
+        ray.cancel(ref, force=force, recursive=force)
+    except Exception as exc:
+        logger.warning("ray.cancel(force=%s) failed: %s", force, safe_str(exc))
+
+
 class _RayDispatch:
     """One submitted body (the ``Dispatch`` of docs/contract.md §9).
 
@@ -414,10 +427,10 @@ class _RayDispatch:
     idempotent, so a ``KeyboardInterrupt`` between two of them is
     harmless when ``wait`` is called again."""
 
-    def __init__(self, backend: RayBackend, key: str, ref: Any, signal: AbortSignal) -> None:
+    def __init__(self, backend: RayBackend, key: str, signal: AbortSignal) -> None:
         self._backend = backend
         self._key = key
-        self._ref = ref
+        self._ref: Any = None
         self._cond = threading.Condition(threading.Lock())
         self._task_done_at: float | None = None
         self._abort_at: float | None = None
@@ -428,9 +441,14 @@ class _RayDispatch:
         self._report: BodyReport | None = None
         self._events = 0
         self._signal = signal
-        self._handle: ListenerHandle | None = None
+        # The listener goes first: an abort from here on withdraws the call
+        # in the actor even if the task is never started (a Ctrl-C inside
+        # submit()).
+        self._handle: ListenerHandle | None = signal.add_listener(self._on_abort)
+
+    def _started(self, ref: Any) -> None:
+        self._ref = ref
         ref.future().add_done_callback(self._on_task_done)
-        self._handle = signal.add_listener(self._on_abort)
 
     @property
     def task(self) -> Any:
@@ -502,7 +520,7 @@ class _RayDispatch:
         if self._withdrawn and not self._cancel_sent:
             # The actor recorded the withdrawal: the task can only be in
             # this module's wrapper, never in a body.
-            ray.cancel(self._ref, force=False, recursive=False)
+            _cancel(self._ref, force=False)
             self._cancel_sent = True
         due = self._kill_due()
         if due is not None and not self._withdrawn:
@@ -526,7 +544,7 @@ class _RayDispatch:
         if local is not None and _ray_reap.alive(local):
             descendants = _ray_reap.snapshot(local[0])
         self._kill = (local, descendants)
-        ray.cancel(self._ref, force=True, recursive=True)
+        _cancel(self._ref, force=True)
         _ray_reap.kill_tree(None, descendants)
 
     def _settle(self) -> None:
@@ -677,8 +695,8 @@ class RayBackend:
         body_key, body_data = self._body_ref(run.name, body)
         key = f"{self._prefix}-{next(self._counter)}"
         fields = (run.call_id, run.root_call_id, run.name, run.agent)
-        ref = self._task.remote((*self._actor_name, key, body_key, body_data, args, fields))
-        dispatch = _RayDispatch(self, key, ref, run.signal)
+        dispatch = _RayDispatch(self, key, run.signal)
+        dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
         with self._lock:
             self._in_flight.add(dispatch)
             self.tasks_started += 1

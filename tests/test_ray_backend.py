@@ -367,26 +367,36 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
     registry: ToolRegistry, events: Any
 ) -> None:
     remove = _register(registry, "batch", _batch_body, is_concurrency_safe=lambda args: True)
+    published: dict[str, ToolExecutionResult] = {}
+
+    def observe(execution: ToolExecution, result: ToolExecutionResult) -> None:
+        published[execution.call_id] = result
+
+    remove_observer = registry.add_result_observer(observe)
     batch = AbortController()
     calls = [_call("batch", {"i": i}, AbortController().signal, f"b{i}") for i in range(20)]
     out: list[list[ToolExecutionResult]] = []
     try:
         runner = threading.Thread(target=lambda: out.append(execute_batch(registry, calls, signal=batch.signal)))
         runner.start()
-        assert ray.get(events.wait.remote("batch-5", 30)) is not None  # mid-batch
+        assert ray.get(events.wait.remote("batch-5", 30)) is not None  # mid-batch: call 5's body runs
         batch.abort("turn stopped")
         runner.join(60)
     finally:
+        remove_observer()
         remove()
     (results,) = out
+    # One result per call, in model order: the very result each call published.
     assert len(results) == 20
+    assert all(results[i] is published[f"b{i}"] for i in range(20))
     for i, result in enumerate(results):
         if result.is_error:
             assert result.code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH), (i, result)
         else:
-            assert _success(result).value == i  # in model order
-    assert [r.is_error for r in results[:5]] == [False] * 5
-    assert results[5].code == TOOL_ABORTED
+            assert i < 5 and _success(result).value == i
+    assert results[5].code == TOOL_ABORTED  # it was running when the abort came
+    # Two slots, at most ten dispatched at once: the tail never started.
+    assert results[19].code == TOOL_ABORTED_BEFORE_DISPATCH
 
 
 @pytest.mark.timeout(60)
