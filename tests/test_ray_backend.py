@@ -499,3 +499,20 @@ def test_closed_backend_refuses_and_is_quiescent(ray_cluster: Any) -> None:
         result = other.execute(_call("echo", {"x": 1}, AbortController().signal))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
     assert "closed" in str(_meta(result)["reason"])
+
+
+@pytest.mark.timeout(90)
+def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
+    ray_cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dshtools._cli import main
+
+    status = main(["demo", "--backend", "ray"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "the connected Ray" in out
+    assert "FAIL" not in out
+    assert "ok   no Ray task of the run still running" in out
+    assert "stopped by force" in out
+    # The shared Ray is still up for the other tests (the demo did not start it).
+    assert ray.is_initialized()
