@@ -427,9 +427,10 @@ class _RayDispatch:
     idempotent, so a ``KeyboardInterrupt`` between two of them is
     harmless when ``wait`` is called again."""
 
-    def __init__(self, backend: RayBackend, key: str, signal: AbortSignal) -> None:
+    def __init__(self, backend: RayBackend, key: str, actor: Any, signal: AbortSignal) -> None:
         self._backend = backend
         self._key = key
+        self._actor = actor
         self._ref: Any = None
         self._cond = threading.Condition(threading.Lock())
         self._task_done_at: float | None = None
@@ -445,6 +446,11 @@ class _RayDispatch:
         # in the actor even if the task is never started (a Ctrl-C inside
         # submit()).
         self._handle: ListenerHandle | None = signal.add_listener(self._on_abort)
+
+    def _handle_remove(self) -> None:
+        handle = self._handle
+        if handle is not None:
+            handle.remove()
 
     def _started(self, ref: Any) -> None:
         self._ref = ref
@@ -470,7 +476,7 @@ class _RayDispatch:
             if self._abort_at is not None:
                 return
             self._abort_at = time.monotonic()
-        reply = self._backend._actor_handle().abort.remote(self._key, data).future()
+        reply = self._actor.abort.remote(self._key, data).future()
         with self._cond:
             self._abort_reply = reply
             self._events += 1
@@ -560,9 +566,7 @@ class _RayDispatch:
         overrun = None
         if invoked and self._abort_at is not None and self._task_done_at is not None:
             overrun = max(0.0, self._task_done_at - self._abort_at)
-        handle = self._handle
-        if handle is not None:
-            handle.remove()
+        self._handle_remove()
         if self._abort_at is not None or not invoked:
             self._backend._forget(self._key)
         self._backend._settled(self, killed)
@@ -691,15 +695,27 @@ class RayBackend:
         with self._lock:
             if self._closed:
                 raise RuntimeError("RayBackend is closed")
-        self._actor_handle()
+        actor = self._actor_handle()
         body_key, body_data = self._body_ref(run.name, body)
         key = f"{self._prefix}-{next(self._counter)}"
         fields = (run.call_id, run.root_call_id, run.name, run.agent)
-        dispatch = _RayDispatch(self, key, run.signal)
-        dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
+        dispatch = _RayDispatch(self, key, actor, run.signal)
         with self._lock:
+            if self._closed:
+                dispatch._handle_remove()
+                raise RuntimeError("RayBackend is closed")
+            # In flight before the task exists: close() waits for it.
             self._in_flight.add(dispatch)
             self.tasks_started += 1
+        try:
+            dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
+        except BaseException as exc:
+            self._settled(dispatch, False)
+            if isinstance(exc, Exception):
+                dispatch._handle_remove()
+            # else (a Ctrl-C) the listener stays: the registry's abort then
+            # withdraws the call in the actor, whether or not Ray got the task.
+            raise
         return dispatch
 
     def close(self) -> None:
