@@ -188,12 +188,6 @@ class _SignalActor:
         with self._lock:
             self._calls.pop(key, None)
 
-    @ray.method(concurrency_group="claim")
-    def tracked(self) -> int:
-        """How many calls the actor still tracks."""
-        with self._lock:
-            return len(self._calls)
-
     @ray.method(concurrency_group="watch")
     def watch(self, worker: str) -> list[tuple[str, bytes]]:
         """``[(key, pickled reason), ...]`` for aborts of bodies claimed by

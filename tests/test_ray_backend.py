@@ -287,6 +287,25 @@ def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolR
 
 
 @pytest.mark.timeout(60)
+def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "coop", _cooperative)
+    controller = AbortController()
+    reason = threading.Lock()
+    try:
+        running = _InThread(registry, _call("coop", {"tag": "lock-started"}, controller.signal))
+        assert ray.get(events.wait.remote("lock-started", 30)) is not None
+        controller.abort(reason)
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["reason"] is reason  # the caller's result keeps the caller's object
+    (context,) = result.additional_contexts
+    assert context["aborted"] is True
+    assert context["seen_reason"] == repr(repr(reason))  # the worker saw its repr, a str
+
+
+@pytest.mark.timeout(60)
 def test_non_cooperative_body_is_killed_after_kill_after(
     registry: ToolRegistry, backend: _Recording, events: Any
 ) -> None:
