@@ -268,17 +268,25 @@ class _Channel:
         self.thread: threading.Thread | None = None
 
     def claim(self, key: str) -> AbortController | None:
-        with self.lock:
-            finished, self.finished = self.finished, []
-        if not self.actor.claim.remote(key, self.worker, self.pid, finished).future().result():
-            return None
+        """Claim ``key`` in the actor: its controller, or ``None`` when the
+        call was withdrawn first. The controller is registered *before* the
+        claim is sent: an abort the actor delivers between granting the
+        claim and this thread reading the reply must find it."""
         controller = AbortController()
         with self.lock:
+            finished, self.finished = self.finished, []
             self.running[key] = controller
             if self.thread is None:
                 self.thread = threading.Thread(target=self._watch, name="dshtools-ray-watch", daemon=True)
                 self.thread.start()
-        return controller
+        granted = False
+        try:
+            granted = self.actor.claim.remote(key, self.worker, self.pid, finished).future().result() is True
+        finally:
+            if not granted:
+                with self.lock:
+                    self.running.pop(key, None)
+        return controller if granted else None
 
     def release(self, key: str) -> None:
         with self.lock:
