@@ -19,15 +19,13 @@ calling thread. Guarantees:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from ._errors import AbortError
+from ._errors import AbortError, safe_repr, safe_str, safe_type_name
 from ._hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
 from ._outcome import denied
+from ._run import Run
 from ._types import UNKNOWN_TOOL, ToolExecution, aborted, failure
-
-if TYPE_CHECKING:
-    from ._registry import _Run
 
 __all__ = ["ALLOW", "HookReturnError", "admit", "describe"]
 
@@ -39,11 +37,16 @@ class HookReturnError(Exception):
 
 
 def describe(fn: Callable[..., object] | object) -> str:
-    """A hook's name for messages."""
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
+    """A hook's name for messages; never runs a foreign ``__repr__`` and never
+    raises (docs/contract.md §8 A4)."""
+    try:
+        name = getattr(fn, "__qualname__", None)
+    except Exception:
+        name = None
+    return name if type(name) is str and name else safe_type_name(fn)
 
 
-def _cancelled(run: _Run) -> bool:
+def _cancelled(run: Run) -> bool:
     """Settle ``ABORTED_BEFORE_DISPATCH`` when the caller aborted (observed in step 3)."""
     signal = run.call.signal
     if signal.aborted:
@@ -52,15 +55,15 @@ def _cancelled(run: _Run) -> bool:
     return False
 
 
-def _hook_fault(run: _Run, what: str, exc: Exception) -> None:
+def _hook_fault(run: Run, what: str, exc: Exception) -> None:
     # An AbortError while the caller is aborted is cancellation observed;
     # anything else fails closed (a broken policy never lets a call through).
     if isinstance(exc, AbortError) and _cancelled(run):
         return
-    run.settle(denied(f"{what} failed: {type(exc).__name__}: {exc}"), skip_post=False)
+    run.settle(denied(f"{what} failed: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False)
 
 
-def admit(run: _Run, approver: Approver | None) -> None:
+def admit(run: Run, approver: Approver | None) -> None:
     """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread); leaves
     ``run.result`` unset when the call may be dispatched."""
     hooks = run.hooks
@@ -131,7 +134,7 @@ def admit(run: _Run, approver: Approver | None) -> None:
         )
 
 
-def _approve(run: _Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
+def _approve(run: Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
     """Ask the approver; True to proceed, else the run is settled."""
     if approver is None:
         run.settle(
@@ -159,7 +162,9 @@ def _approve(run: _Run, approver: Approver | None, view: ToolExecution, ask: Ask
             run.settle(denied("approval is unavailable"), skip_post=False)
             return False
     run.settle(
-        denied(f"approver returned {answer!r}, expected one of allowed-once, rejected, cancelled, unavailable"),
+        denied(
+            f"approver returned {safe_repr(answer)}, expected one of allowed-once, rejected, cancelled, unavailable"
+        ),
         skip_post=False,
     )
     return False

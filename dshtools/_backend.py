@@ -23,9 +23,11 @@ The contract every backend keeps, whatever it runs on:
 
 Threads: the registry calls ``validate`` from ``register()``'s thread,
 ``submit``, ``wait`` and ``report`` from the thread blocked in ``execute``
-(always the same one for a given dispatch). ``wait`` may be interrupted by
-``KeyboardInterrupt`` and called again; the registry then aborts
-``run.signal`` itself and keeps waiting.
+(or a batch's dispatch thread; always the same one for a given dispatch).
+``wait`` may be interrupted by ``KeyboardInterrupt`` and called again; the
+registry then aborts ``run.signal`` itself and keeps waiting. The thread
+backend (``ThreadBackend``, the default) implements this protocol; the
+guide for writing one is docs/backends.md.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Guarantees:
 * Exactly one result per call, returned in model order, and exactly one
   publication per call to the result observers — also for calls that never
   started because the batch was cancelled (field cases B14, B16).
-* Only dispatch overlaps. Pre-execute/approval/guards (``_begin``) and
-  post-execute/observers (``_complete``) run on the calling thread, in model
+* Only dispatch overlaps. Pre-execute/approval/guards (``begin``) and
+  post-execute/observers (``complete``) run on the calling thread, in model
   order. A run of consecutive calls whose ``execution_mode`` is
   ``"parallel"`` dispatches up to ``max_parallel`` at a time on registry
   workers; an ``"exclusive"`` call waits until everything before it has
@@ -18,6 +18,13 @@ Guarantees:
   drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
   A ``KeyboardInterrupt`` is re-raised once every result is published.
 * A tool's failure never cancels its siblings (B32).
+* A call whose dispatch settled and that then waits for its model-order
+  turn keeps its success if the batch is cancelled during that wait; only
+  a cancellation while its own post-execute runs replaces it
+  (docs/contract.md §8 A1, decision 0017, field case N1).
+* A ``KeyboardInterrupt``, or a hook's ``SystemExit``/``GeneratorExit``
+  (§8 A3), stops new dispatch; every call still gets its one published
+  result, then the first of them is re-raised.
 * A batch run from inside a tool body (on a registry worker) dispatches
   its calls one after the other on that worker, never queued behind a
   pool full of parents (B17's kind). A ``close()`` of the registry during
@@ -26,6 +33,9 @@ Guarantees:
 * An internal fault of the scheduler (never a tool or policy fault, which
   the registry turns into results) stops new dispatch, drains started work,
   closes every signal it created, and then raises: no result is invented.
+
+Context: each call's dispatch work runs on a worker in a copy of the
+calling thread's ``contextvars`` context, taken per call (§8 A7).
 
 Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
 interrupt])`` where ``interrupt`` is private to this batch; every such
@@ -38,16 +48,15 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import attrs
 
+from ._pipeline import begin, check_open, complete, dispatch, run_marked
+from ._registry import ToolRegistry
+from ._run import Run
 from ._signal import AbortController, AbortSignal
 from ._thread_backend import on_worker
 from ._types import ToolExecutionInput, ToolExecutionResult
-
-if TYPE_CHECKING:
-    from ._registry import ToolRegistry, _Run
 
 __all__ = ["execute_batch"]
 
@@ -72,7 +81,7 @@ class _Slot:
     def __init__(self, index: int, call: ToolExecutionInput) -> None:
         self.index = index
         self.call = call
-        self.run: _Run | None = None
+        self.run: Run | None = None
         # Dispatch on a worker: `submitted` is set *before* the executor is
         # asked, `started`/`withdrawn` are decided under the batch lock, and
         # `finished` is set by the worker when its dispatch returned.
@@ -106,7 +115,9 @@ class _Batch:
         # Worker -> calling thread: a finished slot, or None as a wake-up
         # when the batch signal aborts.
         self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        self.interrupted: KeyboardInterrupt | None = None
+        # The first KeyboardInterrupt (or hook BaseException, docs/contract.md
+        # §8 A3) to re-raise once every result is published.
+        self.interrupted: BaseException | None = None
 
     def cancelled(self) -> bool:
         return self.signal.aborted or self.interrupt.signal.aborted
@@ -118,12 +129,12 @@ class _Batch:
         fused = AbortSignal.any_of([call.signal, self.signal, self.interrupt.signal])
         self.fused.append(fused)
         slot = _Slot(index, attrs.evolve(call, signal=fused))
-        # After cancellation the fused signal is already aborted, so _begin
+        # After cancellation the fused signal is already aborted, so begin
         # settles the call as ABORTED_BEFORE_DISPATCH and runs no hook
-        # (DESIGN §3 step 2): no pre-execute runs after the batch aborted.
-        # The slot is recorded only once _begin returned: a call whose
-        # _begin was interrupted counts as never begun and is settled again.
-        slot.run = run = self.registry._begin(slot.call, allow_closed=True)
+        # (docs/contract.md §3 step 2): no pre-execute runs after the batch aborted.
+        # The slot is recorded only once begin returned: a call whose
+        # begin was interrupted counts as never begun and is settled again.
+        slot.run = run = begin(self.registry, slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
             # A KeyboardInterrupt inside pre-execute/approval: the registry
@@ -137,7 +148,6 @@ class _Batch:
         run = slot.run
         assert run is not None
         events = self.events
-        dispatch = self.registry._dispatch
         lock = self.lock
 
         def work() -> None:
@@ -147,8 +157,11 @@ class _Batch:
                 slot.started = True
             try:
                 dispatch(run)
-            except BaseException as exc:  # a fault of the pipeline itself
-                slot.error = exc
+            except BaseException as exc:
+                if run.interrupt is not exc:  # a fault of the pipeline itself
+                    slot.error = exc
+                # else: a hook's BaseException, recorded on the run with its
+                # result; the calling thread re-raises it (complete_ready).
             finally:
                 slot.finished.set()
                 events.put(slot)
@@ -163,20 +176,29 @@ class _Batch:
         self.in_flight += 1
         slot.submitted = True
         try:
-            self.registry._submit(work)
-        except RuntimeError:
-            # The executor is shut down (close() during the batch): nothing
-            # was queued. Dispatching here reports ABORTED_BEFORE_DISPATCH.
+            run_marked(self.registry, work)
+        except Exception:
+            # The executor is shut down (close() during the batch) or refused
+            # the work (docs/contract.md §8 A5): nothing was queued.
+            # Dispatching here reports ABORTED_BEFORE_DISPATCH (closed) or
+            # runs the call on this thread.
             self.in_flight -= 1
             slot.submitted = False
             self.dispatch_here(slot)
 
     def dispatch_here(self, slot: _Slot) -> None:
-        assert slot.run is not None
+        run = slot.run
+        assert run is not None
         try:
-            self.registry._dispatch(slot.run)
+            dispatch(run)
+        except BaseException as exc:
+            if run.interrupt is not exc:
+                raise
+            # Recorded with the call's result: publish it in order, stop
+            # starting new work, re-raise at the end.
+            self.on_interrupt(exc)
         finally:
-            # Even when a KeyboardInterrupt comes out of _dispatch the
+            # Even when a KeyboardInterrupt comes out of dispatch the
             # registry has joined the body and recorded ABORTED first, so
             # the run can still be completed and published.
             slot.done = True
@@ -187,10 +209,10 @@ class _Batch:
         while self.window and self.window[0].done:
             slot = self.window[0]
             assert slot.run is not None
-            self.results[slot.index] = self.registry._complete(slot.run)
+            self.results[slot.index] = complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
-                # Recorded (not raised) by _complete; _complete is
+                # Recorded (not raised) by complete; complete is
                 # idempotent, so a repeated call cannot publish twice.
                 self.on_interrupt(slot.run.interrupt)
 
@@ -291,7 +313,7 @@ class _Batch:
             self.complete_ready()
         self.complete_ready()
 
-    def on_interrupt(self, exc: KeyboardInterrupt) -> None:
+    def on_interrupt(self, exc: BaseException) -> None:
         if self.interrupted is None:
             self.interrupted = exc
         self.interrupt.abort(exc)
@@ -353,5 +375,5 @@ def execute_batch(
     for call in items:
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
-    registry._check_open()
+    check_open(registry)
     return _Batch(registry, items, signal, limit).run_all()

@@ -26,13 +26,14 @@ from ._types import (
     ToolExecutionResult,
     ToolFailure,
     ToolSuccess,
-    _success,
     exception_failure,
     failure,
     text_content,
+    trusted_success,
 )
 
 __all__ = [
+    "NULL_SUCCESS",
     "apply_post_decision",
     "check_result",
     "check_success",
@@ -98,6 +99,9 @@ def contexts_of(contexts: Any) -> tuple[Any, ...] | str:
 
 
 _NULL_CONTENT: Final = text_content(dumps(None))
+NULL_SUCCESS: Final = trusted_success(None, _NULL_CONTENT)
+"""The success of a body that returned ``None`` with no output schema and no
+renderer (frozen, shared: it never varies)."""
 
 
 def check_success(
@@ -112,7 +116,7 @@ def check_success(
         and (definition is None or (definition._output_validator is None and definition.render is None))
     ):
         # The common "done, nothing to say" body: its content never varies.
-        return _success(None, _NULL_CONTENT)
+        return NULL_SUCCESS
     try:
         frozen, height = freeze_with_height(value)
     except FreezeError as exc:
@@ -133,7 +137,7 @@ def check_success(
     if isinstance(blocks, str):
         return invalid_output(name, blocks)
     if base is None:
-        return _success(frozen, blocks)
+        return trusted_success(frozen, blocks)
     return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
 
 

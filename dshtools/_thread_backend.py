@@ -58,7 +58,15 @@ from ._backend import Body, BodyOutcome, BodyReport, Error, NotInvoked, Value
 from ._signal import AbortSignal
 from ._types import ToolRunContext
 
-__all__ = ["DEFAULT_MAX_WORKERS", "ThreadBackend", "enter_worker", "leave_worker", "on_worker", "worker_owners"]
+__all__ = [
+    "DEFAULT_MAX_WORKERS",
+    "ThreadBackend",
+    "WithdrawalSlot",
+    "enter_worker",
+    "leave_worker",
+    "on_worker",
+    "worker_owners",
+]
 
 DEFAULT_MAX_WORKERS: Final = 32
 
@@ -128,16 +136,32 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Handoff:
-    """One body's hand-off between the submitting thread and a worker: a
-    state machine ``queued -> running -> finished`` or ``queued ->
+    """One body's hand-off between the submitting thread and a worker, and
+    the ``Dispatch`` the registry waits on (docs/backends.md).
+
+    A state machine ``queued -> running -> finished`` or ``queued ->
     withdrawn`` whose only transitions are ``start()`` (the worker),
-    ``withdraw()`` (the dispatch signal's listener) and ``refuse()`` (an
-    executor fault). ``done`` is released once, by whichever settles it."""
+    ``withdraw()`` (the dispatch signal's abort listener) and ``refuse()``
+    (an executor fault). ``done`` is released once, by whichever settles it.
+    ``outcome`` is written before ``done`` is released and read after it
+    was acquired (or after ``settled()`` saw the decision)."""
 
-    __slots__ = ("aborted_at", "claim", "done", "finished", "outcome", "signal", "thread")
+    __slots__ = (
+        "aborted_at",
+        "claim",
+        "done",
+        "finished",
+        "future",
+        "interrupt_seen",
+        "outcome",
+        "pending",
+        "signal",
+        "thread",
+        "waited",
+    )
 
-    def __init__(self, signal: AbortSignal) -> None:
-        self.signal = signal
+    def __init__(self) -> None:
+        self.signal: AbortSignal | None = None  # set before the work is queued
         self.claim: dict[int, object] = {}
         self.done = threading.Lock()
         self.done.acquire()
@@ -145,26 +169,33 @@ class _Handoff:
         self.finished = False
         self.thread = 0  # get_ident() of the thread that ran the body
         self.aborted_at: float | None = None  # monotonic time of an abort seen while running
+        # The executor's Future, when it returned one (anything else, from a
+        # misbehaving executor, is ignored: the hand-off alone is joined,
+        # docs/contract.md §8 A5).
+        self.future: Future[Any] | None = None
+        self.pending: KeyboardInterrupt | None = None  # landed inside submit()
+        self.waited = False
+        self.interrupt_seen = False
+
+    # -- transitions ----------------------------------------------------
 
     def start(self) -> bool:
-        """The worker's claim: ``True`` when the body is invoked now (the
-        call was neither withdrawn nor aborted meanwhile). ``False`` leaves
-        the hand-off settled; the worker must not run the body."""
+        """The worker's claim, the single point where the call goes from
+        queued to running: ``True`` when the body is invoked now (the call
+        was neither withdrawn nor aborted meanwhile). ``False`` leaves the
+        hand-off settled; the worker must not run the body."""
         if self.claim.setdefault(0, _WORKER) is not _WORKER:
             return False  # withdrawn first; the withdrawal released `done`
-        if self.signal.aborted:
+        signal = self.signal
+        if signal is not None and signal.aborted:
             # Claimed, but the abort's listener lost the race to us: it is
             # still a call that never ran.
             self.outcome = NotInvoked()
-            self.finish()
+            self.finished = True
+            self.done.release()
             return False
         self.thread = get_ident()
         return True
-
-    def finish(self) -> None:
-        """Called once, after ``outcome`` was recorded, by the claim winner."""
-        self.finished = True
-        self.done.release()
 
     def withdraw(self, _signal: object = None) -> None:
         """Withdraw a call still queued (the dispatch signal's listener). Once
@@ -189,88 +220,92 @@ class _Handoff:
         winner = self.claim.get(0)
         return self.finished or (winner is not None and winner is not _WORKER)
 
+    # -- the worker ------------------------------------------------------
+
     def run(self, context: contextvars.Context, body: Body, args: object, run: ToolRunContext) -> None:
         """The work item: claim, run the body in ``context``, settle."""
         if not self.start():
             return
+        stack = _tls.stack
+        if stack is None:
+            stack = _tls.stack = []
         try:
-            enter_worker(run)
+            stack.append(run)
             try:
-                self.outcome = context.run(_call_body, body, args, run)
+                self.outcome = Value(context.run(body, args, run))
+            except BaseException as exc:  # every body fault is an outcome, never a crash
+                self.outcome = Error(exc)
             finally:
-                leave_worker()
+                stack.pop()
         finally:
-            if self.aborted_at is None and self.signal.aborted:
+            signal = self.signal
+            if self.aborted_at is None and signal is not None and signal.aborted:
                 self.aborted_at = time.monotonic()
             # Last: the waiting thread resumes with the GIL nearly free.
-            self.finish()
+            self.finished = True
+            self.done.release()
 
-
-def _call_body(body: Body, args: object, run: ToolRunContext) -> BodyOutcome:
-    try:
-        return Value(body(args, run))
-    except BaseException as exc:  # every body fault is an outcome, never a crash
-        return Error(exc)
-
-
-class _ThreadDispatch:
-    """``Dispatch`` of the thread backend (see ``dshtools._backend``)."""
-
-    __slots__ = ("_future", "_handoff", "_interrupt_seen", "_pending", "_waited")
-
-    def __init__(self, handoff: _Handoff, future: object, pending: KeyboardInterrupt | None = None) -> None:
-        self._handoff = handoff
-        # Anything but a Future (a misbehaving executor) is ignored: the
-        # hand-off alone decides and is joined (docs/contract.md §8 A5).
-        self._future = future if isinstance(future, Future) else None
-        self._waited = False
-        self._interrupt_seen = False
-        self._pending = pending  # an interrupt that landed inside submit()
+    # -- Dispatch (the waiting thread) ------------------------------------
 
     def wait(self, timeout: float) -> bool:
-        pending = self._pending
-        if pending is not None:
-            self._pending = None
+        """Block up to ``timeout`` seconds; ``True`` once settled."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
             raise pending
-        handoff = self._handoff
-        if self._waited and handoff.settled():
+        if self.waited and self.settled():
             # A KeyboardInterrupt may have landed just after an earlier wait
             # consumed `done`: re-read the recorded decision first.
-            return self._check_inline_interrupt()
-        self._waited = True
-        if handoff.done.acquire(True, timeout) or handoff.settled():
-            return self._check_inline_interrupt()
-        future = self._future
+            return self._raise_inline_interrupt()
+        self.waited = True
+        if self.done.acquire(True, timeout) or self.settled():
+            return type(self.outcome) is not Error or self._raise_inline_interrupt()
+        future = self.future
         if future is not None and future.done():
             # The executor finished the work item without running it to the
             # end: dropped it (shutdown with cancel_futures=True) or failed it
             # (a broken pool). A no-op if the worker claimed.
             error = None if future.cancelled() else future.exception()
-            handoff.refuse(error or RuntimeError("the executor shut down before the call was dispatched"))
-            return handoff.settled() and self._check_inline_interrupt()
+            self.refuse(error or RuntimeError("the executor shut down before the call was dispatched"))
+            return self.settled() and self._raise_inline_interrupt()
         return False
 
-    def _check_inline_interrupt(self) -> bool:
+    def _raise_inline_interrupt(self) -> bool:
         # An executor that ran the body in this very thread (inline): a
         # Ctrl-C inside the body is this thread's interrupt, not a tool fault.
-        handoff = self._handoff
-        outcome = handoff.outcome
+        outcome = self.outcome
         if (
-            not self._interrupt_seen
+            not self.interrupt_seen
             and type(outcome) is Error
             and isinstance(outcome.error, KeyboardInterrupt)
-            and handoff.thread == get_ident()
+            and self.thread == get_ident()
         ):
-            self._interrupt_seen = True
+            self.interrupt_seen = True
             raise outcome.error
         return True
 
     def report(self) -> BodyReport:
-        handoff = self._handoff
-        aborted_at = handoff.aborted_at
-        if aborted_at is None or type(handoff.outcome) is NotInvoked:
-            return BodyReport(outcome=handoff.outcome)
-        return BodyReport(outcome=handoff.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
+        """The settled dispatch's report (after ``wait`` returned ``True``)."""
+        aborted_at = self.aborted_at
+        if aborted_at is None or type(self.outcome) is NotInvoked:
+            return BodyReport(outcome=self.outcome)
+        return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
+
+
+class WithdrawalSlot:
+    """Package-internal: the dispatch signal's listener for a thread-backend
+    call, installed by the registry when it derives that signal (one lock
+    round trip, no separate ``add_listener``), before ``submit`` made the
+    hand-off it forwards to. No ``__init__``: one is made per call."""
+
+    __slots__ = ("handoff",)
+    handoff: _Handoff
+
+    def __call__(self, signal: object) -> None:
+        try:
+            handoff = self.handoff
+        except AttributeError:
+            return  # aborted before submit(): its own check withdraws
+        handoff.withdraw(signal)
 
 
 class _Settled:
@@ -329,7 +364,8 @@ class ThreadBackend:
         """Any callable runs in a thread: nothing to check."""
 
     def executor(self) -> Executor:
-        """The executor bodies run on (created on first use when owned).
+        """The executor bodies run on (created on first use when owned;
+        ``submit`` reads it directly once it exists).
         Raises ``RuntimeError`` after ``close()`` or, for a supplied
         executor, in a child process forked after it was given."""
         executor = self._executor
@@ -352,37 +388,54 @@ class ThreadBackend:
                 self._executor = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dshtools-tool")
             return self._executor
 
-    def submit(self, body: Body, args: object, run: ToolRunContext) -> _ThreadDispatch | _Settled:
+    def submit(
+        self, body: Body, args: object, run: ToolRunContext, *, withdrawal: WithdrawalSlot | None = None
+    ) -> _Handoff | _Settled:
         """Queue ``body(args, run)`` on the executor (inline when called from a
         body's thread). Never raises for an executor fault: a refused or
         misbehaving ``submit()`` settles the call ``NotInvoked(error)``
-        unless the worker already claimed it, in which case it is joined."""
+        unless the worker already claimed it, in which case it is joined.
+        ``withdrawal``: a slot already listening on ``run.signal`` (the
+        registry installs it when it derives the signal); without it the
+        withdrawal is added as a listener here."""
         signal = run.signal
-        handoff = _Handoff(signal)
         context = contextvars.copy_context()
+        handoff = _Handoff()
+        handoff.signal = signal
+        if withdrawal is not None:
+            # Published before the re-check: either the listener finds the
+            # hand-off, or this check sees the abort (it is marked before
+            # listeners run).
+            withdrawal.handoff = handoff
         if _tls.stack:
             # Inline: nothing is queued, so there is nothing to withdraw.
             handoff.run(context, body, args, run)
             return _Settled(BodyReport(outcome=handoff.outcome))
-        signal.add_listener(handoff.withdraw)
-        if handoff.settled():  # aborted before the listener was installed
+        if withdrawal is None:
+            signal.add_listener(handoff.withdraw)
+        elif signal.aborted:
+            handoff.withdraw()
+        if 0 in handoff.claim:  # aborted before the work was queued
             return _Settled(BodyReport(outcome=handoff.outcome))
+        executor = self._executor
+        if executor is None or self._generation != _generation:
+            executor = self.executor()
         # A KeyboardInterrupt can land inside executor.submit() (it blocks
         # while starting a worker thread) after the work was queued: it is
         # handed back through the dispatch, whose first wait() raises it, so
         # the registry keeps the handle, aborts `signal` (withdrawing the
         # call if still queued) and joins a body the worker claimed.
-        future: object = None
-        pending: KeyboardInterrupt | None = None
         try:
-            future = self.executor().submit(handoff.run, context, body, args, run)
+            future = executor.submit(handoff.run, context, body, args, run)
+            if isinstance(future, Future):
+                handoff.future = future
         except KeyboardInterrupt as ki:
-            pending = ki
+            handoff.pending = ki
         except Exception as exc:
             # Shut down, refused, or raising after queueing: withdraw; if the
             # worker claimed anyway, the body is joined as usual.
             handoff.refuse(exc)
-        return _ThreadDispatch(handoff, future, pending)
+        return handoff
 
     def close(self) -> None:
         """Shut an owned pool down, waiting for its bodies. Idempotent. A

@@ -15,24 +15,27 @@ Guarantees:
   (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not deep-frozen)
   from construction on.
 * Every code constant of docs/contract.md §2 is defined here, once.
+* ``ToolDefinition`` is frozen and checked at construction: a bad name,
+  schema, callable or ``timeout`` raises ``TypeError``/``ValueError`` there,
+  never later inside ``execute``. Its schemas are deep-frozen and compiled
+  once (``jsonschema-rs``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import types
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ._deadline import timeout_of
 from ._errors import AbortError, safe_str, safe_type_name
-from ._freeze import FrozenDict, thaw
+from ._freeze import FreezeError, FrozenDict, freeze, thaw
+from ._schema import CompiledSchema
 from ._signal import AbortSignal
-
-if TYPE_CHECKING:
-    from ._hooks import ToolDefinition
 
 __all__ = [
     "DENIED",
@@ -44,10 +47,13 @@ __all__ = [
     "TOOL_TIMEOUT",
     "UNKNOWN_TOOL",
     "WORKER_LOST",
+    "BackendLike",
     "ContentBlock",
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
+    "ToolBody",
+    "ToolDefinition",
     "ToolDispatchExecution",
     "ToolError",
     "ToolExecution",
@@ -89,12 +95,17 @@ class ExecutionToken:
     hashable. Nested calls carry their parent's token as ``parent``."""
 
     __slots__ = ("__weakref__", "_n")
+    _n: int
 
-    def __init__(self) -> None:
-        self._n = next(_token_ids)
+    # No __init__: a token is made on every call, and its number is only
+    # needed for repr, so it is drawn on the first repr (still unique).
 
     def __repr__(self) -> str:
-        return f"<ExecutionToken #{self._n}>"
+        try:
+            n = self._n
+        except AttributeError:
+            n = self._n = next(_token_ids)
+        return f"<ExecutionToken #{n}>"
 
 
 # ------------------------------------------------------------------ the call
@@ -177,7 +188,7 @@ def text_content(text: str) -> tuple[ContentBlock, ...]:
     return (FrozenDict(type="text", text=text),)
 
 
-def _to_content(value: str | Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
+def to_content(value: str | Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
     if isinstance(value, str):
         return text_content(value)
     if isinstance(value, tuple):
@@ -195,7 +206,7 @@ def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object] | None:
     return types.MappingProxyType(dict(value))
 
 
-def _to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+def to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     if isinstance(value, tuple):
         return value
     if isinstance(value, (Mapping, str, bytes)) or not isinstance(value, Iterable):
@@ -212,9 +223,9 @@ class ToolSuccess:
     ``code`` is ``None``. Source: docs/contract.md §2."""
 
     value: Any
-    content: tuple[ContentBlock, ...] = attrs.field(converter=_to_content)
+    content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
     meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
-    additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_to_contexts)
+    additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
 
     @property
     def is_error(self) -> bool:
@@ -233,9 +244,9 @@ class ToolFailure:
     ``error.info.code`` or ``None``. Source: docs/contract.md §2."""
 
     error: ErrorDetail = attrs.field(validator=attrs.validators.instance_of(ErrorDetail))
-    content: tuple[ContentBlock, ...] = attrs.field(converter=_to_content)
+    content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
     meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
-    additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_to_contexts)
+    additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
 
     @property
     def is_error(self) -> bool:
@@ -323,7 +334,7 @@ def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapp
 # --------------------------------------------------------------------- views
 
 
-class _RunLike(Protocol):
+class RunLike(Protocol):
     """What a view needs from the registry's private run object."""
 
     def defer_context(self, context: object) -> None: ...
@@ -359,7 +370,7 @@ class ToolExecution(_ViewBase):
     signal: AbortSignal
 
 
-class _SignalSlot:
+class SignalSlot:
     __slots__ = ("signal",)
 
     def __init__(self, signal: AbortSignal) -> None:
@@ -377,7 +388,7 @@ class ToolDispatchExecution(_ViewBase):
     whatever signal is here when the innermost ``next()`` dispatches, and
     restores the caller's signal once the whole waterfall settled."""
 
-    _slot: _SignalSlot = attrs.field(alias="slot", repr=False)
+    _slot: SignalSlot = attrs.field(alias="slot", repr=False)
 
     @property
     def signal(self) -> AbortSignal:
@@ -421,7 +432,7 @@ class ToolRunContext(_ViewBase):
     or threads it joins before returning."""
 
     signal: AbortSignal
-    _run: _RunLike = attrs.field(alias="run", repr=False)
+    _run: RunLike = attrs.field(alias="run", repr=False)
 
     def defer_context(self, context: Mapping[str, Any]) -> None:
         """Attach ``context`` (a JSON object, deep-frozen now) to this call's
@@ -437,6 +448,140 @@ class ToolRunContext(_ViewBase):
         return self._run.dispatch(name, arguments, call_id, self.signal, self.token)
 
 
+# --------------------------------------------------------------- definition
+
+ToolBody = Callable[[Any, ToolRunContext], object]
+"""``execute(args, run) -> JSON value``: ``args`` is the frozen arguments."""
+
+
+def _check_callable(what: str, optional: bool) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if value is None and optional:
+            return
+        if not callable(value):
+            raise TypeError(f"{what} must be callable{' or None' if optional else ''}, not {type(value).__name__}")
+
+    return check
+
+
+def _check_name(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a str, not {type(value).__name__}")
+    if not value or value != value.strip() or any(c.isspace() for c in value):
+        raise ValueError(f"name must be a non-empty string without whitespace, got {value!r}")
+
+
+def _check_description(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"description must be a str, not {type(value).__name__}")
+
+
+def _check_timeout(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise ValueError(f"timeout must be positive and finite (seconds), got {value!r}")
+
+
+@runtime_checkable
+class BackendLike(Protocol):
+    """The shape of a backend as a ``ToolDefinition`` holds it; the full,
+    documented protocol is ``dshtools.Backend`` (docs/backends.md). Kept
+    loose here so the data types do not depend on the backend module."""
+
+    def validate(self, name: str, body: Any) -> None: ...
+
+    def submit(self, body: Any, args: object, run: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def _check_backend(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, BackendLike):
+        raise TypeError(f"backend must implement the Backend protocol or be None, not {type(value).__name__}")
+
+
+def _freeze_schema(value: object, what: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a JSON Schema object (dict), not {type(value).__name__}")
+    try:
+        return freeze(dict(value))
+    except FreezeError as exc:
+        raise ValueError(f"{what} is not JSON: {exc}") from None
+
+
+def _schema_converter(value: object) -> Any:
+    return _freeze_schema(value, "parameters")
+
+
+def _opt_schema_converter(value: object) -> Any:
+    return None if value is None else _freeze_schema(value, "output_schema")
+
+
+@attrs.frozen(eq=False)
+class ToolDefinition:
+    """One tool: ``ToolDefinition(name, description, parameters, execute, *,
+    output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
+    finalize_content=None, backend=None)`` (docs/contract.md §3, §9).
+
+    * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
+      deep-frozen and compiled here; invalid → ``ValueError``.
+    * ``execute(args, run) -> JSON value`` runs on a registry worker thread;
+      ``args`` is the frozen arguments, ``run`` a ``ToolRunContext``.
+    * ``render(value) -> str | sequence of content blocks``: the content of
+      a success (default: the string itself, or compact JSON).
+    * ``timeout``: seconds, positive and finite (``ValueError``), read by
+      ``TimeoutPolicy``.
+    * ``is_concurrency_safe(args) -> bool``: only exactly ``True`` lets a
+      batch overlap the call.
+    * ``finalize_content(exec, result) -> str | sequence of blocks``:
+      replaces the content of a *success* last (step 7); failures keep the
+      canonical ``Error: ...`` text.
+    * ``backend``: where this tool's body runs (docs/backends.md); ``None``
+      uses the registry's. ``register()`` asks it to ``validate`` the body.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    description: str = attrs.field(validator=_check_description)
+    parameters: Mapping[str, Any] = attrs.field(converter=_schema_converter)
+    execute: ToolBody = attrs.field(validator=_check_callable("execute", False))
+    output_schema: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True, converter=_opt_schema_converter)
+    render: Callable[[Any], str | Sequence[ContentBlock]] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable("render", True)
+    )
+    timeout: float | None = attrs.field(default=None, kw_only=True, validator=_check_timeout)
+    is_concurrency_safe: Callable[[Any], bool] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable("is_concurrency_safe", True)
+    )
+    finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable("finalize_content", True)
+    )
+    backend: BackendLike | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
+    _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
+    _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
+    # `parameters` is exactly {"type": "object"}: any frozen JSON object is
+    # valid, so the registry skips asking the validator.
+    _any_object: bool = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self, "_parameters_validator", CompiledSchema(self.parameters, f"parameters of {self.name!r}")
+        )
+        out = (
+            None
+            if self.output_schema is None
+            else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
+        )
+        object.__setattr__(self, "_output_validator", out)
+        object.__setattr__(self, "_any_object", dict(self.parameters) == {"type": "object"})
+
+    def schema(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}`` as plain, mutable data."""
+        return {"name": self.name, "description": self.description, "parameters": thaw(self.parameters)}
+
+
 # ----------------------------------------------------- trusted constructors
 #
 # The registry builds a context and usually a success on every call. attrs'
@@ -450,33 +595,7 @@ _new: Final = object.__new__
 _set: Final = object.__setattr__
 
 
-def _run_context(
-    token: ExecutionToken,
-    call_id: str,
-    root_call_id: str,
-    name: str,
-    arguments: Any,
-    agent: str | None,
-    parent: ExecutionToken | None,
-    definition: ToolDefinition | None,
-    signal: AbortSignal,
-    run: _RunLike,
-) -> ToolRunContext:
-    ctx: ToolRunContext = _new(ToolRunContext)
-    _set(ctx, "token", token)
-    _set(ctx, "call_id", call_id)
-    _set(ctx, "root_call_id", root_call_id)
-    _set(ctx, "name", name)
-    _set(ctx, "arguments", arguments)
-    _set(ctx, "agent", agent)
-    _set(ctx, "parent", parent)
-    _set(ctx, "definition", definition)
-    _set(ctx, "signal", signal)
-    _set(ctx, "_run", run)
-    return ctx
-
-
-def _success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:
+def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:
     """``ToolSuccess(value, content)`` for a frozen ``value`` and frozen
     content blocks; no meta, no contexts."""
     result: ToolSuccess = _new(ToolSuccess)

@@ -22,6 +22,8 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
+    _batch,
+    _pipeline,
     execute_batch,
 )
 
@@ -262,21 +264,23 @@ def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegist
 
 
 @pytest.mark.timeout(20)
-def test_scheduler_fault_drains_and_raises_without_inventing_results(rec: Recorder) -> None:
+def test_scheduler_fault_drains_and_raises_without_inventing_results(
+    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Boom(Exception):
         pass
 
     with ToolRegistry() as registry:
         rec.install(registry)
         registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
-        real = registry._dispatch
+        real = _pipeline.dispatch
 
         def faulty(run: Any) -> Any:
             if run.call.call_id == "c3":
                 raise Boom("scheduler bug")
             return real(run)
 
-        registry._dispatch = faulty  # type: ignore[method-assign]
+        monkeypatch.setattr(_batch, "dispatch", faulty)
         with pytest.raises(Boom):
             execute_batch(
                 registry, calls("t", 8, AbortController().signal), signal=AbortController().signal, max_parallel=4

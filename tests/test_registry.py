@@ -46,6 +46,7 @@ from dshtools import (
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
+    _pipeline,
     thaw,
 )
 
@@ -950,22 +951,22 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
 
 
 def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
-    """The private phases the batch uses: _begin (steps 1-3), _dispatch
-    (4-5), _complete (6-7)."""
+    """The package-internal phases the batch uses: begin (steps 1-3),
+    dispatch (4-5), complete (6-7)."""
     rec = Recorder()
     registry.add_result_observer(rec.observer)
     registry.register(tool("t", lambda a, r: "v"))
-    run = registry._begin(call("t"))
+    run = _pipeline.begin(registry, call("t"))
     assert run.result is None and run.definition is registry.get("t") and not run.body_invoked
-    assert registry._dispatch(run) is run
+    assert _pipeline.dispatch(run) is run
     assert run.body_invoked and isinstance(run.result, ToolSuccess) and rec.results == []
-    final = registry._complete(run)
+    final = _pipeline.complete(run)
     assert final.value == "v" and [r for _, r in rec.results] == [final]
-    assert registry._complete(run) is final and len(rec.results) == 1  # published once
-    early = registry._begin(call("missing"))
+    assert _pipeline.complete(run) is final and len(rec.results) == 1  # published once
+    early = _pipeline.begin(registry, call("missing"))
     assert early.result is not None and early.result.code == UNKNOWN_TOOL
-    assert registry._dispatch(early) is early and not early.body_invoked
-    pre_aborted = registry._begin(call("t", signal=AbortSignal.already_aborted()))
+    assert _pipeline.dispatch(early) is early and not early.body_invoked
+    pre_aborted = _pipeline.begin(registry, call("t", signal=AbortSignal.already_aborted()))
     assert pre_aborted.result is not None and pre_aborted.result.code == TOOL_ABORTED_BEFORE_DISPATCH
 
 
@@ -976,12 +977,12 @@ def test_submit_marks_the_worker_so_dispatch_runs_the_body_inline() -> None:
         registry.register(tool("t", lambda a, r: threads.append(threading.current_thread().name) or "ok"))  # type: ignore[func-returns-value]
 
         def work() -> str:
-            run = registry._begin(call("t"))
-            registry._dispatch(run)  # on the only worker: must not wait for a second one
+            run = _pipeline.begin(registry, call("t"))
+            _pipeline.dispatch(run)  # on the only worker: must not wait for a second one
             threads.append(threading.current_thread().name)
-            return registry._complete(run).value  # type: ignore[no-any-return,union-attr]
+            return _pipeline.complete(run).value  # type: ignore[no-any-return,union-attr]
 
-        assert registry._submit(work).result(timeout=5) == "ok"
+        assert _pipeline.run_marked(registry, work).result(timeout=5) == "ok"
     assert threads[0] == threads[1]
 
 

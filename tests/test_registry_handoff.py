@@ -2,11 +2,11 @@
 4-5, "KeyboardInterrupt", "Never: a result for a call whose body is still
 running; two results for one call"; decision 0012).
 
-The hand-off (``_Handoff`` in dshtools/_registry.py, commit b880734): a
-one-entry claim taken by the worker's trampoline (the body runs) or by the
-withdrawal (the fused signal's abort listener, an executor that dropped the
-work, ``submit()`` failing), and a pre-acquired ``done`` lock released once
-by whoever won. These tests force the orderings of: the worker claiming,
+The hand-off (``_Handoff`` in dshtools/_thread_backend.py, decision 0018):
+a one-entry claim taken by the worker's ``start()`` (the body runs) or by
+the withdrawal (the dispatch signal's abort listener, an executor that
+dropped the work, ``submit()`` failing), and a pre-acquired ``done`` lock
+released once by whoever won. These tests force the orderings of: the worker claiming,
 the withdrawal, a ``KeyboardInterrupt`` in the calling thread, executor
 shutdown and misbehaving executors, ``close()`` and nested calls.
 
@@ -42,7 +42,9 @@ from dshtools import (
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolRegistry,
+    _pipeline,
     _registry,
+    _run,
     _thread_backend,
 )
 
@@ -76,7 +78,7 @@ def main_parked_in(function: str) -> bool:
         return False
     frame = sys._current_frames().get(MAIN.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == function and frame.f_code.co_filename == _registry.__file__:
+        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _pipeline.__file__):
             return True
         frame = frame.f_back
     return False
@@ -149,8 +151,8 @@ def install_handoff_probe(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any],
     base: Any = _thread_backend._Handoff
 
     class ProbedHandoff(base):  # type: ignore[misc, valid-type]
-        def __init__(self, signal: AbortSignal) -> None:
-            super().__init__(signal)
+        def __init__(self) -> None:
+            super().__init__()
             wrap(self)
             made.append(self)
 
@@ -802,7 +804,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
     ABORTED_BEFORE_DISPATCH - never a body starting after ``close()``
     returned."""
     in_window, go = threading.Event(), threading.Event()
-    make_context = _registry._run_context
+    make_context = _run.trusted_run_context
 
     def held_context(*args: Any) -> Any:
         if not in_window.is_set():
@@ -810,7 +812,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
             go.wait(5)
         return make_context(*args)
 
-    monkeypatch.setattr(_registry, "_run_context", held_context)
+    monkeypatch.setattr(_pipeline, "trusted_run_context", held_context)
     close_returned = threading.Event()
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
@@ -870,7 +872,7 @@ def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_foreve
     dog.join()
     t.join(5)
     assert not t.is_alive() and isinstance(box[0], KeyboardInterrupt)
-    leaked = bool(registry._bodies)
+    leaked = registry.statistics().bodies_in_flight > 0
     registry._bodies.clear()
     registry.close()
     if dog.hung or leaked:
@@ -879,29 +881,36 @@ def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_foreve
 
 @pytest.mark.timeout(10)
 def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inline executor: the body returned and a Ctrl-C is handled at the
-    entry of ``_leave_worker()`` in the trampoline's ``finally`` (probe).
-    Expected: execute re-raises KeyboardInterrupt promptly."""
+    """Inline executor: the body returned and a Ctrl-C is handled in the
+    hand-off's cleanup, at the worker-stack pop in ``_Handoff.run``'s
+    ``finally`` (probe). Expected: execute re-raises KeyboardInterrupt
+    promptly."""
     armed, fired, finished = threading.Event(), threading.Event(), threading.Event()
-    leave = _thread_backend.leave_worker
 
-    def leave_probe() -> None:
-        if armed.is_set() and threading.current_thread().name == "handoff-caller":
-            armed.clear()
-            fired.set()
-            raise KeyboardInterrupt
-        leave()
+    class ProbedStack(list):  # type: ignore[type-arg]
+        def pop(self, *args: Any) -> Any:
+            value = super().pop(*args)
+            if armed.is_set():
+                armed.clear()
+                fired.set()
+                raise KeyboardInterrupt
+            return value
 
-    monkeypatch.setattr(_thread_backend, "leave_worker", leave_probe)
     made = install_handoff_probe(monkeypatch, lambda h: None)
     registry = ToolRegistry(executor=InlineExecutor())
     registry.register(tool("t", lambda a, r: armed.set() or "done"))
     registry.add_result_observer(lambda e, r: finished.set())
     dog = Watchdog(fired, finished, lambda: made[0].done.release())
-    t, box = named_thread("handoff-caller", lambda: registry.execute(call("t")))
+
+    def execute_with_probe() -> Any:
+        _thread_backend._tls.stack = ProbedStack()
+        return registry.execute(call("t"))
+
+    t, box = named_thread("handoff-caller", execute_with_probe)
     t.join(5 + STUCK)
     dog.join()
     t.join(5)
+    assert fired.is_set()
     assert not t.is_alive() and isinstance(box[0], KeyboardInterrupt)
     registry.close()
     if dog.hung:

@@ -271,7 +271,7 @@ def _same_fields(a: object, b: object) -> None:
 
 
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
-    from dshtools._types import _run_context
+    from dshtools._run import trusted_run_context
 
     class _R:
         def defer_context(self, context: object) -> None: ...
@@ -291,17 +291,17 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
         "signal": signal,
     }
     built = ToolRunContext(**values, run=run)
-    fast = _run_context(**values, run=run)
+    fast = trusted_run_context(**values, run=run)
     _same_fields(built, fast)  # fails when a field is added to the class only
     with pytest.raises(AttributeError):
         fast.signal = signal  # type: ignore[misc]
 
 
 def test_trusted_success_sets_every_field_like_the_class() -> None:
-    from dshtools._types import _success, text_content
+    from dshtools._types import text_content, trusted_success
 
     content = text_content("hi")
-    built, fast = ToolSuccess("v", content), _success("v", content)
+    built, fast = ToolSuccess("v", content), trusted_success("v", content)
     _same_fields(built, fast)
     assert built == fast and not fast.is_error and fast.code is None
     with pytest.raises(AttributeError):
