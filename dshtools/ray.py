@@ -73,7 +73,7 @@ from ._backend import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, safe_repr, safe_str
 from ._freeze import freeze_with_height
 from ._signal import AbortController, AbortSignal, ListenerHandle
-from ._types import ExecutionToken, ToolRunContext, _run_context
+from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
 
 __all__ = ["RayBackend"]
 
@@ -228,7 +228,9 @@ class _RemoteRun:
         frozen, _ = freeze_with_height(context)
         self.contexts.append(frozen)
 
-    def dispatch(self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: object) -> Any:
+    def dispatch(
+        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
+    ) -> ToolExecutionResult:
         raise RuntimeError(
             "run.dispatch() is not available in a body running on RayBackend: "
             "nested calls need the thread backend (docs/contract.md §9)"
@@ -371,7 +373,18 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
         return "withdrawn", None, ()
     call_id, root_call_id, name, agent = fields
     run = _RemoteRun()
-    ctx = _run_context(ExecutionToken(), call_id, root_call_id, name, args, agent, None, None, controller.signal, run)
+    ctx = ToolRunContext(
+        token=ExecutionToken(),
+        call_id=call_id,
+        root_call_id=root_call_id,
+        name=name,
+        arguments=args,
+        agent=agent,
+        parent=None,
+        definition=None,
+        signal=controller.signal,
+        run=run,
+    )
     try:
         value = body(args, ctx)
     except BaseException as exc:
