@@ -382,6 +382,19 @@ def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) 
 
 
 @pytest.mark.timeout(60)
+def test_timeout_of_a_non_cooperative_body_is_tool_timeout_and_killed(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "stuck", _stubborn, timeout=0.3)
+    try:
+        result = registry.execute(_call("stuck", {"tag": "stuck-started"}, AbortController().signal))
+        worker_pid, child_pid = ray.get(events.wait.remote("stuck-started", 1))
+    finally:
+        remove()
+    assert result.code == TOOL_TIMEOUT
+    assert _meta(result)["killed"] is True  # kept through the policy's own failure
+    assert _gone(worker_pid) and _gone(child_pid)
+
+
+@pytest.mark.timeout(60)
 def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_order(
     registry: ToolRegistry, events: Any
 ) -> None:
