@@ -334,11 +334,16 @@ _body_cache: dict[str, Body] = {}
 
 
 def _load_body(body_key: str, body_data: bytes | Any) -> Body:
+    """The body, unpickled once per worker process. ``body_data`` is the
+    serialized body, or (a large one) the ``ObjectRef`` of it: a reference
+    nested in an argument is not resolved by Ray, and is fetched here only
+    when this worker has not seen the body yet (``future()``, not
+    ``ray.get``: the task keeps its slot)."""
     body = _body_cache.get(body_key)
     if body is None:
-        if not isinstance(body_data, bytes):  # a reference Ray resolved into the bytes
-            body_data = bytes(body_data)
-        body = _loads(body_data)
+        if isinstance(body_data, ray.ObjectRef):
+            body_data = body_data.future().result()
+        body = _loads(bytes(body_data))
         if len(_body_cache) >= 64:
             _body_cache.clear()
         _body_cache[body_key] = body

@@ -11,6 +11,7 @@ interleaving. Skipped only when ``ray`` is not importable.
 from __future__ import annotations
 
 import _thread
+import functools
 import os
 import signal
 import subprocess
@@ -474,6 +475,23 @@ def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: Tool
     assert isinstance(_meta(result)["reason"], KeyboardInterrupt)
     (context,) = result.additional_contexts  # the body ran to its end: joined
     assert context["aborted"] is True
+
+
+def _large_body(blob: bytes, args: Any, run: ToolRunContext) -> object:
+    return len(blob)
+
+
+@pytest.mark.timeout(60)
+def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -> None:
+    blob = os.urandom(200_000)  # above the inline limit: passed by reference
+    remove = _register(registry, "large", functools.partial(_large_body, blob))
+    try:
+        first = registry.execute(_call("large", {}, AbortController().signal, "l1"))
+        second = registry.execute(_call("large", {}, AbortController().signal, "l2"))
+    finally:
+        remove()
+    assert _success(first).value == 200_000
+    assert _success(second).value == 200_000
 
 
 @pytest.mark.timeout(60)
