@@ -526,6 +526,29 @@ def test_what_does_not_pickle(registry: ToolRegistry) -> None:
     assert detail.message == "1+2"
 
 
+@pytest.mark.timeout(60)
+def test_a_forked_child_is_refused_at_once(registry: ToolRegistry) -> None:
+    remove = _register(registry, "echo", _echo)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never touches Ray, never returns into pytest
+            try:
+                result = registry.execute(_call("echo", {"x": 1}, AbortController().signal))
+                os.write(write_end, f"{result.code}|{_meta(result).get('reason')}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            reported = pipe.read()
+        os.waitpid(pid, 0)
+    finally:
+        remove()
+    code, _, reason = reported.partition("|")
+    assert code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert "fork" in reason
+
+
 def test_retries_are_refused() -> None:
     with pytest.raises(ValueError, match="max_retries"):
         RayBackend(max_retries=3)
