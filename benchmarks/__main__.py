@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--only SECTION ...] [--no-instructions] [--out PATH] [--update-docs]``
+"""``python -m benchmarks [--quick] [--only SECTION ...] [--no-instructions] [--ray] [--out PATH] [--update-docs]``
 
 Runs every section, prints a Markdown table and writes the figures to
 ``benchmarks/results.json``. The wall-clock sections take about a minute on
@@ -38,7 +38,12 @@ DOCS_PAGE = HERE.parent / "docs" / "benchmarks.md"
 
 
 def run_all(
-    *, quick: bool, only: list[str] | None = None, progress: bool = True, count_instructions: bool = True
+    *,
+    quick: bool,
+    only: list[str] | None = None,
+    progress: bool = True,
+    count_instructions: bool = True,
+    ray: bool = False,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -63,6 +68,12 @@ def run_all(
         results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+    if ray:
+        from . import ray as ray_bench
+
+        if progress:
+            print("[benchmarks] ray ...", file=sys.stderr, flush=True)
+        results["ray"] = ray_bench.run(quick=quick)
     results["meta"] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
@@ -84,12 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-instructions", action="store_true", help="skip the callgrind instruction counts (minutes)"
     )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="also run the Ray backend section (needs the 'ray' extra; starts a local Ray)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
     parser.add_argument("--update-docs", action="store_true", help=f"also rewrite the table in {DOCS_PAGE}")
     args = parser.parse_args(argv)
-    results = run_all(quick=args.quick, only=args.only, count_instructions=not args.no_instructions)
+    results = run_all(quick=args.quick, only=args.only, count_instructions=not args.no_instructions, ray=args.ray)
     table = report.render(results)
+    if "ray" in results:
+        from . import ray as ray_bench
+
+        table += "\n\n" + ray_bench.render(results["ray"])
     print(table)
     if not args.no_write:
         args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -35,6 +35,7 @@ Guarantees:
 Command line::
 
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--wide]
+                    [--backend thread|ray]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
                     [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
     dshtools mcp --tools MODULE:ATTRIBUTE [--name N]   (see dshtools.mcp; exits 0 at
@@ -160,6 +161,10 @@ def _report(
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
+    if ns.backend == "ray":
+        from ._demo_ray import cmd_demo_ray
+
+        return cmd_demo_ray(ns)
     from ._demo import (
         FORCED_STOP_AFTER,
         HTTP_TIMEOUT,
@@ -374,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-cancel",
         action="store_true",
         help="do not cancel; every call runs to its end or its timeout (not with --cancel-after)",
+    )
+    demo.add_argument(
+        "--backend",
+        choices=("thread", "ray"),
+        default="thread",
+        help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
+        "connected (needs the 'ray' extra; adds a non-cooperative call that is stopped by force)",
     )
     demo.set_defaults(func=cmd_demo, subparser=demo)
 

@@ -1,0 +1,131 @@
+"""Process-tree helpers for the Ray backend's forced stop (docs/contract.md §9).
+
+A forced stop kills the Ray worker that runs a body and everything that
+body started, including children that moved to a session of their own
+(``run_process`` starts its child with ``start_new_session=True``). Ray's
+own ``ray.cancel(force=True)`` ends the worker process; these helpers
+record the worker's descendants *before* that (an orphan is reparented and
+can no longer be found by its ancestry), kill them, and wait until every
+recorded process is gone.
+
+Linux only (``/proc``); elsewhere ``snapshot`` records nothing and the
+forced stop is Ray's alone. Each process is identified by its pid *and* its
+start time, so a pid reused by an unrelated process is never signalled nor
+waited for. Waiting uses ``pidfd_open`` (no polling) where the kernel has
+it, else a 20 ms poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+
+__all__ = ["ProcessId", "alive", "kill_tree", "snapshot", "wait_gone"]
+
+ProcessId = tuple[int, int, int]
+"""``(pid, start time in clock ticks, process group id)``."""
+
+
+def _stat(pid: int) -> tuple[int, int, int, str] | None:
+    """``(ppid, pgid, start time, state)`` of ``pid``, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = data[data.rfind(")") + 2 :].split()
+    # fields[0] is field 3 (state); field N is fields[N - 3].
+    return int(fields[1]), int(fields[2]), int(fields[19]), fields[0]
+
+
+def identity(pid: int) -> ProcessId | None:
+    """``(pid, start time, pgid)`` of a live process, or ``None``."""
+    st = _stat(pid)
+    if st is None or st[3] in ("Z", "X"):
+        return None
+    return (pid, st[2], st[1])
+
+
+def alive(proc: ProcessId) -> bool:
+    """Whether the process recorded as ``proc`` still runs (a zombie does not)."""
+    st = _stat(proc[0])
+    return st is not None and st[2] == proc[1] and st[3] not in ("Z", "X")
+
+
+def snapshot(root: int) -> list[ProcessId]:
+    """Every live descendant of ``root`` (not ``root`` itself), by ancestry, now."""
+    if not os.path.isdir("/proc"):
+        return []
+    children: dict[int, list[int]] = {}
+    ids: dict[int, ProcessId] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        st = _stat(pid)
+        if st is None or st[3] in ("Z", "X"):
+            continue
+        children.setdefault(st[0], []).append(pid)
+        ids[pid] = (pid, st[2], st[1])
+    found: list[ProcessId] = []
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        if pid in ids:
+            found.append(ids[pid])
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def kill_tree(worker: ProcessId | None, descendants: list[ProcessId]) -> None:
+    """SIGKILL the recorded ``descendants``: a descendant that leads its own
+    process group (a new session, say) is killed with its whole group; the
+    worker's own group is killed only while its leader is still ``worker``.
+    Never signals the calling process's group."""
+    own_group = os.getpgrp()
+    groups: set[int] = set()
+    for proc in descendants:
+        pid, _, pgid = proc
+        if not alive(proc):
+            continue
+        if pgid == pid and pgid != own_group:
+            groups.add(pgid)
+        else:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    if worker is not None and worker[2] == worker[0] and worker[2] != own_group and alive(worker):
+        groups.add(worker[2])
+    for pgid in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def wait_gone(procs: list[ProcessId], timeout: float) -> bool:
+    """Block up to ``timeout`` seconds until none of ``procs`` runs; ``True`` if so."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        while alive(proc):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _wait_exit(proc[0], min(left, 0.5))
+    return True
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(pid)
+        except OSError:
+            return  # gone already (or not permitted: the caller re-checks)
+        try:
+            select.select([fd], [], [], timeout)
+        finally:
+            os.close(fd)
+        return
+    time.sleep(min(timeout, 0.02))

@@ -1,0 +1,827 @@
+"""Tool bodies as Ray tasks: ``RayBackend`` (docs/contract.md §9, §10).
+
+``ToolRegistry(backend=RayBackend())`` runs every tool body as a Ray task on
+the cluster ``ray.init()`` connected this process to, or on a local Ray that
+the backend starts (``ray.init()`` with no arguments) at its first call when
+none is connected. It keeps the contract of the thread backend:
+
+* **The signal travels.** Each backend owns one small threaded actor, the
+  *signal actor* (decision 0036). The caller-side abort of ``run.signal``
+  sends the reason to it (one actor call, from the thread that aborted);
+  each worker process keeps one ``watch`` call to the actor outstanding,
+  which returns when a reason for one of its bodies arrives, and its
+  watcher thread aborts that body's local ``run.signal`` with it (the same
+  reason when it pickles, else its ``repr`` as a string). Nothing polls;
+  nothing is injected into the body.
+* **One claim decides.** A task starting on a worker first asks the signal
+  actor to claim its call. Claim and withdrawal decide under one lock in
+  the actor: if the caller's abort reached it first, the claim fails and the body never runs
+  (``NotInvoked``: ``ABORTED_BEFORE_DISPATCH``); otherwise the body runs
+  and a later abort is delivered to it. Only a task refused its claim is
+  ever cancelled with ``ray.cancel(force=False)`` (that interrupt can land
+  only in this module's wrapper, never in a body). The claim and the
+  signal wait use ``ObjectRef.future()``, not ``ray.get``, so a waiting
+  task keeps its CPU slot and no more bodies start than there are slots.
+* **Joined, then killed.** A started body is waited for. ``kill_after``
+  seconds after the abort, a body still running is stopped with
+  ``ray.cancel(force=True)``: the worker's descendants (recorded first,
+  whatever session they moved to) are killed too, and ``wait`` reports the
+  dispatch settled only once Ray reports the task ended and, for a worker
+  on the driver's node, the worker and its descendants are gone
+  (decision 0037). ``BodyReport.killed`` is then ``True``.
+* **Never retried.** Tasks run with ``max_retries=0``; passing
+  ``max_retries`` (other than 0) or ``retry_exceptions`` raises
+  ``ValueError``. A worker or node lost under a body gives ``WorkerLost``
+  (code ``WORKER_LOST``).
+
+What travels: the body (serialized once per body with Ray's serializer,
+``ray.cloudpickle``; ``validate`` refuses one that does not round-trip), the
+frozen arguments, and the call's ids, name and agent. The remote
+``run`` has a fresh ``token``, ``parent=None`` and ``definition=None``;
+``run.defer_context`` works (the contexts come back with the result, lost
+if the body is killed); ``run.dispatch`` raises ``RuntimeError``.
+``contextvars`` do not cross. A return value that does not pickle becomes
+``INVALID_TOOL_OUTPUT``; an exception that does not pickle arrives as an
+exception of the same class name and message.
+
+Threads: ``submit``/``wait``/``report`` run in the thread blocked in
+``execute``; the abort listener runs in the thread that aborted the signal
+and only sends one actor message; Ray's callback thread only records
+completions. The descendant sweep needs Linux (``/proc``) and runs only for
+a worker on the driver's node; elsewhere the forced stop is Ray's alone. The Ray this backend uses is process-wide:
+``close()`` releases the backend's actor, never ``ray.shutdown()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any, Final, cast
+
+import ray
+from ray import cloudpickle
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from . import _ray_reap
+from ._backend import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
+from ._errors import AbortError, safe_repr, safe_str
+from ._freeze import freeze_with_height
+from ._signal import AbortController, AbortSignal, ListenerHandle
+from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
+
+__all__ = ["RayBackend"]
+
+logger = logging.getLogger("dshtools.ray")
+
+
+def _dumps(obj: object) -> bytes:
+    """Ray's serializer for Python objects (``ray.cloudpickle``)."""
+    return cast(bytes, cloudpickle.dumps(obj))  # type: ignore[no-untyped-call]
+
+
+def _loads(data: bytes) -> Any:
+    return cloudpickle.loads(data)
+
+
+_INLINE_BODY_BYTES: Final = 64 * 1024
+"""A serialized body up to this size travels inside each task; a larger one
+is put in the object store once and passed by reference."""
+
+_CONFIRM_S: Final = 30.0
+"""How long a forced stop waits for the killed processes to be gone."""
+
+_FORBIDDEN_OPTIONS: Final = ("num_returns", "_generator_backpressure_num_objects")
+
+
+# ------------------------------------------------------------ the signal actor
+
+
+ProcessId = tuple[int, int, int]
+WorkerId = tuple[str, ProcessId | None]
+"""``(Ray node id, process identity on that node)`` of a worker process."""
+
+_WATCH_IDLE_S: Final = 30.0
+"""A worker's watch call returns empty after this long without news, and
+the worker calls again: a worker that went away stops being waited for."""
+
+
+_WATCH_THREADS: Final = 1024
+"""Threads (created on demand) for the outstanding ``watch`` calls: one per
+worker process that ran a body of the backend."""
+
+
+class _Entry:
+    __slots__ = ("pid", "state", "worker")
+
+    def __init__(self, state: str, worker: str | None = None, pid: WorkerId | None = None) -> None:
+        self.state = state  # "withdrawn" | "claimed" | "aborted"
+        self.worker = worker
+        self.pid = pid
+
+
+class _Mailbox:
+    __slots__ = ("items", "waiters")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, bytes]] = []
+        self.waiters = 0
+
+
+class _SignalActor:
+    """One per backend: the authority on claim vs withdrawal, and the
+    channel that carries an abort's reason to a running body.
+
+    A threaded actor: ``claim``/``abort``/``forget`` run in the small
+    ``"claim"`` concurrency group and decide under one lock, so a claim and
+    a withdrawal of the same call are ordered; ``watch`` calls block in
+    their own ``"watch"`` group and never delay a claim. Each worker
+    process keeps one ``watch`` call outstanding (not one per body): an
+    abort for a body it claimed lands in its mailbox and returns that call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._news = threading.Condition(self._lock)
+        self._calls: dict[str, _Entry] = {}
+        self._mailboxes: dict[str, _Mailbox] = {}
+
+    @ray.method(concurrency_group="claim")
+    def claim(self, key: str, worker: str, pid: WorkerId, finished: list[str]) -> bool:
+        """A task starts on ``worker``: ``True`` if its body may run,
+        ``False`` if the call was withdrawn first. ``finished``: calls
+        whose bodies returned on that worker since its last claim."""
+        with self._lock:
+            for done in finished:
+                entry = self._calls.get(done)
+                if entry is not None and entry.worker == worker:
+                    del self._calls[done]
+            if key in self._calls:
+                return False
+            self._calls[key] = _Entry("claimed", worker, pid)
+            return True
+
+    @ray.method(concurrency_group="claim")
+    def abort(self, key: str, reason: bytes) -> tuple[bool, WorkerId | None]:
+        """The caller aborted. ``(False, None)``: nothing claimed the call,
+        it is withdrawn now. ``(True, pid)``: its body started (on the
+        worker process ``pid``); the reason goes to that worker."""
+        with self._lock:
+            entry = self._calls.get(key)
+            if entry is None:
+                self._calls[key] = _Entry("withdrawn")
+                return False, None
+            if entry.state == "claimed" and entry.worker is not None:
+                entry.state = "aborted"
+                box = self._mailboxes.setdefault(entry.worker, _Mailbox())
+                box.items.append((key, reason))
+                self._news.notify_all()
+            return entry.state != "withdrawn", entry.pid
+
+    @ray.method(concurrency_group="claim")
+    def forget(self, key: str) -> None:
+        """The caller settled the call: drop whatever is left of it."""
+        with self._lock:
+            self._calls.pop(key, None)
+
+    @ray.method(concurrency_group="watch")
+    def watch(self, worker: str) -> list[tuple[str, bytes]]:
+        """``[(key, pickled reason), ...]`` for aborts of bodies claimed by
+        ``worker``; blocks until there is one (or ``_WATCH_IDLE_S``)."""
+        with self._lock:
+            box = self._mailboxes.setdefault(worker, _Mailbox())
+            box.waiters += 1
+            try:
+                self._news.wait_for(lambda: bool(box.items), _WATCH_IDLE_S)
+            finally:
+                box.waiters -= 1
+            items, box.items = box.items, []
+            if not items and not box.waiters:
+                self._mailboxes.pop(worker, None)
+            return items
+
+
+_SignalActorRemote = ray.remote(concurrency_groups={"claim": 4, "watch": _WATCH_THREADS})(_SignalActor)  # type: ignore[call-overload]
+
+
+# ------------------------------------------------------------ the remote side
+
+
+class _RemoteRun:
+    """``run`` services for a body in a Ray worker."""
+
+    __slots__ = ("contexts", "settled")
+
+    def __init__(self) -> None:
+        self.contexts: list[Mapping[str, Any]] = []
+        self.settled = False
+
+    def defer_context(self, context: object) -> None:
+        if self.settled:
+            raise RuntimeError("defer_context() after the tool body settled")
+        if not isinstance(context, dict):
+            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
+        frozen, _ = freeze_with_height(context)
+        self.contexts.append(frozen)
+
+    def dispatch(
+        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
+    ) -> ToolExecutionResult:
+        raise RuntimeError(
+            "run.dispatch() is not available in a body running on RayBackend: "
+            "nested calls need the thread backend (docs/contract.md §9)"
+        )
+
+
+class _NotJSON:
+    """Stands for a return value that did not pickle; the registry reports
+    ``INVALID_TOOL_OUTPUT`` with this text."""
+
+    __slots__ = ("__json_problem__",)
+
+    def __init__(self, problem: str) -> None:
+        self.__json_problem__ = problem
+
+
+def _load_reason(data: bytes) -> object:
+    try:
+        return _loads(data)
+    except Exception as exc:
+        return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
+
+
+class _Channel:
+    """A worker process's link to one backend's signal actor: the cached
+    actor handle, the bodies running here and their controllers, and the
+    watcher thread that keeps one ``watch`` call outstanding."""
+
+    def __init__(self, actor_name: str, namespace: str) -> None:
+        self.name = actor_name
+        self.actor = ray.get_actor(actor_name, namespace=namespace)
+        self.worker = uuid.uuid4().hex
+        self.pid: WorkerId = (ray.get_runtime_context().get_node_id(), _ray_reap.identity(os.getpid()))
+        self.lock = threading.Lock()
+        self.running: dict[str, AbortController] = {}
+        self.finished: list[str] = []
+        self.thread: threading.Thread | None = None
+
+    def claim(self, key: str) -> AbortController | None:
+        """Claim ``key`` in the actor: its controller, or ``None`` when the
+        call was withdrawn first. The controller is registered *before* the
+        claim is sent: an abort the actor delivers between granting the
+        claim and this thread reading the reply must find it."""
+        controller = AbortController()
+        with self.lock:
+            finished, self.finished = self.finished, []
+            self.running[key] = controller
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="dshtools-ray-watch", daemon=True)
+                self.thread.start()
+        granted = False
+        try:
+            granted = self.actor.claim.remote(key, self.worker, self.pid, finished).future().result() is True
+        finally:
+            if not granted:
+                with self.lock:
+                    self.running.pop(key, None)
+        return controller if granted else None
+
+    def release(self, key: str) -> None:
+        with self.lock:
+            self.running.pop(key, None)
+            self.finished.append(key)
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                items = self.actor.watch.remote(self.worker).future().result()
+            except BaseException as exc:  # the actor (or the driver owning it) is gone
+                reason = RuntimeError(f"the RayBackend signal actor is gone ({type(exc).__name__}); stopping")
+                with self.lock:
+                    controllers = list(self.running.values())
+                    self.thread = None
+                    _channels.pop(self.name, None)
+                for controller in controllers:
+                    controller.abort(reason)
+                return
+            for key, data in items:
+                with self.lock:
+                    target = self.running.get(key)
+                if target is not None:
+                    target.abort(_load_reason(data))
+
+
+_channels: dict[str, _Channel] = {}
+_channels_lock = threading.Lock()
+
+
+def _channel(actor_name: str, namespace: str) -> _Channel:
+    channel = _channels.get(actor_name)
+    if channel is None:
+        with _channels_lock:
+            channel = _channels.get(actor_name)
+            if channel is None:
+                channel = _Channel(actor_name, namespace)
+                _channels[actor_name] = channel
+    return channel
+
+
+_body_cache: dict[str, Body] = {}
+
+
+def _load_body(body_key: str, body_data: bytes | Any) -> Body:
+    """The body, unpickled once per worker process. ``body_data`` is the
+    serialized body, or (a large one) the ``ObjectRef`` of it: a reference
+    nested in an argument is not resolved by Ray, and is fetched here only
+    when this worker has not seen the body yet (``future()``, not
+    ``ray.get``: the task keeps its slot)."""
+    body = _body_cache.get(body_key)
+    if body is None:
+        if isinstance(body_data, ray.ObjectRef):
+            body_data = body_data.future().result()
+        body = _loads(bytes(body_data))
+        if len(_body_cache) >= 64:
+            _body_cache.clear()
+        _body_cache[body_key] = body
+    return body
+
+
+def _pack_error(exc: BaseException) -> tuple[str, object]:
+    try:
+        data = _dumps(exc)
+        _loads(data)
+    except Exception:
+        return "error_stub", (type(exc).__name__, safe_str(exc))
+    return "error", data
+
+
+def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str, Any], ...]]:
+    """The task. Returns ``(kind, payload, contexts)``: ``withdrawn``,
+    ``not_invoked`` (pickled error), ``not_invoked_stub`` (class name,
+    message), ``value`` (pickled value), ``bad_value`` (problem text),
+    ``error`` (pickled exception) or ``error_stub`` (class name, message).
+    ``packed`` is one argument (Ray serializes each argument on its own):
+    ``(actor name, namespace, call key, body key, body, args, fields)``."""
+    actor_name, namespace, key, body_key, body_data, args, fields = packed
+    try:
+        body = _load_body(body_key, body_data)
+    except Exception as exc:
+        kind, payload = _pack_error(exc)
+        return ("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()
+    channel = _channel(actor_name, namespace)
+    controller = channel.claim(key)
+    if controller is None:
+        return "withdrawn", None, ()
+    call_id, root_call_id, name, agent = fields
+    run = _RemoteRun()
+    ctx = ToolRunContext(
+        token=ExecutionToken(),
+        call_id=call_id,
+        root_call_id=root_call_id,
+        name=name,
+        arguments=args,
+        agent=agent,
+        parent=None,
+        definition=None,
+        signal=controller.signal,
+        run=run,
+    )
+    try:
+        value = body(args, ctx)
+    except BaseException as exc:
+        run.settled = True
+        channel.release(key)
+        kind, payload = _pack_error(exc)
+        return kind, payload, tuple(run.contexts)
+    run.settled = True
+    channel.release(key)
+    try:
+        return "value", _dumps(value), tuple(run.contexts)
+    except Exception as exc:
+        problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
+        return "bad_value", problem, tuple(run.contexts)
+
+
+_run_remote_task = ray.remote(_run_remote)
+
+
+# ------------------------------------------------------------ the caller side
+
+
+def _pickle_reason(reason: object) -> bytes:
+    try:
+        data = _dumps(reason)
+        _loads(data)
+        return data
+    except Exception:
+        return _dumps(safe_repr(reason))
+
+
+def _stand_in(name: str, message: str) -> BaseException:
+    """An exception of class name ``name`` for one that did not pickle."""
+    cls: type[Exception] = type(name, (Exception,), {"__module__": "dshtools.ray"})
+    return cls(message)
+
+
+def _cancel(ref: Any, *, force: bool) -> None:
+    """``ray.cancel``; a refusal (the task ended meanwhile, Ray shutting
+    down) is not the waiting caller's fault: the task's end still settles
+    the dispatch."""
+    try:
+        ray.cancel(ref, force=force, recursive=force)
+    except Exception as exc:
+        logger.warning("ray.cancel(force=%s) failed: %s", force, safe_str(exc))
+
+
+class _RayDispatch:
+    """One submitted body (the ``Dispatch`` of docs/contract.md §9).
+
+    The state is written by three threads: the abort listener (``abort_at``,
+    the abort reply future), Ray's callback thread (completions, through
+    ``_notify``) and the waiting thread (everything else, in ``_step``).
+    ``_step`` runs only in the waiting thread; every action it takes is
+    idempotent, so a ``KeyboardInterrupt`` between two of them is
+    harmless when ``wait`` is called again."""
+
+    def __init__(self, backend: RayBackend, key: str, actor: Any, signal: AbortSignal) -> None:
+        self._backend = backend
+        self._key = key
+        self._actor = actor
+        self._ref: Any = None
+        self._cond = threading.Condition(threading.Lock())
+        self._task_done_at: float | None = None
+        self._abort_at: float | None = None
+        self._abort_reply: Future[Any] | None = None
+        self._withdrawn = False
+        self._cancel_sent = False
+        self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
+        self._report: BodyReport | None = None
+        self._events = 0
+        self._signal = signal
+        # The listener goes first: an abort from here on withdraws the call
+        # in the actor even if the task is never started (a Ctrl-C inside
+        # submit()).
+        self._handle: ListenerHandle | None = signal.add_listener(self._on_abort)
+
+    def _handle_remove(self) -> None:
+        handle = self._handle
+        if handle is not None:
+            handle.remove()
+
+    def _started(self, ref: Any) -> None:
+        self._ref = ref
+        ref.future().add_done_callback(self._on_task_done)
+
+    @property
+    def task(self) -> Any:
+        """The Ray ``ObjectRef`` of the task running this body: ``ray.wait``
+        on it says whether Ray reports the task ended."""
+        return self._ref
+
+    # -- other threads
+
+    def _on_task_done(self, _fut: Future[Any]) -> None:
+        with self._cond:
+            self._task_done_at = time.monotonic()
+            self._events += 1
+            self._cond.notify_all()
+
+    def _on_abort(self, signal: AbortSignal) -> None:
+        data = _pickle_reason(signal.reason)
+        with self._cond:
+            if self._abort_at is not None:
+                return
+            self._abort_at = time.monotonic()
+        reply = self._actor.abort.remote(self._key, data).future()
+        with self._cond:
+            self._abort_reply = reply
+            self._events += 1
+            self._cond.notify_all()
+        reply.add_done_callback(self._on_reply)
+
+    def _on_reply(self, _fut: Future[Any]) -> None:
+        with self._cond:
+            self._events += 1
+            self._cond.notify_all()
+
+    # -- the waiting thread
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._report is None:
+            seen = self._events
+            wake = self._step()
+            if self._report is not None:
+                break
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            with self._cond:
+                if self._events == seen:
+                    self._cond.wait(max(0.0, min(deadline, wake) - now))
+        return True
+
+    def _kill_due(self) -> float | None:
+        if self._abort_at is None or self._backend.kill_after is None or self._kill is not None:
+            return None
+        return self._abort_at + self._backend.kill_after
+
+    def _step(self) -> float:
+        """Act on what happened; returns when to act next (monotonic)."""
+        if self._task_done_at is not None:
+            self._settle()
+            return 0.0
+        reply = self._abort_reply
+        if reply is not None and reply.done() and not self._withdrawn:
+            try:
+                started, _pid = reply.result()
+            except Exception:
+                started = True  # the actor is gone: treat the body as possibly running
+            if not started:
+                self._withdrawn = True
+        if self._withdrawn and not self._cancel_sent:
+            # The actor recorded the withdrawal: the task can only be in
+            # this module's wrapper, never in a body.
+            _cancel(self._ref, force=False)
+            self._cancel_sent = True
+        due = self._kill_due()
+        if due is not None and not self._withdrawn:
+            if time.monotonic() >= due:
+                self._force_stop(reply)
+                return time.monotonic() + 1.0
+            return due
+        return time.monotonic() + 1.0
+
+    def _force_stop(self, reply: Future[Any] | None) -> None:
+        # The worker's processes can be swept only on this node (/proc).
+        local: ProcessId | None = None
+        if reply is not None and reply.done():
+            try:
+                _started, where = reply.result()
+            except Exception:
+                where = None
+            if where is not None and where[0] == self._backend._node_id:
+                local = where[1]
+        descendants: list[ProcessId] = []
+        if local is not None and _ray_reap.alive(local):
+            descendants = _ray_reap.snapshot(local[0])
+        self._kill = (local, descendants)
+        _cancel(self._ref, force=True)
+        _ray_reap.kill_tree(None, descendants)
+
+    def _settle(self) -> None:
+        outcome, contexts, invoked, ended = self._outcome()
+        # Killed: a forced stop was issued and the task ended without the
+        # body returning (a body that returned at that very moment was not).
+        killed = self._kill is not None and ended
+        if killed:
+            assert self._kill is not None
+            worker, descendants = self._kill
+            _ray_reap.kill_tree(worker, descendants)
+            _ray_reap.wait_gone(([worker] if worker is not None else []) + descendants, _CONFIRM_S)
+        overrun = None
+        if invoked and self._abort_at is not None and self._task_done_at is not None:
+            overrun = max(0.0, self._task_done_at - self._abort_at)
+        self._handle_remove()
+        if self._abort_at is not None or not invoked:
+            self._backend._forget(self._key)
+        self._backend._settled(self, killed)
+        self._report = BodyReport(outcome=outcome, contexts=contexts, killed=killed, overrun_s=overrun)
+
+    def _outcome(self) -> tuple[Any, tuple[Mapping[str, Any], ...], bool, bool]:
+        """``(outcome, contexts, invoked, ended)``; ``ended``: the task
+        ended without the wrapper returning (Ray reports it failed)."""
+        try:
+            kind, payload, contexts = ray.get(self._ref, timeout=0)
+        except ray.exceptions.RayTaskError as exc:
+            # The wrapper raised: only possible before the claim.
+            if self._withdrawn:
+                return NotInvoked(), (), False, True
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            return NotInvoked(cause), (), False, True
+        except Exception as exc:
+            if self._withdrawn:
+                return NotInvoked(), (), False, True
+            if self._kill is not None:
+                return Error(AbortError(self._signal.reason)), (), True, True
+            lost = WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")
+            return Error(lost), (), True, True
+        outcome, invoked = self._decode(kind, payload)
+        return outcome, (contexts if invoked else ()), invoked, False
+
+    def _decode(self, kind: str, payload: Any) -> tuple[Any, bool]:
+        if kind == "withdrawn":
+            return NotInvoked(), False
+        if kind == "not_invoked":
+            return NotInvoked(_loads(payload)), False
+        if kind == "not_invoked_stub":
+            return NotInvoked(_stand_in(*payload)), False
+        if kind == "value":
+            try:
+                value = _loads(payload)
+            except Exception as exc:
+                value = _NotJSON(f"the tool's return value cannot be deserialized here: {safe_str(exc)}")
+            return Value(value), True
+        if kind == "bad_value":
+            return Value(_NotJSON(payload)), True
+        if kind == "error":
+            try:
+                error = _loads(payload)
+            except Exception as exc:
+                error = _stand_in(
+                    type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}"
+                )
+            return Error(error), True
+        return Error(_stand_in(*payload)), True
+
+    def report(self) -> BodyReport:
+        if self._report is None:
+            raise RuntimeError("report() before wait() returned True")
+        return self._report
+
+
+class RayBackend:
+    """Run tool bodies as Ray tasks (docs/contract.md §9, §10).
+
+    ``RayBackend(*, kill_after=5.0, **ray_options)``:
+
+    * ``kill_after``: seconds (finite, ``>= 0``) between the abort of a
+      call's signal and the forced stop of a body still running, or
+      ``None`` to never kill (cooperative only, still joined).
+    * ``ray_options``: task options for ``.options()`` (``num_cpus``,
+      ``num_gpus``, ``resources``, ``memory``, ``runtime_env``,
+      ``scheduling_strategy``, ...). ``max_retries`` other than 0,
+      ``retry_exceptions`` and ``num_returns`` raise ``ValueError``; an
+      option Ray does not know raises ``ValueError`` here.
+
+    Ray is connected (``ray.init()``, a local cluster) at the first
+    ``submit`` if this process is not connected yet. Raises
+    ``RuntimeError`` when used in a process forked after it was created.
+    """
+
+    def __init__(self, *, kill_after: float | None = 5.0, **ray_options: Any) -> None:
+        if kill_after is not None:
+            if isinstance(kill_after, bool) or not isinstance(kill_after, (int, float)):
+                raise TypeError(f"kill_after must be a number of seconds or None, not {type(kill_after).__name__}")
+            if not (0 <= kill_after < float("inf")):
+                raise ValueError(f"kill_after must be finite and >= 0, not {kill_after!r}")
+        retries = ray_options.pop("max_retries", 0)
+        if retries != 0:
+            raise ValueError("RayBackend never retries a tool body: max_retries must be 0 (docs/contract.md §10)")
+        if ray_options.pop("retry_exceptions", False):
+            raise ValueError("RayBackend never retries a tool body: retry_exceptions is not allowed")
+        for name in _FORBIDDEN_OPTIONS:
+            if name in ray_options:
+                raise ValueError(f"RayBackend does not accept the task option {name!r}")
+        try:
+            self._task = _run_remote_task.options(max_retries=0, **ray_options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid Ray task options for RayBackend: {exc}") from exc
+        self.kill_after: float | None = None if kill_after is None else float(kill_after)
+        self.ray_options: Mapping[str, Any] = dict(ray_options)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._actor: Any = None
+        self._node_id = ""
+        self._closed = False
+        self._prefix = uuid.uuid4().hex[:12]
+        self._actor_name = (f"dshtools-signal-{self._prefix}", "dshtools")
+        self._counter = itertools.count(1)
+        self._bodies: dict[int, tuple[Body, str, Any]] = {}
+        self._in_flight: set[_RayDispatch] = set()
+        self.tasks_started = 0
+        self.tasks_killed = 0
+
+    def __repr__(self) -> str:
+        return f"RayBackend(kill_after={self.kill_after!r}, in_flight={len(self._in_flight)})"
+
+    # -- Backend protocol
+
+    def validate(self, name: str, body: Body) -> None:
+        """Refuse (``ValueError`` naming the tool) a body that does not
+        round-trip through Ray's serializer. Runs in ``register()``'s thread."""
+        self._serialized(name, body)
+
+    def submit(self, body: Body, args: object, run: ToolRunContext) -> _RayDispatch:
+        """Start ``body(args, run)`` as a Ray task. Raises ``RuntimeError``
+        after ``close()`` or in a forked child (the body never starts)."""
+        if os.getpid() != self._pid:
+            raise RuntimeError("RayBackend was created in another process (before a fork); create one in this process")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("RayBackend is closed")
+        actor = self._actor_handle()
+        body_key, body_data = self._body_ref(run.name, body)
+        key = f"{self._prefix}-{next(self._counter)}"
+        fields = (run.call_id, run.root_call_id, run.name, run.agent)
+        dispatch = _RayDispatch(self, key, actor, run.signal)
+        with self._lock:
+            if self._closed:
+                dispatch._handle_remove()
+                raise RuntimeError("RayBackend is closed")
+            # In flight before the task exists: close() waits for it.
+            self._in_flight.add(dispatch)
+            self.tasks_started += 1
+        try:
+            dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
+        except BaseException as exc:
+            self._settled(dispatch, False)
+            if isinstance(exc, Exception):
+                dispatch._handle_remove()
+            # else (a Ctrl-C) the listener stays: the registry's abort then
+            # withdraws the call in the actor, whether or not Ray got the task.
+            raise
+        return dispatch
+
+    def close(self) -> None:
+        """Stop accepting calls, wait until every submitted task ended
+        (their callers join them), then release the signal actor. Does not
+        shut Ray down. Idempotent."""
+        with self._idle:
+            self._closed = True
+            while self._in_flight:
+                self._idle.wait()
+            actor, self._actor = self._actor, None
+            self._bodies.clear()
+        if actor is not None and os.getpid() == self._pid:
+            try:
+                ray.kill(actor)
+            except Exception:
+                pass
+
+    # -- introspection (the demo's quiescence report, tests)
+
+    def running_tasks(self) -> int:
+        """How many of this backend's tasks Ray does not report ended yet
+        (asked of Ray now: ``ray.wait`` on every unsettled task's
+        ``ObjectRef``). ``0`` means quiescent: every task this backend
+        started has ended."""
+        with self._lock:
+            refs = [d._ref for d in self._in_flight]
+        if not refs:
+            return 0
+        _ready, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        return len(pending)
+
+    # -- internals
+
+    def _actor_handle(self) -> Any:
+        actor = self._actor
+        if actor is not None:
+            return actor
+        with self._lock:
+            if self._actor is None:
+                if not ray.is_initialized():
+                    ray.init()
+                self._node_id = ray.get_runtime_context().get_node_id()
+                self._actor = _SignalActorRemote.options(
+                    name=self._actor_name[0],
+                    namespace=self._actor_name[1],
+                    num_cpus=0,
+                    max_restarts=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        ray.get_runtime_context().get_node_id(), soft=True
+                    ),
+                ).remote()
+            return self._actor
+
+    def _serialized(self, name: str, body: Body) -> bytes:
+        try:
+            data = _dumps(body)
+            _loads(data)
+        except Exception as exc:
+            raise ValueError(
+                f"tool {name!r} cannot run on RayBackend: its body does not round-trip through Ray's "
+                f"serializer ({type(exc).__name__}: {safe_str(exc)})"
+            ) from exc
+        return data
+
+    def _body_ref(self, name: str, body: Body) -> tuple[str, Any]:
+        cached = self._bodies.get(id(body))
+        if cached is not None and cached[0] is body:
+            return cached[1], cached[2]
+        data = self._serialized(name, body)
+        body_key = uuid.uuid4().hex
+        payload: Any = data if len(data) <= _INLINE_BODY_BYTES else ray.put(data)
+        with self._lock:
+            if len(self._bodies) >= 256:
+                self._bodies.clear()
+            self._bodies[id(body)] = (body, body_key, payload)
+        return body_key, payload
+
+    def _forget(self, key: str) -> None:
+        actor = self._actor
+        if actor is not None:
+            actor.forget.remote(key)
+
+    def _settled(self, dispatch: _RayDispatch, killed: bool) -> None:
+        with self._idle:
+            self._in_flight.discard(dispatch)
+            self.tasks_killed += killed
+            if not self._in_flight:
+                self._idle.notify_all()
