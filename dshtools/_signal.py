@@ -533,20 +533,21 @@ class AbortSignal:
         if not self._linked:
             return
         with _LOCK:
-            if self._closed and self._timer is None and not self._sources:
-                return
-            self._closed = True
-            # Strong links are dropped first, each in one step (the timer
-            # entry's, then every source's through the anchor), so an
-            # interrupt between any two steps leaves at most weak entries
-            # behind (pruned once their signal is gone), and close() again
-            # finishes the job.
             timer = self._timer
-            self._timer = None
+            sources = self._sources
+            if self._closed and timer is None and not sources:
+                return
+            # Each strong link goes in one step, first: the timer entry's
+            # (a timeout signal), every source's at once through the anchor
+            # (a derived signal). So an interrupt (Ctrl-C) at any point of
+            # this block leaves either the signal untouched or no strong
+            # link to it - at most weak entries, pruned once it is gone -
+            # and close() again finishes the job.
             if timer is not None:
                 timer.strong = None
-            sources = self._sources
             self._release_sources_locked()
+            self._closed = True
+            self._timer = None
             ref = self._ref
             for source in sources:
                 deps = source._deps

@@ -130,8 +130,8 @@ def _check(rnd: _Round) -> None:
             assert ran == expected, (lid, rec)
     for sid, order in enumerate(rnd.order):
         registered = set(order)
-        ran = [lid for s, lid in rnd.runs if s == sid and lid in registered]
-        assert ran == [lid for lid in order if count[lid]], sid
+        ran_in_order = [lid for s, lid in rnd.runs if s == sid and lid in registered]
+        assert ran_in_order == [lid for lid in order if count[lid]], sid
 
 
 @pytest.mark.timeout(120)
