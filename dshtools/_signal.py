@@ -37,8 +37,8 @@ critical sections are a few attribute writes - user code never runs under
 it. Weakref callbacks never take it (dead links are pruned lazily), so
 garbage collection inside a critical section cannot deadlock.
 
-The abort decision. A signal's listeners live in one dict (handle ->
-callback, registration order). Aborting inserts the key ``_ABORTED`` into
+The abort decision. A signal's listeners live in one dict (an ``int`` key,
+held by the listener's handle -> callback, registration order). Aborting inserts the key ``_ABORTED`` into
 that dict with ``dict.setdefault``: one atomic step (the key's hash and
 equality are C code, no Python code runs inside it), so of any number of
 concurrent aborts exactly one inserts it and wins; its value, a 1-tuple
@@ -54,12 +54,12 @@ every C call on one object is sequentially consistent; a build without the
 GIL would need these stores and loads to be sequentially consistent atomics,
 which CPython's free-threaded dict operations are):
 
-* abort vs ``add_listener`` on a plain signal: the adder inserts its handle
+* abort vs ``add_listener`` on a plain signal: the adder inserts its key
   and then looks for ``_ABORTED``; the aborter inserts ``_ABORTED`` and then
   snapshots the keys. If the adder finds ``_ABORTED`` it claims its own
-  handle back with ``dict.pop`` and runs (or refuses) the callback itself;
+  key back with ``dict.pop`` and runs (or refuses) the callback itself;
   the aborter's dispatch claims with the same pop, so whichever pop finds
-  the handle owns it and the callback runs exactly once.
+  the key owns it and the callback runs exactly once.
 * abort vs ``wait()``: the waiter stores the ``Event`` and then reads
   ``_aborted``; the aborter stores ``_aborted`` and then reads ``_event``.
 * abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
@@ -69,7 +69,7 @@ which CPython's free-threaded dict operations are):
   dependent both sides reach is marked once.
 
 Claiming a listener: the dispatch loop and ``remove()`` both claim a
-listener by popping its handle from the dict (``dict.pop``, atomic as
+listener by popping its key from the dict (``dict.pop``, atomic as
 above). Whoever pops it owns it: the loop runs it, ``remove()`` makes sure
 it never starts. The loop's pops run in C (``map`` over the snapshot), one
 per listener, with no lock.
@@ -82,7 +82,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from itertools import repeat
+from itertools import count, repeat
 from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -116,6 +116,10 @@ class _Marker:
 _ABORTED: Final = _Marker()
 # The second argument of every claiming pop in the dispatch loop.
 _NONES: Final = repeat(None)
+# Listener keys: unique ints (one process-wide counter), so the listener
+# dict holds no per-listener object besides the callback; the handle holds
+# the key.
+_next_key: Final = count().__next__
 
 # Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
 # blocked in wait() promptly on every platform (B19).
@@ -179,7 +183,7 @@ class ListenerHandle:
     blocks, and is also what leaving a ``with`` block does.
     """
 
-    __slots__ = ("_signal",)
+    __slots__ = ("_key", "_signal")
     if TYPE_CHECKING:
 
         @property
@@ -190,16 +194,17 @@ class ListenerHandle:
         # A class attribute: creating a handle is on the add_listener path.
         registered = True
 
-    def __init__(self, signal: AbortSignal) -> None:
+    def __init__(self, signal: AbortSignal, key: int | None) -> None:
         self._signal = signal
+        self._key = key
 
     def remove(self) -> None:
         signal = self._signal
         if signal._linked:
-            signal._remove_linked(self)
+            signal._remove_linked(self._key)
         else:
             # A plain signal keeps nothing alive: the claiming pop is all.
-            signal._listeners.pop(self, None)
+            signal._listeners.pop(self._key, None)
 
     def __enter__(self) -> ListenerHandle:
         return self
@@ -213,7 +218,7 @@ class ListenerHandle:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "active" if self in self._signal._listeners else "detached"
+        state = "active" if self._key in self._signal._listeners else "detached"
         return f"<ListenerHandle {state} registered={self.registered}>"
 
 
@@ -229,6 +234,7 @@ class _RefusedHandle(ListenerHandle):
 
 
 _new_handle: Final = object.__new__
+_new_signal: Final = object.__new__
 
 
 class AbortSignal:
@@ -282,7 +288,7 @@ class AbortSignal:
         self._aborted = False
         self._reason: object = None
         self._event: threading.Event | None = None  # created by the first wait()
-        # handle -> callback, registration order; `_ABORTED` once aborted.
+        # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
         self._listeners: dict[Any, Any] = {}
         # As a source: weak reference to a derived signal -> that signal's
         # anchor; derivation order. None until the first derivation (which
@@ -404,13 +410,14 @@ class AbortSignal:
             return self._add_linked(callback, run_if_aborted)
         handle = _new_handle(ListenerHandle)
         handle._signal = self
+        handle._key = key = _next_key()
         listeners = self._listeners
-        listeners[handle] = callback
+        listeners[key] = callback
         if _ABORTED not in listeners:
             return handle
-        # Aborted before or while we inserted. Claim the handle back; if the
+        # Aborted before or while we inserted. Claim the key back; if the
         # aborting thread's dispatch claimed it first, it runs there.
-        if listeners.pop(handle, None) is None:
+        if listeners.pop(key, None) is None:
             return handle
         _settle(self, listeners)
         return _refused(self, callback, run_if_aborted)
@@ -420,17 +427,18 @@ class AbortSignal:
             if not self._aborted:
                 handle = _new_handle(ListenerHandle)
                 handle._signal = self
+                handle._key = key = _next_key()
                 listeners = self._listeners
-                listeners[handle] = callback
+                listeners[key] = callback
                 if len(listeners) == 1:
                     self._keepalive_changed_locked()
                 return handle
         return _refused(self, callback, run_if_aborted)
 
-    def _remove_linked(self, handle: ListenerHandle) -> None:
+    def _remove_linked(self, key: int | None) -> None:
         listeners = self._listeners
         with _LOCK:
-            if listeners.pop(handle, None) is None:
+            if listeners.pop(key, None) is None:
                 return  # removed before, or claimed by a dispatch loop
             if not listeners:
                 self._keepalive_changed_locked()
@@ -726,7 +734,7 @@ def _won_plain(signal: AbortSignal, listeners: dict[Any, Any], token: tuple[obje
 
 
 def _dispatch(signal: AbortSignal, keys: list[Any]) -> BaseException | None:
-    # Each listener is claimed by popping its handle, right before it runs;
+    # Each listener is claimed by popping its key, right before it runs;
     # remove() (and a late adder) claim with the same pop. Exactly one pop
     # finds it, so a concurrent remove() either wins (the listener never
     # starts) or loses (it has started) - never both, and it never waits.
@@ -749,6 +757,7 @@ def _dispatch(signal: AbortSignal, keys: list[Any]) -> BaseException | None:
 def _refused(signal: AbortSignal, callback: Listener, run_if_aborted: bool) -> ListenerHandle:
     handle = _new_handle(_RefusedHandle)
     handle._signal = signal
+    handle._key = None
     if run_if_aborted:
         _call(callback, signal)
     return handle
@@ -819,7 +828,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 derived._aborted = True
                 return derived
         if listener is not None:
-            derived._listeners[object()] = listener
+            derived._listeners[_next_key()] = listener
             derived._keepalive_changed_locked()
     return derived
 
@@ -888,7 +897,15 @@ class AbortController:
     __slots__ = ("signal",)
 
     def __init__(self) -> None:
-        self.signal: Final = AbortSignal()
+        # `AbortSignal()`, inlined (creating a controller is a hot path).
+        signal = _new_signal(AbortSignal)
+        signal._linked = False
+        signal._aborted = False
+        signal._reason = None
+        signal._event = None
+        signal._listeners = {}
+        signal._deps = None
+        self.signal: Final = signal
 
     def abort(self, reason: object = None) -> None:
         # `_abort_plain` and the common case of `_won_plain`, inlined: this
@@ -908,8 +925,20 @@ class AbortController:
         event = signal._event
         if event is not None:
             event.set()
-        if len(listeners) == 1:
+        n = len(listeners)
+        if n == 1:
             return
+        if n == 2:
+            # One listener: no snapshot list, no iterator.
+            key = next(iter(listeners))
+            if key is not _ABORTED:
+                callback = listeners.pop(key, None)
+                if callback is not None:
+                    try:
+                        callback(signal)
+                    except Exception as exc:
+                        report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+                return
         keys = list(listeners)
         if keys[-1] is _ABORTED:
             del keys[-1]
