@@ -925,21 +925,20 @@ class AbortController:
         event = signal._event
         if event is not None:
             event.set()
-        n = len(listeners)
-        if n == 1:
+        if len(listeners) == 1:
             return
-        if n == 2:
-            # One listener: no snapshot list, no iterator.
-            key = next(iter(listeners))
-            if key is not _ABORTED:
-                callback = listeners.pop(key, None)
-                if callback is not None:
-                    try:
-                        callback(signal)
-                    except Exception as exc:
-                        report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-                return
+        # One atomic copy: the dict may change size under us (late adders,
+        # removers on other threads), so it is never iterated directly.
         keys = list(listeners)
+        if len(keys) == 2 and keys[1] is _ABORTED:
+            # One listener: no iterator.
+            callback = listeners.pop(keys[0], None)
+            if callback is not None:
+                try:
+                    callback(signal)
+                except Exception as exc:
+                    report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+            return
         if keys[-1] is _ABORTED:
             del keys[-1]
         else:
