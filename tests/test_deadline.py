@@ -176,7 +176,12 @@ def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
     with deadline(AbortController().signal, 0.01, "T") as dl:
         names: list[str] = []
         done = threading.Event()
-        dl.signal.add_listener(lambda s: (names.append(threading.current_thread().name), done.set()))
+
+        def on_abort(_s: AbortSignal) -> None:
+            names.append(threading.current_thread().name)
+            done.set()
+
+        dl.signal.add_listener(on_abort)
         assert done.wait(5)
         assert names == ["dshtools-timer"]
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,6 +28,22 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def pending_baseline() -> int:
     gc.collect()
     return _timer.pending_count()
+
+
+def _record(order: list[float], value: float, done: threading.Event) -> Callable[[AbortSignal], None]:
+    def listener(_s: AbortSignal) -> None:
+        order.append(value)
+        if len(order) == 3:
+            done.set()
+
+    return listener
+
+
+def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
+    def listener(_s: AbortSignal) -> None:
+        counts[i] += 1
+
+    return listener
 
 
 @pytest.mark.timeout(30)
@@ -124,7 +141,7 @@ def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
     durations = (0.3, 0.1, 0.2)  # 100 ms apart: robust to a slow machine
     signals = [AbortSignal.timeout(d) for d in durations]
     for s, d in zip(signals, durations, strict=False):
-        s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))
+        s.add_listener(_record(order, d, done))
     assert done.wait(5)
     assert order == [0.1, 0.2, 0.3]
 
@@ -323,7 +340,7 @@ def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> 
                 if i % 50 == 0:
                     j = i // 50
                     s = AbortSignal.timeout(0.001)
-                    s.add_listener(lambda s, j=j: counts[k].__setitem__(j, counts[k][j] + 1))
+                    s.add_listener(_counter(counts[k], j))
                     short_signals[k].append(s)
                 if i % 7 == 0:
                     with AbortSignal.timeout(3600):  # closed at once
