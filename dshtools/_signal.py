@@ -341,7 +341,10 @@ class AbortSignal:
                     event = self._event = threading.Event()
             # Read after the store above; an abort stores `_aborted` before
             # it reads `_event` (module docstring): one of us sees the other.
-            if self._aborted or _ABORTED in self._listeners:
+            if self._aborted:
+                return True
+            if _ABORTED in self._listeners:  # won, not yet settled: settle it
+                _settle(self, self._listeners)
                 return True
         if timeout is not None:
             # Clamp: Event.wait() raises OverflowError past
