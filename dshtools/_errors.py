@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+import traceback
 from types import TracebackType
 from typing import Any
 
@@ -125,9 +126,26 @@ def report_unraisable(exc: BaseException, err_msg: str, obj: object) -> None:
     """Report an exception nobody can catch (a listener's, an observer's)
     through ``sys.unraisablehook``; never raises."""
     try:
-        sys.unraisablehook(_UnraisableArgs(exc, err_msg, obj))
+        hook = sys.unraisablehook
+        if hook is sys.__unraisablehook__:
+            # The built-in hook accepts only its own (unconstructible) args
+            # type and would reject ours with TypeError, losing the report:
+            # write what it writes, with every foreign object guarded.
+            _write_unraisable(exc, err_msg, obj)
+        else:
+            hook(_UnraisableArgs(exc, err_msg, obj))
     except BaseException:  # pragma: no cover - a broken hook must not break abort()
         pass
+
+
+def _write_unraisable(exc: BaseException, err_msg: str, obj: object) -> None:
+    stream = sys.stderr
+    if stream is None:
+        return
+    # traceback guards a raising __str__ itself ("<exception str() failed>").
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    stream.write(f"{err_msg}: {safe_repr(obj)}\n" + "".join(lines))
+    stream.flush()
 
 
 def check_seconds(seconds: object, what: str = "seconds") -> float:

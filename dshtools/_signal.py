@@ -2,9 +2,8 @@
 
 Guarantees:
 
-* Safe to call from any thread. ``abort()`` is decided by one module lock
-  (``_LOCK``): of many concurrent callers exactly one wins; the rest return
-  at once and do nothing.
+* Safe to call from any thread. Of many concurrent ``abort()`` calls exactly
+  one wins; the rest return at once and do nothing.
 * Before any listener runs, the aborted signal **and every signal derived
   from it** read ``aborted`` with the same ``reason`` object. Then listeners
   run once each, in registration order, in the aborting thread, with no lock
@@ -25,36 +24,65 @@ Guarantees:
   until it aborts or is closed, its sources keep it alive. Nothing else
   does: there is no global registry.
 
-Why a single module lock rather than one per signal: linking a derived
-signal to N sources and propagating an abort to M dependents must each be
-atomic across several signals. One lock makes those multi-signal steps
-trivially atomic and deadlock-free (no lock ordering to get wrong), and the
-critical sections are a few attribute writes: the lock is never held while
-user code runs. Weakref callbacks never take it (dead links are pruned
-lazily), so garbage collection inside a critical section cannot deadlock.
+Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
+``already_aborted``) keeps nothing alive, so its listener and abort paths
+take no lock (below). A *linked* signal (``any_of``/``derive`` and timeout
+signals, class ``_LinkedSignal``) owns keep-alive links to its sources or a
+timer entry; everything that changes those links, and its own abort, runs
+under the one module lock ``_LOCK``. Why one lock rather than one per
+signal: linking a derived signal to N sources and propagating an abort to M
+dependents must each be atomic across several signals; one lock makes those
+steps atomic and deadlock-free (no lock order to get wrong), and its
+critical sections are a few attribute writes - user code never runs under
+it. Weakref callbacks never take it (dead links are pruned lazily), so
+garbage collection inside a critical section cannot deadlock.
 
-Claiming a listener: a signal keeps its listeners in a dict from a unique
-``int`` key (one process-wide counter) to the callback; the handle holds the
-key. The dispatch loop and ``remove()`` both claim a listener by popping its
-key (``dict.pop`` is one atomic step: an ``int``'s hash and equality are C
-code, so no Python code runs inside it). Whoever pops it owns it: the loop runs it, ``remove()`` makes
-sure it never starts. The loop pops without taking ``_LOCK`` (one lock round
-trip per listener was most of the cost of ``abort()``), which is safe
-because nothing is ever *inserted* after ``aborted`` is set, and the
-snapshot of keys to run is taken under the lock that set it.
-``remove()`` takes the lock only when the signal has keep-alive links to
-update (derived and timeout signals); on a plain signal the pop is all of
-it. Inserting (``add_listener``) always takes the lock: its "not aborted
-yet" check and the insert must be one step against ``abort()``'s snapshot.
+The abort decision. A signal's listeners live in one dict (an ``int`` key,
+held by the listener's handle -> callback, registration order). Aborting inserts the key ``_ABORTED`` into
+that dict with ``dict.setdefault``: one atomic step (the key's hash and
+equality are C code, no Python code runs inside it), so of any number of
+concurrent aborts exactly one inserts it and wins; its value, a 1-tuple
+holding the reason, is what every later reader copies. The winner then
+stores ``_reason`` and ``_aborted`` (in that order; anyone who finds the key
+before ``_aborted`` is set stores the same two values, so they never
+disagree) and only then looks at listeners, dependents and the waiters'
+``Event``.
+
+Atomicity assumptions, each a pair of "write, then read" steps that must not
+both miss the other (they hold with the GIL, under which every bytecode and
+every C call on one object is sequentially consistent; a build without the
+GIL would need these stores and loads to be sequentially consistent atomics,
+which CPython's free-threaded dict operations are):
+
+* abort vs ``add_listener`` on a plain signal: the adder inserts its key
+  and then looks for ``_ABORTED``; the aborter inserts ``_ABORTED`` and then
+  snapshots the keys. If the adder finds ``_ABORTED`` it claims its own
+  key back with ``dict.pop`` and runs (or refuses) the callback itself;
+  the aborter's dispatch claims with the same pop, so whichever pop finds
+  the key owns it and the callback runs exactly once.
+* abort vs ``wait()``: the waiter stores the ``Event`` and then reads
+  ``_aborted``; the aborter stores ``_aborted`` and then reads ``_event``.
+* abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
+  then reads whether it aborted; a plain source's aborter sets ``_ABORTED``
+  and then reads its dependents, propagating under ``_LOCK``. Marking a
+  dependent aborted is itself under ``_LOCK`` and checked first, so a
+  dependent both sides reach is marked once.
+
+Claiming a listener: the dispatch loop and ``remove()`` both claim a
+listener by popping its key from the dict (``dict.pop``, atomic as
+above). Whoever pops it owns it: the loop runs it, ``remove()`` makes sure
+it never starts. The loop's pops run in C (``map`` over the snapshot), one
+per listener, with no lock.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
+from itertools import count, repeat
 from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -66,6 +94,9 @@ __all__ = ["AbortController", "AbortSignal", "Listener", "ListenerHandle"]
 
 Listener = Callable[["AbortSignal"], object]
 
+# Guards every change to links between signals (dependents, sources,
+# keep-alive strength), a linked signal's listeners and abort, the creation
+# of a signal's Event, and the default reason's creation.
 _LOCK: Final = threading.Lock()
 
 if hasattr(os, "register_at_fork"):
@@ -73,25 +104,36 @@ if hasattr(os, "register_at_fork"):
     # critical section would leave the child's copy of _LOCK held forever.
     os.register_at_fork(after_in_child=_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
 
-# Marks "not in the listener dict" for the claiming pop (see the module
-# docstring): a listener is pending exactly while its key is in the dict.
-_MISSING: Final = object()
-# Listener keys: unique ints, so that the listener dict holds no per-listener
-# object besides the callback (and its handle, held by the caller).
-_next_key: Final = itertools.count().__next__
+
+class _Marker:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<aborted>"
+
+
+# The key that marks a listener dict as aborted (see the module docstring).
+_ABORTED: Final = _Marker()
+# The second argument of every claiming pop in the dispatch loop.
+_NONES: Final = repeat(None)
+# Listener keys: unique ints (one process-wide counter), so the listener
+# dict holds no per-listener object besides the callback; the handle holds
+# the key.
+_next_key: Final = count().__next__
 
 # Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
 # blocked in wait() promptly on every platform (B19).
 _WAIT_SLICE: Final = 0.25
 
 
-# The reason of an `abort()` given none, until it is first read. Creating the
-# default `AbortError` was two thirds of the cost of such an abort, and most
-# aborts are never asked why: the plain-signal path stores this marker, and
-# the first read of `reason` replaces it, under `_LOCK`, with the one
-# `AbortError` every later read returns. Paths that copy a reason to other
-# signals (dependents, a derived signal of an aborted input) resolve it first,
-# so they all hold the same object.
+# The reason of an `abort()` given none. Creating the default `AbortError`
+# was two thirds of the cost of such an abort, and most aborts are never
+# asked why: abort stores this marker, and the first read of `reason`
+# creates, under `_LOCK`, the one `AbortError` (kept in `_error`) that every
+# later read returns. `_reason` itself never changes once written, so the
+# winner and a helper that both store it cannot undo each other. Paths that
+# copy a reason to other signals (dependents, a derived signal of an aborted
+# input) resolve it first, so they all hold the same object.
 _DEFAULT_REASON: Final = object()
 
 
@@ -106,23 +148,30 @@ def _reason_of(signal: AbortSignal) -> object:
 def _resolved_reason_locked(signal: AbortSignal) -> object:
     reason = signal._reason
     if reason is _DEFAULT_REASON:
-        reason = signal._reason = AbortError()
+        error: object = getattr(signal, "_error", None)
+        if error is None:
+            error = signal._error = AbortError()
+        return error
     return reason
 
 
-class _Link:
-    """A source's link to one derived signal. ``ref`` is the derived signal's
-    (shared) weak reference; ``strong`` is set while it has listeners."""
+def _settle(signal: AbortSignal, listeners: dict[Any, Any]) -> object:
+    """Make ``signal`` read aborted with the reason recorded under
+    ``_ABORTED`` (idempotent: every writer stores the same two values)."""
+    reason: object = listeners[_ABORTED][0]
+    signal._reason = reason
+    signal._aborted = True
+    return reason
 
-    __slots__ = ("ref", "strong")
 
-    def __init__(self, ref: weakref.ref[AbortSignal]) -> None:
-        self.ref = ref
-        self.strong: AbortSignal | None = None
-
-    def get(self) -> AbortSignal | None:
-        s = self.strong
-        return s if s is not None else self.ref()
+def _pending_keys(listeners: dict[Any, Any]) -> list[Any]:
+    """The handles of an aborted signal's listeners, registration order."""
+    keys = list(listeners)
+    if keys[-1] is _ABORTED:
+        del keys[-1]
+    else:  # an adder inserted after the abort (it claims its own back)
+        keys.remove(_ABORTED)
+    return keys
 
 
 class ListenerHandle:
@@ -134,19 +183,28 @@ class ListenerHandle:
     blocks, and is also what leaving a ``with`` block does.
     """
 
-    __slots__ = ("_key", "_signal", "registered")
+    __slots__ = ("_key", "_signal")
+    if TYPE_CHECKING:
 
-    def __init__(self, signal: AbortSignal, key: int | None, registered: bool) -> None:
+        @property
+        def registered(self) -> bool:
+            """``False`` when the signal was already aborted at registration."""
+
+    else:
+        # A class attribute: creating a handle is on the add_listener path.
+        registered = True
+
+    def __init__(self, signal: AbortSignal, key: int | None) -> None:
         self._signal = signal
         self._key = key
-        self.registered: Final = registered
 
     def remove(self) -> None:
-        key = self._key
-        if key is None:
-            return
-        self._key = None
-        self._signal._remove(key)
+        signal = self._signal
+        if signal._linked:
+            signal._remove_linked(self._key)
+        else:
+            # A plain signal keeps nothing alive: the claiming pop is all.
+            signal._listeners.pop(self._key, None)
 
     def __enter__(self) -> ListenerHandle:
         return self
@@ -160,8 +218,23 @@ class ListenerHandle:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "active" if self._key is not None else "detached"
+        state = "active" if self._key in self._signal._listeners else "detached"
         return f"<ListenerHandle {state} registered={self.registered}>"
+
+
+class _RefusedHandle(ListenerHandle):
+    """The handle of a listener given to an already-aborted signal."""
+
+    __slots__ = ()
+    if not TYPE_CHECKING:
+        registered = False
+
+    def remove(self) -> None:
+        pass
+
+
+_new_handle: Final = object.__new__
+_new_signal: Final = object.__new__
 
 
 class AbortSignal:
@@ -172,47 +245,56 @@ class AbortSignal:
     never aborts. Every method is thread-safe. Source: docs/contract.md §1.
     """
 
+    # A plain signal writes `_aborted`, `_deps`, `_event`, `_linked`,
+    # `_listeners` and `_reason`; the others are written only on linked
+    # signals (and `_error` when a default reason is first read): a slot
+    # never written costs a plain signal nothing to create.
     __slots__ = (
         "__weakref__",
         "_aborted",
         "_aborts_directly",
+        "_anchor",
         "_closed",
         "_deps",
         "_deps_prune_at",
+        "_derived",
+        "_error",
         "_event",
-        "_links",
+        "_linked",
         "_listeners",
         "_reason",
+        "_ref",
         "_sources",
         "_strong_deps",
         "_timer",
         "_timer_code",
         "_timer_seconds",
     )
-    _timer_code: str  # timeout signals only
+    # Read only where `_linked` is True (set by `_LinkedSignal.__init__`).
+    _sources: tuple[AbortSignal, ...]
+    _ref: weakref.ref[AbortSignal]
+    _anchor: list[AbortSignal]
+    _strong_deps: int
+    _timer: _timer.TimerEntry | None
+    _timer_code: str
     _timer_seconds: float
+    _closed: bool
+    _derived: bool
+    _aborts_directly: bool
+    _deps_prune_at: int
 
     def __init__(self) -> None:
+        self._linked = False  # True for `_LinkedSignal` (derived and timeout)
         self._aborted = False
         self._reason: object = None
-        self._event: threading.Event | None = None  # created lazily by wait()
-        self._listeners: dict[int, Listener] = {}  # key -> callback, registration order
-        # As a source: links to derived signals, in derivation order.
-        self._deps: dict[_Link, None] = {}
-        self._deps_prune_at = 32
-        self._strong_deps = 0
-        # As a derived signal: its original sources and the links it owns.
-        self._sources: tuple[AbortSignal, ...] | None = None
-        self._links: list[tuple[AbortSignal, _Link]] | tuple[()] = ()  # a list once derived
-        # As a timeout signal: the pending timer entry (and `_timer_code`,
-        # `_timer_seconds`, set only on timeout signals: creating a
-        # controller is a hot path too).
-        self._timer: _timer.TimerEntry | None = None
-        self._closed = False
-        # A derived signal its owner may also abort directly (the registry's
-        # dispatch signal, on KeyboardInterrupt): signals derived from it link
-        # to it as well as to its sources, so that abort reaches them too.
-        self._aborts_directly = False
+        self._event: threading.Event | None = None  # created by the first wait()
+        # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
+        self._listeners: dict[Any, Any] = {}
+        # As a source: weak reference to a derived signal -> that signal's
+        # anchor; derivation order. None until the first derivation (which
+        # also sets `_deps_prune_at`).
+        self._deps: dict[weakref.ref[AbortSignal], list[AbortSignal]] | None = None
+        self._error: AbortError | None
 
     # ------------------------------------------------------------------ state
 
@@ -254,11 +336,16 @@ class AbortSignal:
         event = self._event
         if event is None:
             with _LOCK:
-                if self._aborted:
-                    return True
                 event = self._event
                 if event is None:
                     event = self._event = threading.Event()
+            # Read after the store above; an abort stores `_aborted` before
+            # it reads `_event` (module docstring): one of us sees the other.
+            if self._aborted:
+                return True
+            if _ABORTED in self._listeners:  # won, not yet settled: settle it
+                _settle(self, self._listeners)
+                return True
         if timeout is not None:
             # Clamp: Event.wait() raises OverflowError past
             # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
@@ -272,11 +359,38 @@ class AbortSignal:
         """Listeners not yet run or removed, plus (for a source) links to
         live dependents. Diagnostics and leak tests."""
         with _LOCK:
-            n = len(self._listeners)
-            for link in self._deps:
-                if link.get() is not None:
-                    n += 1
+            listeners = self._listeners
+            n = len(listeners) - (_ABORTED in listeners)
+            deps = self._deps
+            if deps:
+                for ref, anchor in deps.items():
+                    dep = anchor[0] if anchor else ref()
+                    if dep is not None and not dep._aborted and dep._sources:
+                        n += 1
             return n
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest ``time.monotonic()`` instant (seconds) at which a
+        timer among this signal's sources (or its own, for a timeout signal)
+        will abort it; ``None`` when no pending timer can. An aborted or
+        closed signal has none. Source: docs/contract.md §8 A9,
+        docs/decisions/0021."""
+        if not self._linked or self._aborted:
+            return None
+        return _deadline_of(self)
+
+    def time_left(self) -> float | None:
+        """Seconds until ``deadline`` (never negative), ``0.0`` once the
+        signal aborted, ``None`` when no timer can abort it: a value to hand
+        to a library that only takes a timeout. Source: docs/contract.md
+        §8 A9, docs/decisions/0021."""
+        if self._aborted:
+            return 0.0
+        at = self.deadline
+        if at is None:
+            return None
+        return max(0.0, at - time.monotonic())
 
     # -------------------------------------------------------------- listeners
 
@@ -295,61 +409,83 @@ class AbortSignal:
         """
         if not callable(callback):
             raise TypeError(f"listener must be callable, not {type(callback).__name__}")
-        key = _next_key()
+        if self._linked:
+            return self._add_linked(callback, run_if_aborted)
+        handle = _new_handle(ListenerHandle)
+        handle._signal = self
+        handle._key = key = _next_key()
+        listeners = self._listeners
+        listeners[key] = callback
+        if _ABORTED not in listeners:
+            return handle
+        # Aborted before or while we inserted. Claim the key back; if the
+        # aborting thread's dispatch claimed it first, it runs there.
+        if listeners.pop(key, None) is None:
+            return handle
+        _settle(self, listeners)
+        return _refused(self, callback, run_if_aborted)
+
+    def _add_linked(self, callback: Listener, run_if_aborted: bool) -> ListenerHandle:
         with _LOCK:
             if not self._aborted:
+                handle = _new_handle(ListenerHandle)
+                handle._signal = self
+                handle._key = key = _next_key()
                 listeners = self._listeners
                 listeners[key] = callback
-                # Keep-alive links exist only on derived and timeout signals.
-                if len(listeners) == 1 and (self._sources is not None or self._timer is not None):
+                if len(listeners) == 1:
                     self._keepalive_changed_locked()
-                return ListenerHandle(self, key, True)
-        if run_if_aborted:
-            _call(callback, self)
-        return ListenerHandle(self, None, False)
+                return handle
+        return _refused(self, callback, run_if_aborted)
 
-    def _remove(self, key: int) -> None:
+    def _remove_linked(self, key: int | None) -> None:
         listeners = self._listeners
-        if self._sources is None and self._timer is None:
-            # A plain (controller) signal keeps nothing alive, so the
-            # claiming pop is all there is to do, and it needs no lock (see
-            # the module docstring). `_sources` is never set after creation;
-            # a stale non-None `_timer` only sends us down the locked path.
-            listeners.pop(key, None)
-            return
         with _LOCK:
-            if listeners.pop(key, _MISSING) is _MISSING:
-                return  # already claimed by a dispatch loop (it ran or runs)
-            if not listeners and (self._sources is not None or self._timer is not None):
+            if listeners.pop(key, None) is None:
+                return  # removed before, or claimed by a dispatch loop
+            if not listeners:
                 self._keepalive_changed_locked()
 
     def _keepalive_changed_locked(self) -> None:
-        """Listener/strong-dependent presence changed: make the links that
-        keep this signal alive strong or weak accordingly."""
+        """Listener/strong-dependent presence changed on a linked signal:
+        make the links that keep it alive strong or weak accordingly.
+
+        Every source's entry for this signal is its one shared ``_anchor``
+        list: holding ``[self]`` makes all those links strong, an empty one
+        all weak, in one step. So an interrupt between two steps of a
+        detach can never leave some sources pinning a closed signal."""
         needed = bool(self._listeners) or self._strong_deps > 0
-        if self._sources is not None:
-            for source, link in self._links:
-                if needed and link.strong is None:
-                    link.strong = self
-                    source._strong_deps += 1
-                    if source._strong_deps == 1 and (source._timer is not None or source._sources is not None):
-                        source._keepalive_changed_locked()
-                elif not needed and link.strong is not None:
-                    link.strong = None
-                    source._strong_deps -= 1
-                    if source._strong_deps == 0 and (source._timer is not None or source._sources is not None):
-                        source._keepalive_changed_locked()
         timer = self._timer
         if timer is not None:
             timer.strong = self if needed else None
+        anchor = self._anchor
+        if needed is bool(anchor):
+            return
+        if needed:
+            anchor.append(self)
+        else:
+            anchor.clear()
+        # Timeout sources count their strong dependents (their timer entry
+        # must then keep them alive).
+        for source in self._sources:
+            if source._linked:
+                source._strong_deps += 1 if needed else -1
+                if source._strong_deps == (1 if needed else 0):
+                    source._keepalive_changed_locked()
 
     # ------------------------------------------------------------------ abort
 
-    def _abort(self, reason: object, *, from_timer: bool = False) -> None:
-        if self._aborted:  # fast path; re-checked under the lock
+    def _abort(self, reason: object) -> None:
+        if self._aborted:
             return
+        if self._linked:
+            self._abort_linked(reason)
+        else:
+            _abort_plain(self, reason)
+
+    def _abort_linked(self, reason: object, *, from_timer: bool = False) -> None:
         if reason is None:
-            reason = _DEFAULT_REASON  # the AbortError is made when first read
+            reason = _DEFAULT_REASON
         with _LOCK:
             if self._aborted:
                 return
@@ -361,136 +497,73 @@ class AbortSignal:
                 # lock close() sets it under, makes "after close() returns,
                 # the signal never aborts" hold for that interleaving too.
                 return
-            if not self._deps and self._sources is None and self._timer is None:
-                # A plain signal with no dependents (a controller's, the
-                # common case): mark it and snapshot its listeners.
-                self._aborted = True
-                self._reason = reason
-                listeners = self._listeners
-                entries = list(listeners) if listeners else None
-                single = True
-            else:
-                if reason is _DEFAULT_REASON:
-                    reason = AbortError()  # shared with dependents: made now
-                self._mark_aborted_locked(reason)
-                self._strong_deps = 0
-                deps = self._deps
-                single = not deps
-                # The listeners to run, in registration order. Taken under the
-                # lock that set `aborted`: from here on add_listener() sees
-                # `aborted` and runs its callback inline, so no listener can be
-                # missed by this snapshot or run twice.
-                if single:
-                    # No dependents: only this (derived or timeout) signal.
-                    entries = list(self._listeners) if self._listeners else None
-                else:
-                    won = [self]
-                    # Snapshot: marking a dependent detaches it from every
-                    # source, this one included.
-                    for link in list(deps):
-                        dep = link.get()
-                        if dep is not None and not dep._aborted:
-                            dep._mark_aborted_locked(reason)
-                            won.append(dep)
-                    deps.clear()
-                    batches = [(signal, list(signal._listeners)) for signal in won if signal._listeners]
-        # Every affected signal now reads aborted with `reason`. Wake waiters,
-        # then run listeners: own first, dependents in derivation order.
-        if single:
-            event = self._event
-            if event is not None:
-                event.set()
-            if entries is not None:
-                interrupt = self._dispatch(entries)
-                if interrupt is not None:
-                    raise interrupt
-            return
-        for signal in won:
-            event = signal._event
-            if event is not None:
-                event.set()
-        first: BaseException | None = None
-        for signal, entries in batches:
-            interrupt = signal._dispatch(entries)
-            if first is None:
-                first = interrupt
-        if first is not None:
-            # A Ctrl-C (or SystemExit) raised inside a listener must not be
-            # swallowed (B16's "several interrupts needed"); it is re-raised
-            # here, after every listener - dependents' too - has run.
-            raise first
+            if reason is _DEFAULT_REASON and self._deps:
+                reason = AbortError()  # shared with dependents: made now
+            self._mark_aborted_locked(reason)
+            won, batches = _mark_dependents_locked(self, reason)
+        _finish(won, batches)
 
     def _mark_aborted_locked(self, reason: object) -> None:
-        self._aborted = True
+        # Linked signals only (their every abort path holds _LOCK).
+        self._listeners[_ABORTED] = (reason,)
         self._reason = reason
-        if self._sources is not None:
-            self._detach_locked()
+        self._aborted = True
+        self._strong_deps = 0
         timer = self._timer
         if timer is not None:
             timer.strong = None
             # The entry may be the one firing now; a late cancel is harmless.
             timer.cancelled = True
             self._timer = None
+        self._release_sources_locked()
 
-    def _dispatch(self, keys: list[int]) -> BaseException | None:
-        # Each listener is claimed by popping its key, right before it runs;
-        # remove() claims with the same pop. Exactly one pop finds it, so a
-        # concurrent remove() either wins (the listener never starts) or
-        # loses (it has started) - never both, and it never waits.
-        # Returns the first non-Exception BaseException a listener raised
-        # (the caller re-raises it once every listener ran), else None.
-        interrupt: BaseException | None = None
-        pop = self._listeners.pop
-        for key in keys:
-            callback = pop(key, None)  # never None while pending: add_listener checks callable()
-            if callback is None:
-                continue
-            try:  # _call(), inlined: this loop is the cost of abort()
-                callback(self)
-            except Exception as exc:
-                report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), self)
-            except BaseException as exc:  # KeyboardInterrupt, SystemExit: kept
-                if interrupt is None:
-                    interrupt = exc
-        return interrupt
-
-    # ---------------------------------------------------------------- derived
-
-    def _detach_locked(self) -> None:
-        for source, link in self._links:
-            if link.strong is not None:
-                link.strong = None
+    def _release_sources_locked(self) -> None:
+        # An aborted derived signal no longer needs its sources to keep it
+        # alive, nor pins them. Its (weak) entries in the sources' dependent
+        # dicts are left for their amortised prune: that is what makes an
+        # any_of's abort cost nothing per source.
+        sources = self._sources
+        anchor = self._anchor
+        if not anchor:
+            self._sources = ()
+            return
+        anchor.clear()  # every source's link is weak from here on
+        self._sources = ()
+        for source in sources:
+            if source._linked:
                 source._strong_deps -= 1
                 if source._strong_deps == 0:
                     source._keepalive_changed_locked()
-            source._deps.pop(link, None)
-        self._links = ()
-        # A detached (closed or aborted) derived signal has no sources left:
-        # any_of() over it flattens to nothing, and it no longer pins its
-        # sources (or their timers) in memory.
-        self._sources = ()
 
-    def _prune_deps_locked(self) -> None:
-        # Amortised O(1): drop links to released dependents once the dict has
-        # doubled since the last prune, so a long-lived parent's memory
-        # follows its live dependents, not every signal ever derived from it.
-        self._deps = {link: None for link in self._deps if link.get() is not None}
-        self._deps_prune_at = max(32, 2 * len(self._deps))
+    # ---------------------------------------------------------------- derived
 
     def close(self) -> None:
         """Detach a derived signal from its sources and cancel a pending
         timer; afterwards it never aborts. Never aborts, idempotent, and a
         no-op for controller signals. ``with signal:`` closes on exit."""
+        if not self._linked:
+            return
         with _LOCK:
-            if self._closed:
-                return
-            self._closed = True
-            if self._sources is not None:
-                self._detach_locked()
             timer = self._timer
-            self._timer = None
+            sources = self._sources
+            if self._closed and timer is None and not sources:
+                return
+            # Each strong link goes in one step, first: the timer entry's
+            # (a timeout signal), every source's at once through the anchor
+            # (a derived signal). So an interrupt (Ctrl-C) at any point of
+            # this block leaves either the signal untouched or no strong
+            # link to it - at most weak entries, pruned once it is gone -
+            # and close() again finishes the job.
             if timer is not None:
                 timer.strong = None
+            self._release_sources_locked()
+            self._closed = True
+            self._timer = None
+            ref = self._ref
+            for source in sources:
+                deps = source._deps
+                if deps is not None:
+                    deps.pop(ref, None)
         if timer is not None:
             _timer.cancel(timer)
 
@@ -505,8 +578,13 @@ class AbortSignal:
     ) -> None:
         self.close()
 
+    def _dispatch(self, keys: list[Any]) -> BaseException | None:
+        # A linked signal's listener dispatch, as a method: the one step
+        # tests probe to land an interrupt at its entry.
+        return _dispatch(self, keys)
+
     def _on_timer(self) -> None:
-        self._abort(TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
+        self._abort_linked(TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
     # -------------------------------------------------------------- factories
 
@@ -539,19 +617,158 @@ class AbortSignal:
         """A signal that is aborted from the start (``None`` reason: a
         default ``AbortError``)."""
         signal = AbortSignal()
+        if reason is None:
+            reason = AbortError()
+        signal._listeners[_ABORTED] = (reason,)
+        signal._reason = reason
         signal._aborted = True
-        signal._reason = AbortError() if reason is None else reason
         return signal
 
     def __repr__(self) -> str:
         if self._aborted:
-            return f"<AbortSignal aborted reason={_reason_of(self)!r}>"
-        kind = "derived" if self._sources is not None else "source"
+            return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
+        kind = "derived" if self._linked and self._derived else "source"
         return f"<AbortSignal {kind} pending>"
 
 
+class _LinkedSignal(AbortSignal):
+    """A derived or timeout signal: it owns keep-alive links to its sources
+    (weak until it has listeners or strong dependents) or a timer entry."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._linked = True
+        self._aborted = False
+        self._reason = None
+        self._event = None
+        self._listeners = {}
+        self._deps = None
+        self._sources = ()
+        self._ref = weakref.ref(self)
+        self._anchor = []
+        self._strong_deps = 0
+        self._timer = None
+        self._closed = False
+        self._derived = True  # False: a timeout signal (a root)
+        # A derived signal its owner may also abort directly (the registry's
+        # dispatch signal, on KeyboardInterrupt): signals derived from it
+        # link to it as well as to its sources, so that abort reaches them.
+        self._aborts_directly = False
+
+
+def _deadline_of(signal: AbortSignal) -> float | None:
+    # Reads without _LOCK: `_timer` and `_sources` are replaced whole, never
+    # mutated, and a stale read only reports a timer that just fired.
+    timer = signal._timer
+    best = None if timer is None else timer.when
+    for source in signal._sources:
+        if source._linked and not source._aborted:
+            at = _deadline_of(source)
+            if at is not None and (best is None or at < best):
+                best = at
+    return best
+
+
+def _mark_dependents_locked(signal: AbortSignal, reason: object) -> tuple[list[AbortSignal], list[Any]]:
+    """Mark every live dependent of ``signal`` aborted with ``reason``;
+    return the signals to wake (``signal`` first) and the listener batches to
+    run, in order. Snapshots are taken under the lock that set ``aborted``:
+    from then on a linked signal's add_listener sees it and runs inline."""
+    won = [signal]
+    deps = signal._deps
+    if deps:
+        signal._deps = None
+        for ref, anchor in deps.items():
+            dep = anchor[0] if anchor else ref()
+            if dep is not None and not dep._aborted and dep._sources:
+                dep._mark_aborted_locked(reason)
+                won.append(dep)
+    batches = [(s, _pending_keys(s._listeners)) for s in won if len(s._listeners) > 1]
+    return won, batches
+
+
+def _finish(won: list[AbortSignal], batches: list[Any]) -> None:
+    # Every affected signal now reads aborted. Wake waiters, then run
+    # listeners: own first, dependents in derivation order.
+    for signal in won:
+        event = signal._event
+        if event is not None:
+            event.set()
+    first: BaseException | None = None
+    for signal, keys in batches:
+        interrupt = signal._dispatch(keys) if signal._linked else _dispatch(signal, keys)
+        if first is None:
+            first = interrupt
+    if first is not None:
+        # A Ctrl-C (or SystemExit) raised inside a listener must not be
+        # swallowed (B16's "several interrupts needed"); it is re-raised
+        # here, after every listener - dependents' too - has run.
+        raise first
+
+
+def _abort_plain(signal: AbortSignal, reason: object) -> None:
+    # AbortController.abort is this function, inlined (one frame fewer on
+    # the most common abort); keep the two in step.
+    listeners = signal._listeners
+    if reason is None:
+        reason = _DEFAULT_REASON
+    token = (reason,)
+    if listeners.setdefault(_ABORTED, token) is token:
+        _won_plain(signal, listeners, token)
+
+
+def _won_plain(signal: AbortSignal, listeners: dict[Any, Any], token: tuple[object]) -> None:
+    signal._reason = token[0]
+    signal._aborted = True
+    if signal._deps:
+        with _LOCK:
+            reason = _resolved_reason_locked(signal)
+            won, batches = _mark_dependents_locked(signal, reason)
+        _finish(won, batches)
+        return
+    event = signal._event
+    if event is not None:
+        event.set()
+    if len(listeners) > 1:
+        interrupt = _dispatch(signal, _pending_keys(listeners))
+        if interrupt is not None:
+            raise interrupt
+
+
+def _dispatch(signal: AbortSignal, keys: list[Any]) -> BaseException | None:
+    # Each listener is claimed by popping its key, right before it runs;
+    # remove() (and a late adder) claim with the same pop. Exactly one pop
+    # finds it, so a concurrent remove() either wins (the listener never
+    # starts) or loses (it has started) - never both, and it never waits.
+    # Returns the first non-Exception BaseException a listener raised (the
+    # caller re-raises it once every listener ran), else None.
+    interrupt: BaseException | None = None
+    for callback in map(signal._listeners.pop, keys, _NONES):
+        if callback is None:
+            continue  # removed, or claimed by another dispatch
+        try:
+            callback(signal)
+        except Exception as exc:
+            report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: kept
+            if interrupt is None:
+                interrupt = exc
+    return interrupt
+
+
+def _refused(signal: AbortSignal, callback: Listener, run_if_aborted: bool) -> ListenerHandle:
+    handle = _new_handle(_RefusedHandle)
+    handle._signal = signal
+    handle._key = None
+    if run_if_aborted:
+        _call(callback, signal)
+    return handle
+
+
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:
-    signal = AbortSignal()
+    signal = _LinkedSignal()
+    signal._derived = False
     signal._timer_code = code
     signal._timer_seconds = seconds
     signal._timer = _timer.schedule(seconds, signal)
@@ -568,56 +785,82 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     (``abort_owned``); signals later derived from it then link to it as well
     as to its sources. Package-internal (the registry's and ``deadline``'s
     seam into this module)."""
-    derived = AbortSignal()
+    derived = _LinkedSignal()
     derived._aborts_directly = aborts_directly
     with _LOCK:
-        # Already-aborted inputs win in iteration order (a derived input that
-        # aborted counts as itself, before its sources are consulted).
+        # One pass: already-aborted inputs win in iteration order (a derived
+        # input that aborted counts as itself, before its sources are
+        # consulted); the others are flattened onto their original sources,
+        # each once, in first-seen order. `_sources` is read under the lock:
+        # a concurrent close() of a derived input empties it. Race closed
+        # this way: input D is closed while its root R is still pending;
+        # without the lock (or if close() left `_sources` in place) the new
+        # signal would link to R and abort when R does, although D - its
+        # only input - never aborts.
+        roots: dict[AbortSignal, None] = {}
         for s in items:
-            if s._aborted:
-                derived._aborted = True
-                derived._reason = _resolved_reason_locked(s)
-                derived._sources = ()
-                return derived
-        # Flatten: link to original sources only, each once, in first-seen
-        # order. Read under the lock: a concurrent close() of a derived input
-        # empties its `_sources`. Race closed this way: input D is closed
-        # while its root R is still pending; without the lock (or if close()
-        # left `_sources` in place) the new signal would link to R and abort
-        # when R does, although D - its only input - never aborts; and if R
-        # had already aborted, the link would sit in R's dependents forever.
-        roots: tuple[AbortSignal, ...]
-        if len(items) == 1 and items[0]._sources is None:
-            # One root (the registry's dispatch signal when no wrapper
-            # replaced the caller's): nothing to flatten or de-duplicate.
-            roots = (items[0],)
-        else:
-            unique: dict[AbortSignal, None] = {}
-            for s in items:
-                sources = s._sources
-                if sources is None:
-                    unique[s] = None
-                else:
-                    for root in sources:
-                        unique[root] = None
-                    if s._aborts_directly and sources:
-                        unique[s] = None  # its direct abort must reach us too
-            roots = tuple(unique)
-        derived._sources = roots
-        ref = weakref.ref(derived)
-        links: list[tuple[AbortSignal, _Link]] = []
-        derived._links = links
-        for root in roots:
-            link = _Link(ref)
+            if s._aborted or _ABORTED in s._listeners:
+                return _born_aborted(derived, s)
+            if s._linked and s._derived:
+                for root in s._sources:
+                    roots[root] = None
+                if s._aborts_directly and s._sources:
+                    roots[s] = None  # its direct abort must reach us too
+            else:
+                roots[s] = None
+        sources = derived._sources = tuple(roots)
+        ref = derived._ref
+        anchor = derived._anchor
+        for root in sources:
             deps = root._deps
-            deps[link] = None
-            links.append((root, link))
+            if deps is None:
+                deps = root._deps = {}
+                root._deps_prune_at = 32
+            deps[ref] = anchor
             if len(deps) >= root._deps_prune_at:
-                root._prune_deps_locked()
+                _prune_deps_locked(root)
+        # A plain root's abort takes no lock: it may have inserted _ABORTED
+        # before our link went in and then found no dependents. Linked,
+        # then checked (module docstring), so such an abort is seen here.
+        for root in sources:
+            if _ABORTED in root._listeners:
+                derived._release_sources_locked()
+                _settle(root, root._listeners)
+                derived._listeners[_ABORTED] = (_resolved_reason_locked(root),)
+                derived._reason = derived._listeners[_ABORTED][0]
+                derived._aborted = True
+                return derived
         if listener is not None:
             derived._listeners[_next_key()] = listener
             derived._keepalive_changed_locked()
     return derived
+
+
+def _born_aborted(derived: AbortSignal, source: AbortSignal) -> AbortSignal:
+    # Under _LOCK. `source` aborted (possibly still settling, if plain).
+    if not source._aborted:
+        _settle(source, source._listeners)
+    reason = _resolved_reason_locked(source)
+    derived._listeners[_ABORTED] = (reason,)
+    derived._reason = reason
+    derived._aborted = True
+    return derived
+
+
+def _prune_deps_locked(signal: AbortSignal) -> None:
+    # Amortised O(1): drop links to released, aborted and closed dependents
+    # once the dict has doubled since the last prune, so a long-lived
+    # parent's memory follows its live dependents, not every signal ever
+    # derived from it.
+    deps = signal._deps
+    assert deps is not None
+    live = {}
+    for ref, anchor in deps.items():
+        dep = anchor[0] if anchor else ref()
+        if dep is not None and not dep._aborted and dep._sources:
+            live[ref] = anchor
+    signal._deps = live
+    signal._deps_prune_at = max(32, 2 * len(live))
 
 
 def abort_owned(signal: AbortSignal, reason: object) -> None:
@@ -630,8 +873,8 @@ def abort_owned(signal: AbortSignal, reason: object) -> None:
     claimed by one atomic pop, so none runs twice. Package-internal."""
     if not signal._aborted:
         signal._abort(reason)
-    elif signal._listeners:
-        interrupt = signal._dispatch(list(signal._listeners))
+    elif len(signal._listeners) > 1:
+        interrupt = signal._dispatch(_pending_keys(signal._listeners))
         if interrupt is not None:
             raise interrupt
 
@@ -657,10 +900,65 @@ class AbortController:
     __slots__ = ("signal",)
 
     def __init__(self) -> None:
-        self.signal: Final = AbortSignal()
+        # `AbortSignal()`, inlined (creating a controller is a hot path).
+        signal = _new_signal(AbortSignal)
+        signal._linked = False
+        signal._aborted = False
+        signal._reason = None
+        signal._event = None
+        signal._listeners = {}
+        signal._deps = None
+        self.signal: Final = signal
 
     def abort(self, reason: object = None) -> None:
-        self.signal._abort(reason)
+        # `_abort_plain` and the common case of `_won_plain`, inlined: this
+        # is the abort of almost every signal.
+        signal = self.signal
+        listeners = signal._listeners
+        if reason is None:
+            reason = _DEFAULT_REASON  # the AbortError is made when first read
+        token = (reason,)
+        if listeners.setdefault(_ABORTED, token) is not token:
+            return  # aborted before: this call does nothing
+        signal._reason = reason
+        signal._aborted = True
+        if signal._deps:
+            _won_plain(signal, listeners, token)
+            return
+        event = signal._event
+        if event is not None:
+            event.set()
+        if len(listeners) == 1:
+            return
+        # One atomic copy: the dict may change size under us (late adders,
+        # removers on other threads), so it is never iterated directly.
+        keys = list(listeners)
+        if len(keys) == 2 and keys[1] is _ABORTED:
+            # One listener: no iterator.
+            callback = listeners.pop(keys[0], None)
+            if callback is not None:
+                try:
+                    callback(signal)
+                except Exception as exc:
+                    report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+            return
+        if keys[-1] is _ABORTED:
+            del keys[-1]
+        else:
+            keys.remove(_ABORTED)
+        interrupt: BaseException | None = None
+        for callback in map(listeners.pop, keys, _NONES):  # `_dispatch`, inlined
+            if callback is None:
+                continue
+            try:
+                callback(signal)
+            except Exception as exc:
+                report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+            except BaseException as exc:
+                if interrupt is None:
+                    interrupt = exc
+        if interrupt is not None:
+            raise interrupt
 
     def __repr__(self) -> str:
         return f"<AbortController signal={self.signal!r}>"

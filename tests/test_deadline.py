@@ -16,6 +16,7 @@ from dshtools import (
     AbortSignal,
     Deadline,
     TimeoutReason,
+    _signal,
     _timer,
     deadline,
     timeout_of,
@@ -175,7 +176,12 @@ def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
     with deadline(AbortController().signal, 0.01, "T") as dl:
         names: list[str] = []
         done = threading.Event()
-        dl.signal.add_listener(lambda s: (names.append(threading.current_thread().name), done.set()))  # type: ignore[func-returns-value]
+
+        def on_abort(_s: AbortSignal) -> None:
+            names.append(threading.current_thread().name)
+            done.set()
+
+        dl.signal.add_listener(on_abort)
         assert done.wait(5)
         assert names == ["dshtools-timer"]
 
@@ -260,3 +266,82 @@ def test_timeout_of_is_none_when_no_timeout_reason_is_involved(source: Any) -> N
 def test_timeout_of_rejects_other_types() -> None:
     with pytest.raises(TypeError):
         timeout_of("TIMEOUT")  # type: ignore[arg-type]
+
+
+# ------------------------------------------- remaining budget (§8 A9)
+
+
+class _Clock:
+    """A stand-in for the ``time`` module inside ``dshtools._signal``."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_signal_without_a_timer_has_no_deadline() -> None:
+    c = AbortController()
+    for s in (c.signal, AbortSignal(), AbortSignal.any_of([c.signal]), AbortSignal.any_of([])):
+        assert s.deadline is None
+        assert s.time_left() is None
+
+
+def test_timeout_deadline_is_the_timer_instant_and_time_left_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = time.monotonic()
+    with AbortSignal.timeout(30) as s:
+        after = time.monotonic()
+        at = s.deadline
+        assert at is not None and before + 30 <= at <= after + 30
+        clock = _Clock(at - 12.5)
+        monkeypatch.setattr(_signal, "time", clock)
+        assert s.time_left() == pytest.approx(12.5)
+        clock.now = at + 5  # past the instant, timer not fired yet: never negative
+        assert s.time_left() == 0.0
+
+
+def test_any_of_deadline_is_the_earliest_timer_among_its_sources_through_flattening() -> None:
+    c = AbortController()
+    with AbortSignal.timeout(60) as late, AbortSignal.timeout(20) as early:
+        inner = AbortSignal.any_of([c.signal, late])
+        outer = AbortSignal.any_of([inner, early])
+        assert inner.deadline == late.deadline
+        assert outer.deadline == early.deadline
+        nested = AbortSignal.any_of([AbortSignal.any_of([outer])])
+        assert nested.deadline == early.deadline
+        early.close()  # that timer can no longer abort them
+        assert outer.deadline == late.deadline
+
+
+def test_deadline_helper_signal_reports_the_earliest_of_its_timer_and_upstreams() -> None:
+    with deadline(None, 30, "OUTER") as outer, deadline(outer.signal, 10, "INNER") as inner:
+        assert outer.signal.deadline is not None and inner.signal.deadline is not None
+        assert inner.signal.deadline < outer.signal.deadline
+        with deadline(inner.signal, 100, "WIDE") as wide:
+            assert wide.signal.deadline == inner.signal.deadline  # the upstream's is earlier
+        with deadline(inner.signal, None, "NONE") as same:
+            assert same.signal.deadline == inner.signal.deadline
+
+
+def test_closed_and_aborted_signals_have_no_deadline_and_no_time_left() -> None:
+    c = AbortController()
+    t = AbortSignal.timeout(30)
+    derived = AbortSignal.any_of([c.signal, t])
+    closed = AbortSignal.any_of([t])
+    closed.close()
+    assert closed.deadline is None and closed.time_left() is None
+    c.abort()
+    assert derived.aborted
+    assert derived.deadline is None
+    assert derived.time_left() == 0.0  # aborted: no time left
+    t.close()
+    assert t.deadline is None and t.time_left() is None
+
+
+@pytest.mark.timeout(10)
+def test_a_fired_timeout_has_no_time_left() -> None:
+    s = AbortSignal.timeout(0)
+    assert s.wait(5)
+    assert s.time_left() == 0.0
+    assert s.deadline is None

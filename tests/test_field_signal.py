@@ -18,6 +18,13 @@ import pytest
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason, _timer
 
 
+def _stamp_to(calls: list[Any]) -> Callable[[AbortSignal], None]:
+    def listener(s: AbortSignal) -> None:
+        calls.append((time.monotonic(), s.reason))
+
+    return listener
+
+
 def run_pair(first: Callable[[], None], second: Callable[[], None], join: float) -> None:
     """Run two loops on daemon threads; fail if either raised or is still
     blocked after `join` seconds."""
@@ -71,7 +78,7 @@ def _b02_trials(n: int, with_listener: bool, mix_in_controller: bool) -> None:
             del sources  # the test keeps only `fused`
             calls: list[tuple[float, object]] = []
             if with_listener:
-                fused.add_listener(lambda s, calls=calls: calls.append((time.monotonic(), s.reason)))  # type: ignore[misc]
+                fused.add_listener(_stamp_to(calls))
             trials.append((created, fused, calls))
         del fused
         gc.collect()
@@ -112,7 +119,12 @@ def test_b02_fused_timeout_with_listener_fires_after_the_test_drops_everything()
     fired = threading.Event()
     reasons: list[object] = []
     fused = AbortSignal.any_of([AbortSignal.timeout(0.05), AbortController().signal])
-    fused.add_listener(lambda s: (reasons.append(s.reason), fired.set()))  # type: ignore[func-returns-value]
+
+    def on_abort(s: AbortSignal) -> None:
+        reasons.append(s.reason)
+        fired.set()
+
+    fused.add_listener(on_abort)
     del fused
     for _ in range(3):
         gc.collect()

@@ -10,11 +10,37 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
+
+
+def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
+    """A listener that counts its runs in ``counts[i]``."""
+
+    def listener(_s: AbortSignal) -> None:
+        counts[i] += 1
+
+    return listener
+
+
+def _appender(log: list[Any], value: object) -> Callable[[AbortSignal], None]:
+    """A listener that appends ``value`` to ``log``."""
+
+    def listener(_s: AbortSignal) -> None:
+        log.append(value)
+
+    return listener
+
+
+def _thread_and_reason_to(log: list[Any]) -> Callable[[AbortSignal], None]:
+    def listener(s: AbortSignal) -> None:
+        log.append((threading.get_ident(), s.reason))
+
+    return listener
 
 
 def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
@@ -231,7 +257,7 @@ def test_listeners_run_once_each_in_registration_order() -> None:
     c = AbortController()
     order: list[int] = []
     for i in range(10):
-        c.signal.add_listener(lambda s, i=i: order.append(i))  # type: ignore[misc]
+        c.signal.add_listener(_appender(order, i))
     c.abort()
     c.abort()
     assert order == list(range(10))
@@ -263,7 +289,7 @@ def test_waiters_see_the_abort_while_listeners_still_run() -> None:
     wait_until_blocked(t)
     # The waiter's own wait is far longer than the listener's, so only the
     # abort (not its timeout) can wake it in time.
-    c.signal.add_listener(lambda s: woke.wait(2) and release.set())  # type: ignore[func-returns-value]
+    c.signal.add_listener(lambda s: release.set() if woke.wait(2) else None)
     c.abort()
     t.join(5)
     assert release.is_set()
@@ -532,7 +558,7 @@ def test_concurrent_abort_from_16_threads_one_reason_wins_every_listener_once(
             derived.append(d)  # (kept alive by its listener anyway)
             targets.append(d)
         for target in targets:
-            target.add_listener(lambda s, log=runs[i]: log.append((threading.get_ident(), s.reason)))  # type: ignore[misc]
+            target.add_listener(_thread_and_reason_to(runs[i]))
     barrier = threading.Barrier(n_threads)
     reasons: dict[int, object] = {}
     errors: list[BaseException] = []
@@ -620,7 +646,7 @@ def test_many_threads_adding_and_removing_while_one_aborts(fast_switching: Any, 
         def worker(k: int) -> None:
             barrier.wait(timeout=10)
             for i in range(per_thread):
-                h = signal.add_listener(lambda s, k=k, i=i: counts[k].__setitem__(i, counts[k][i] + 1))  # type: ignore[misc]
+                h = signal.add_listener(_counter(counts[k], i))
                 registrations.add(h.registered)
                 if i % 2:
                     h.remove()
@@ -667,7 +693,7 @@ def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_o
     def registrar() -> None:
         for i, d in enumerate(derived):
             barrier.wait(timeout=10)
-            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
+            d.add_listener(_counter(counts, i))
 
     def aborter() -> None:
         for c in controllers:
@@ -690,7 +716,7 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     controllers = [AbortController() for _ in range(rounds)]
     derived = [AbortSignal.any_of([c.signal]) for c in controllers]
     counts = [0] * rounds
-    handles = [d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1)) for i, d in enumerate(derived)]  # type: ignore[misc]
+    handles = [d.add_listener(_counter(counts, i)) for i, d in enumerate(derived)]
     aborted_at_removal = [False] * rounds
     barrier = threading.Barrier(2)
 
@@ -733,7 +759,7 @@ def test_any_of_created_while_its_source_aborts_ends_aborted_with_that_reason(
         for i, c in enumerate(controllers):
             barrier.wait(timeout=10)
             d = AbortSignal.any_of([AbortController().signal, c.signal])
-            d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
+            d.add_listener(_counter(counts, i))
             derived[i] = d
 
     def aborter() -> None:
@@ -1131,7 +1157,7 @@ def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching:
     ds = [AbortSignal.any_of([x.signal]) for x in xs]
     counts = [0] * rounds
     for i, d in enumerate(ds):
-        d.add_listener(lambda s, i=i: counts.__setitem__(i, counts[i] + 1))  # type: ignore[misc]
+        d.add_listener(_counter(counts, i))
     barrier = threading.Barrier(2)
 
     def closer() -> None:

@@ -149,17 +149,17 @@ def test_signal_graphs_agree_with_the_reference_model(data: st.DataObject) -> No
                     children = data.draw(st.lists(st.integers(0, len(nodes) - 1), max_size=4), label="children")
                 else:
                     children = []
-                s = AbortSignal.any_of([nodes[c].signal for c in children])
+                s = AbortSignal.any_of([nodes[ci].signal for ci in children])
                 node = Node("derived", s)
-                for c in children:  # first already-aborted input wins
-                    if nodes[c].aborted:
+                for ci in children:  # first already-aborted input wins
+                    if nodes[ci].aborted:
                         node.aborted = True
-                        node.reason = nodes[c].reason
+                        node.reason = nodes[ci].reason
                         break
                 else:
-                    for c in children:
-                        child = nodes[c]
-                        new = [c] if child.kind in ("ctrl", "timeout") else child.roots
+                    for ci in children:
+                        child = nodes[ci]
+                        new = [ci] if child.kind in ("ctrl", "timeout") else child.roots
                         for r in new:
                             if r not in node.roots:
                                 node.roots.append(r)

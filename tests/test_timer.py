@@ -5,11 +5,12 @@ from __future__ import annotations
 import gc
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
-import warnings
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +21,22 @@ from dshtools import AbortController, AbortSignal, TimeoutReason, _timer, deadli
 def pending_baseline() -> int:
     gc.collect()
     return _timer.pending_count()
+
+
+def _record(order: list[float], value: float, done: threading.Event) -> Callable[[AbortSignal], None]:
+    def listener(_s: AbortSignal) -> None:
+        order.append(value)
+        if len(order) == 3:
+            done.set()
+
+    return listener
+
+
+def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
+    def listener(_s: AbortSignal) -> None:
+        counts[i] += 1
+
+    return listener
 
 
 @pytest.mark.timeout(30)
@@ -117,7 +134,7 @@ def test_timeouts_fire_in_deadline_order_not_creation_order() -> None:
     durations = (0.3, 0.1, 0.2)  # 100 ms apart: robust to a slow machine
     signals = [AbortSignal.timeout(d) for d in durations]
     for s, d in zip(signals, durations, strict=False):
-        s.add_listener(lambda s, d=d: (order.append(d), len(order) == 3 and done.set()))  # type: ignore[func-returns-value,misc]
+        s.add_listener(_record(order, d, done))
     assert done.wait(5)
     assert order == [0.1, 0.2, 0.3]
 
@@ -316,7 +333,7 @@ def test_many_threads_creating_and_dropping_timeouts_while_short_ones_fire() -> 
                 if i % 50 == 0:
                     j = i // 50
                     s = AbortSignal.timeout(0.001)
-                    s.add_listener(lambda s, j=j: counts[k].__setitem__(j, counts[k][j] + 1))  # type: ignore[misc]
+                    s.add_listener(_counter(counts[k], j))
                     short_signals[k].append(s)
                 if i % 7 == 0:
                     with AbortSignal.timeout(3600):  # closed at once
@@ -363,24 +380,56 @@ def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
         assert late.signal.aborted is False
 
 
+# Run by a fresh interpreter (pytest itself must never fork: it is threaded).
+# The parent's timer thread is running and holds the timer lock at the
+# moment of the fork; the child must get a working timer of its own.
+_FORK_TIMERS = """
+import os, sys, threading
+from dshtools import AbortController, AbortSignal, deadline, _timer
+
+assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
+inherited = AbortSignal.timeout(0.2)
+held, release = threading.Event(), threading.Event()
+
+def hold():
+    with _timer._lock:
+        held.set()
+        release.wait(10)
+
+holder = threading.Thread(target=hold)
+holder.start()
+assert held.wait(5)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        fresh = AbortSignal.timeout(0.01)
+        armed = deadline(AbortController().signal, 0.01, "CHILD")
+        ok = fresh.wait(5) and inherited.wait(5) and armed.signal.wait(5) and armed.timed_out
+        ok = ok and _timer._thread is not None and _timer._thread.is_alive()
+        code = 0 if ok else 3
+    finally:
+        os._exit(code)
+release.set()
+holder.join(5)
+_, status = os.waitpid(pid, 0)
+assert inherited.wait(5)  # and the parent's timer is unaffected
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_timeouts_fire_in_a_forked_child() -> None:
-    # Regression: fork() copied `_thread` (a thread that does not exist in
-    # the child), so no timeout ever fired in a forked worker. Both a timer
-    # inherited from the parent and a new one must fire in the child.
-    assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
-    inherited = AbortSignal.timeout(0.2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 1
-        try:
-            fresh = AbortSignal.timeout(0.01)
-            code = 0 if fresh.wait(2) and inherited.wait(2) else 3
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert inherited.wait(5)  # and the parent's timer is unaffected
+    # docs/contract.md §8 A10. Regression: fork() copied `_thread` (a thread
+    # that does not exist in the child), so no timeout ever fired in a forked
+    # worker. A timer inherited from the parent, a new one and a deadline's
+    # must all fire in the child, even if the fork landed while the parent's
+    # timer lock was held.
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_TIMERS],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 0, proc.stderr

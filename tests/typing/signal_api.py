@@ -47,6 +47,11 @@ def accepted_usage() -> None:
     assert_type(signal.wait(1), bool)
     assert_type(signal.wait(timeout=None), bool)
     assert_type(signal.listener_count, int)
+    assert_type(signal.deadline, float | None)
+    assert_type(signal.time_left(), float | None)
+    budget = AbortSignal.any_of([signal, AbortSignal.timeout(2.0)]).time_left()
+    if budget is not None:
+        assert_type(budget, float)
 
     handle = signal.add_listener(on_abort)
     assert_type(handle, ListenerHandle)
@@ -98,6 +103,9 @@ def rejected_usage(signal: AbortSignal, handle: ListenerHandle) -> None:
     signal.aborted = True  # type: ignore[misc]
     signal.reason = "x"  # type: ignore[misc]
     signal.listener_count = 0  # type: ignore[misc]
+    signal.deadline = 1.0  # type: ignore[misc]
+    signal.time_left(1.0)  # type: ignore[call-arg]
+    signal.time_left() + 1.0  # type: ignore[operator]
     handle.registered = True  # type: ignore[misc]
     signal.add_listener(on_abort, False)  # type: ignore[call-arg]
     signal.add_listener(wrong_parameter)  # type: ignore[arg-type]

@@ -1,0 +1,214 @@
+"""Faults stay contained whatever the objects do (docs/contract.md §8 A4), and
+a Ctrl-C landing inside ``close()`` leaves no strong link behind (field case
+B16's kind: an interrupt between two steps of a multi-step update)."""
+
+from __future__ import annotations
+
+import dis
+import gc
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+import pytest
+
+from dshtools import AbortController, AbortSignal, _signal
+
+
+class _StrRaises(Exception):
+    def __str__(self) -> str:
+        raise ValueError("__str__ failed")
+
+
+class _ReprRaises:
+    """An object whose __repr__ raises; its bound method is the listener."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ failed")
+
+    def listener(self, _signal: AbortSignal) -> None:
+        self.log.append("raising")
+        raise _StrRaises
+
+
+def _check_report(seen: list[Any]) -> None:
+    assert len(seen) == 1
+    report = seen[0]
+    assert isinstance(report.exc_value, _StrRaises)
+    assert "repr failed" in report.err_msg
+
+
+@pytest.mark.timeout(10)
+def test_raising_bound_listener_of_unrepresentable_object_is_contained_on_abort(unraisable: list[Any]) -> None:
+    log: list[str] = []
+    c = AbortController()
+    c.signal.add_listener(_ReprRaises(log).listener)
+    c.signal.add_listener(lambda _s: log.append("next"))
+    c.abort(_ReprRaises(log))  # a reason whose repr raises, too
+    assert log == ["raising", "next"]
+    _check_report(unraisable)
+    assert "repr failed" in repr(c.signal)
+
+
+@pytest.mark.timeout(10)
+def test_raising_bound_listener_is_contained_when_run_at_registration(unraisable: list[Any]) -> None:
+    log: list[str] = []
+    signal = AbortSignal.already_aborted("done")
+    handle = signal.add_listener(_ReprRaises(log).listener)
+    assert handle.registered is False
+    assert log == ["raising"]
+    _check_report(unraisable)
+
+
+@pytest.mark.timeout(10)
+def test_raising_bound_listener_of_a_dependent_is_contained(unraisable: list[Any]) -> None:
+    log: list[str] = []
+    c = AbortController()
+    derived = AbortSignal.any_of([c.signal])
+    derived.add_listener(_ReprRaises(log).listener)
+    derived.add_listener(lambda _s: log.append("next"))
+    c.abort()
+    assert log == ["raising", "next"]
+    _check_report(unraisable)
+
+
+@pytest.mark.timeout(10)
+def test_raising_bound_listener_of_a_timeout_is_contained_on_the_timer_thread(unraisable: list[Any]) -> None:
+    log: list[str] = []
+    done = threading.Event()
+    signal = AbortSignal.timeout(0)
+    signal.add_listener(_ReprRaises(log).listener)
+    signal.add_listener(lambda _s: done.set())
+    assert done.wait(5)
+    assert log == ["raising"]
+    _check_report(unraisable)
+
+
+@pytest.mark.timeout(10)
+def test_report_reaches_stderr_through_the_builtin_hook(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The built-in hook rejects any argument object but its own; the report
+    # must still be written, with every foreign object guarded.
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    log: list[str] = []
+    c = AbortController()
+    c.signal.add_listener(_ReprRaises(log).listener)
+    c.signal.add_listener(lambda _s: log.append("next"))
+    c.abort()
+    assert log == ["raising", "next"]
+    err = capsys.readouterr().err
+    assert "Exception in abort listener" in err
+    assert "repr failed" in err
+    assert "_StrRaises" in err and "str() failed" in err
+
+
+# ------------------------------------------------------ Ctrl-C inside close()
+
+
+# Where CPython 3.11+ runs signal handlers, so where a real SIGINT's
+# KeyboardInterrupt can appear: at a frame's first instruction, after a call
+# returned, after a backward jump.
+_BREAK_AFTER = {"CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD", "CALL_INTRINSIC_1"}
+
+
+def _interrupt_at(step: int, fn: Callable[[], None], codes: set[CodeType]) -> bool:
+    """Run ``fn``, raising KeyboardInterrupt at the ``step``-th point, counted
+    across the frames of ``codes``, where a real SIGINT could land (an
+    exact-bytecode probe). Returns whether the interrupt was raised."""
+    count = 0
+    fired = False
+    previous: dict[FrameType, str | None] = {}
+
+    def local(frame: FrameType, event: str, _arg: object) -> Any:
+        nonlocal count, fired
+        if event != "opcode" or fired:
+            return local
+        last = previous.get(frame)
+        previous[frame] = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+        if frame in previous and last is not None and last not in _BREAK_AFTER:
+            return local
+        if count == step:
+            fired = True
+            raise KeyboardInterrupt
+        count += 1
+        return local
+
+    def tracer(frame: FrameType, event: str, _arg: object) -> Any:
+        if frame.f_code in codes:
+            frame.f_trace_opcodes = True
+            previous[frame] = None
+            return local
+        return None
+
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn()
+    except KeyboardInterrupt:
+        assert fired
+    finally:
+        sys.settrace(old)
+    return fired
+
+
+_CLOSE_CODES = {
+    AbortSignal.close.__code__,
+    AbortSignal._release_sources_locked.__code__,
+    AbortSignal._keepalive_changed_locked.__code__,
+}
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_at_any_bytecode_of_close_leaves_no_strong_link_behind() -> None:
+    """At every bytecode of close() (and what it calls) a KeyboardInterrupt
+    either lands before close() changed anything - the signal is still fully
+    linked: its source's abort still reaches its listener - or leaves no
+    strong link: dropped, the signal is released. Sources: a controller and
+    a timeout (whose timer entry must keep strong dependents alive)."""
+    step = 0
+    while True:
+        x = AbortController()
+        timer = AbortSignal.timeout(3600)
+        ran: list[int] = []
+        derived = AbortSignal.any_of([x.signal, timer])
+        handle = derived.add_listener(lambda _s: ran.append(1))
+        ref = weakref.ref(derived)
+        fired = _interrupt_at(step, derived.close, _CLOSE_CODES)
+        assert not _signal._LOCK.locked()
+        del handle, derived
+        gc.collect()
+        if ref() is not None:
+            # Pinned: only allowed if close() had not detached anything.
+            x.abort()
+            assert ran == [1], f"interrupt at step {step}: a closed signal is still pinned"
+            gc.collect()
+        assert ref() is None, f"interrupt at step {step}"
+        timer.close()
+        if not fired:
+            break
+        step += 1
+    assert step > 5  # the probe really walked close()
+
+
+@pytest.mark.timeout(60)
+def test_close_again_after_an_interrupted_close_detaches_completely() -> None:
+    step = 0
+    while True:
+        x = AbortController()
+        derived = AbortSignal.any_of([x.signal, AbortController().signal])
+        derived.add_listener(lambda _s: None)
+        fired = _interrupt_at(step, derived.close, _CLOSE_CODES)
+        derived.close()
+        assert x.signal.listener_count == 0
+        x.abort()
+        assert derived.aborted is False, f"interrupt at step {step}"
+        if not fired:
+            break
+        step += 1
