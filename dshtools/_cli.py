@@ -86,24 +86,20 @@ from typing import NoReturn
 from . import __version__
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
-from ._cli_run import _Meter, _Replay, _Row, _run_batches
+from ._cli_report import EXIT_FAILURE, EXIT_USAGE, _report
+from ._cli_run import _Meter, _Row, _run_batches
 from ._cli_signals import _interrupts
-from ._cli_signals import current as _current_interrupts
-from ._cli_table import print_table, quiescence_line
 from ._policies import TimeoutPolicy
 from ._registry import ToolRegistry
 
 # This module holds the commands, their argument parsing and exit statuses.
 # The transcript and --tools loading live in dshtools._cli_input, the
 # runner and its instrumentation in dshtools._cli_run, the result table in
-# dshtools._cli_table, the descendant check in dshtools._cli_descendants.
+# dshtools._cli_table, the report and exit statuses in dshtools._cli_report,
+# the descendant check in dshtools._cli_descendants.
 
 __all__ = ["UsageError", "load_registry", "load_transcript", "main"]
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 DEFAULT_CANCEL_AFTER = 1.5
 
@@ -126,38 +122,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-def _report(
-    run: _Replay,
-    invoked: Callable[[_Row], str],
-    extra_checks: list[tuple[str, bool]],
-    json_out: bool,
-    wide: bool = False,
-) -> int:
-    """Print the table (stdout, or stderr under --json) and the quiescence
-    lines; return the exit status."""
-    out = sys.stderr if json_out else sys.stdout
-    if json_out:
-        json.dump(run.tool_messages, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-    print_table(run.rows, invoked, out, wide=wide)
-    if run.interrupted:
-        print(f"interrupted ({_current_interrupts().name()}): running calls were cancelled and joined", file=out)
-    elif run.cancelled_at is not None:
-        print(f"cancelled mid-run at {run.cancelled_at:.2f}s", file=out)
-    print(f"finished in {run.elapsed:.2f}s", file=out)
-    print("quiescence: after the run, nothing it started may still be running", file=out)
-    ok = True
-    checks = extra_checks + [("caller signal listener_count == 0", run.listener_count == 0)]
-    for label, passed in checks:
-        ok = ok and passed
-        print(quiescence_line(label, passed), file=out)
-    out.flush()
-    if run.interrupted:
-        return _current_interrupts().exit_status()
-    return EXIT_OK if ok else EXIT_FAILURE
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:

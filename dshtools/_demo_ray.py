@@ -207,8 +207,8 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
     except ImportError:
         print("dshtools: error: --backend ray needs Ray: pip install 'dshtools[ray]'", file=sys.stderr)
         return 2
-    from ._cli import _report
     from ._cli_input import _numbered_batches
+    from ._cli_report import _report
     from ._cli_run import _Meter, _run_batches
 
     class _Recording(RayBackend):

@@ -30,15 +30,19 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ._backend import BodyReport, NotInvoked
 from ._process_wire import dump_reason
 from ._signal import AbortSignal
 from ._types import ToolRunContext
 
-if TYPE_CHECKING:
-    from ._process_backend import ProcessBackend
+
+class _Wakeable(Protocol):
+    """What a job needs from its backend: a nudge to its manager thread."""
+
+    def _wake(self) -> None: ...
+
 
 __all__: list[str] = []
 
@@ -124,7 +128,7 @@ class _Job:
         "worker",
     )
 
-    def __init__(self, backend: ProcessBackend, seq: int, key: int, data: bytes, args: object, run: ToolRunContext):
+    def __init__(self, backend: _Wakeable, seq: int, key: int, data: bytes, args: object, run: ToolRunContext):
         self.backend = backend
         self.seq = seq
         self.body_key = key

@@ -735,7 +735,7 @@ def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
 
 
 def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureFixture[str]) -> None:
-    from dshtools._cli import _report
+    from dshtools._cli_report import _report
     from dshtools._cli_run import _Replay
 
     run = _Replay(rows=[], interrupted=False, cancelled_at=None, elapsed=0.0, listener_count=1, tool_messages=[])
