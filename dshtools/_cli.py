@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("thread", "ray"),
         default="thread",
         help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
-        "connected (needs the 'ray' extra; adds a non-cooperative call that is stopped by force)",
+        "connected (needs the 'ray' extra; the non-cooperative call is stopped by force)",
     )
     demo.set_defaults(func=cmd_demo, subparser=demo)
 
