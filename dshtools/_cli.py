@@ -38,7 +38,7 @@ Command line::
                     [--backend thread|ray]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
                     [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
-    dshtools mcp --tools MODULE:ATTRIBUTE [--name N]   (see dshtools.mcp; exits 0 at
+    dshtools mcp --tools MODULE:ATTRIBUTE [--name N] [--traceback]   (see dshtools.mcp; exits 0 at
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("thread", "ray"),
         default="thread",
         help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
-        "connected (needs the 'ray' extra; adds a non-cooperative call that is stopped by force)",
+        "connected (needs the 'ray' extra; the non-cooperative call is stopped by force)",
     )
     demo.set_defaults(func=cmd_demo, subparser=demo)
 
@@ -408,6 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
     )
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
+    mcp.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
+    )
     mcp.set_defaults(func=cmd_mcp, subparser=mcp)
     return parser
 

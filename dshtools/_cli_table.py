@@ -26,6 +26,10 @@ BODY_LEGEND = (
     "BODY: yes = the tool's function was called; no = it never started "
     "(refused, invalid, or cancelled first); ? = unknown (no result)."
 )
+KILLED_LEGEND = (
+    "(killed): the body ignored its abort, so its worker process and everything it "
+    'started were killed after a grace and confirmed gone (meta["killed"]).'
+)
 
 
 def outcome_of(result: ToolExecutionResult | None) -> str:
@@ -97,7 +101,8 @@ def _detail(result: ToolExecutionResult | None, width: int | None) -> str:
 
 
 def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[str], *, wide: bool = False) -> None:
-    """The table, then the BODY legend. ``wide``: ARGS and DETAIL are not
+    """The table, then the BODY legend, and the ``(killed)`` legend when a
+    row shows it. ``wide``: ARGS and DETAIL are not
     shortened (otherwise to 40 and 60 characters)."""
     header = ("BATCH", "CALL ID", "TOOL", "OUTCOME", "BODY", "DURATION", "ARGS", "DETAIL")
     args_width = None if wide else ARGS_WIDTH
@@ -125,6 +130,8 @@ def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[st
         cells = [cell.ljust(widths[i]) if i != 5 else cell.rjust(widths[i]) for i, cell in enumerate(line[:-1])]
         print("  ".join(cells + [line[-1]]).rstrip(), file=out)
     print(BODY_LEGEND, file=out)
+    if any(line[3].endswith(" (killed)") for line in lines[1:]):
+        print(KILLED_LEGEND, file=out)
 
 
 # Plain words for each quiescence check (what it makes sure of), matched on

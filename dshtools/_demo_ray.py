@@ -4,10 +4,10 @@ on a local Ray (docs/contract.md §6, §10; docs/ray.md).
 The same transcript, server and tools as the thread demo (``shell``,
 ``http_get``, ``read_file``, ``sleep``), rebuilt as module functions with
 their settings bound by ``functools.partial`` so that Ray can ship them,
-plus one non-cooperative tool, ``stubborn`` (a ``time.sleep`` that ignores
-its signal), called first in the second batch: the mid-run cancellation reaches
-it, it does not return, and the backend stops it by force after
-``KILL_AFTER`` seconds.
+including the non-cooperative ``stubborn`` (a ``time.sleep`` that ignores
+its signal), which the transcript calls in the second batch: the mid-run
+cancellation reaches it, it does not return, and the backend stops it by
+force after ``KILL_AFTER`` seconds.
 
 Quiescence, checked right after the batches returned:
 
@@ -49,11 +49,6 @@ __all__ = ["KILL_AFTER", "cmd_demo_ray"]
 KILL_AFTER = 1.0
 """Seconds between a call's abort and the forced stop of its body."""
 STUBBORN_TIMEOUT = 3.0
-STUBBORN_CALL = {
-    "id": "call_11",
-    "type": "function",
-    "function": {"name": "stubborn", "arguments": json.dumps({"seconds": 30})},
-}
 _PIDS = "pids"
 
 
@@ -226,10 +221,6 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath(source).read_text("utf-8"))
-    calls_with_tools = [m for m in data["messages"] if m.get("tool_calls")]
-    # First in the second batch: it runs beside the parallel calls and is still
-    # running when the mid-run cancellation lands.
-    calls_with_tools[1]["tool_calls"].insert(0, STUBBORN_CALL)
     batches = _numbered_batches(data, source)
     meter = _Meter()
     out = sys.stderr if ns.json else sys.stdout
@@ -254,7 +245,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
         ncalls = sum(len(batch.calls) for batch in batches)
         print(
             f"dshtools demo on Ray ({'a local Ray started here' if started_ray else 'the connected Ray'}): "
-            f"{ncalls} calls in {len(batches)} batches from {source} plus a non-cooperative call; "
+            f"{ncalls} calls in {len(batches)} batches from {source}; "
             f"local server {server.base_url}; "
             + ("no cancellation" if cancel_after is None else f"cancel after {cancel_after:g}s")
             + f"; forced stop {KILL_AFTER:g}s after an abort",

@@ -184,7 +184,7 @@ def calls_from_message(
         if call is None:
             call = raw_call if hasattr(raw_call, "id") else None
         if call is None:
-            shape = f"{where} is a {type(raw_call).__name__}, not a tool call object"
+            shape = f"{where} is not a tool call object: got {type(raw_call).__name__}"
             out.append(ToolExecutionInput("", "", InvalidCall(shape), signal, agent=agent))
             continue
         problem: str | None

@@ -233,6 +233,8 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     # Stopped by force FORCED_STOP_AFTER (1 s) after the cancel at 1.5 s.
     assert 2.0 < float(rows["call_07"][5].rstrip("s")) < 4.0
     assert "cancelled mid-run at" in proc.stdout
+    # The table says in plain words what "(killed)" means.
+    assert any(line.startswith("(killed): the body ignored its abort") for line in proc.stdout.splitlines())
     quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
     assert len(quiescence) == 6
     assert any("no worker process runs a tool body (bodies running: 0;" in line for line in quiescence)

@@ -244,6 +244,7 @@ def test_body_and_each_quiescence_line_are_explained_in_plain_words(tmp: Path) -
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("BODY: yes = the tool's function was called") for line in lines)
+    assert not any(line.startswith("(killed)") for line in lines)  # only when a row was killed
     checks = [line for line in lines if line.startswith(("  ok", "  FAIL"))]
     assert len(checks) == 3
     assert all(" -- checks: " in line for line in checks), checks

@@ -348,6 +348,19 @@ def test_a_bad_tools_spec_is_a_usage_error_with_nothing_on_stdout() -> None:
     assert b"no_such_module_here" in proc.stderr
 
 
+@pytest.mark.timeout(20)
+def test_the_traceback_the_usage_error_offers_is_there() -> None:
+    # The error says "--traceback shows where"; mcp accepts it as replay does.
+    command = [sys.executable, "-m", "dshtools", "mcp", "--tools", "no_such_module_here:registry"]
+    plain = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+    assert b"--traceback shows where" in plain.stderr
+    proc = subprocess.run([*command, "--traceback"], stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert b"Traceback (most recent call last)" in proc.stderr
+    assert b"ModuleNotFoundError: No module named 'no_such_module_here'" in proc.stderr
+
+
 # --------------------------------------------------------------- scheduling
 
 

@@ -446,7 +446,7 @@ def test_ids_and_call_types_the_model_got_wrong_are_invalid_call_under_the_model
     assert "unsupported call type 'custom'" in texts[2]
     assert "no function name" in texts[3]
     assert "call id is missing" in texts[4]
-    assert "not a tool call object" in texts[5]
+    assert texts[5].endswith("tool_calls[6] is not a tool call object: got str")
     assert all(t.startswith("Error: invalid call: ") for t in texts)
     assert hooks == ["c1"]  # INVALID_CALL and INVALID_ARGS skip every hook
     msgs = doa.tool_messages(calls, results)
