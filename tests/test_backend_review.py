@@ -21,7 +21,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolRegistry,
 )
-from dshtools._process_pool import _Worker
+from dshtools._process_pool import _Job, _Worker
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
 
@@ -94,3 +94,72 @@ def _never() -> Any:
     from dshtools import AbortController
 
     return AbortController().signal
+
+
+@pytest.mark.timeout(30)
+def test_backend_close_racing_a_call_being_handed_to_a_worker_still_settles_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # submit() took an idle worker and the call off the queue, and is about
+    # to send it, when close() runs on another thread. close() must wait for
+    # that hand-off like for a running body: if it stops the manager first,
+    # the body starts in a worker nobody watches, close() kills it, and the
+    # caller waits forever (joined, never abandoned: docs/contract.md §9).
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    done: list[Any] = []
+
+    def call() -> None:
+        done.append(registry.execute(ToolExecutionInput("c1", "t", {}, _never())))
+
+    caller = threading.Thread(target=call, daemon=True)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        assert registry.execute(ToolExecutionInput("c0", "t", {}, _never())).code is None
+
+        handing_off = threading.Event()
+        go_on = threading.Event()
+        stopping = threading.Event()
+        sent = threading.Event()
+        start_on = _Job.start_on
+
+        def held_start_on(job: _Job, worker: _Worker) -> bool:
+            handing_off.set()
+            go_on.wait(20)
+            try:
+                return start_on(job, worker)
+            finally:
+                sent.set()
+
+        monkeypatch.setattr(_Job, "start_on", held_start_on)
+        stop_worker = backend._stop_worker
+
+        def held_stop_worker(worker: _Worker) -> None:
+            # close() got past its wait for running bodies: let the hand-off
+            # finish first (sent to a live worker), then stop the worker.
+            stopping.set()
+            go_on.set()
+            sent.wait(20)
+            stop_worker(worker)
+
+        backend._stop_worker = held_stop_worker  # type: ignore[method-assign]
+
+        caller.start()
+        assert handing_off.wait(20)
+        closer = threading.Thread(target=backend.close, daemon=True)
+        closer.start()
+        # close() either waits for the hand-off (and never reaches
+        # _stop_worker while it is pending) or reaches it at once.
+        if not stopping.wait(1):
+            go_on.set()
+        caller.join(8)
+        closer.join(8)
+        assert not caller.is_alive(), "the call was abandoned: it never settled"
+        assert not closer.is_alive()
+        (result,) = done
+        assert result.code in (None, TOOL_ABORTED_BEFORE_DISPATCH), result
+    finally:
+        go_on.set()
+        sent.set()
+        if not caller.is_alive():  # an abandoned call would hold close() forever
+            registry.close()
