@@ -10,6 +10,7 @@ import select
 import signal
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,9 +18,11 @@ import pytest
 from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     ProcessBackend,
+    ThreadBackend,
     ToolDefinition,
     ToolExecutionInput,
     ToolRegistry,
+    execute_batch,
 )
 from dshtools._process_pool import _Job, _Worker
 
@@ -163,3 +166,34 @@ def test_backend_close_racing_a_call_being_handed_to_a_worker_still_settles_the_
         sent.set()
         if not caller.is_alive():  # an abandoned call would hold close() forever
             registry.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_registry_pool() -> None:
+    # A batch's parallel dispatches run on the registry's own pool, marked
+    # so that a body of *that* pool runs inline (a full pool cannot
+    # deadlock). A tool given its own ThreadBackend (a dedicated executor,
+    # or a smaller bound) must still run there, in a batch as in execute:
+    # the backend decides where a body runs (docs/contract.md §9).
+    special = ThreadPoolExecutor(1, thread_name_prefix="special-executor")
+    threads: list[str] = []
+
+    def body(args: object, run: object) -> str:
+        threads.append(threading.current_thread().name)
+        return "ok"
+
+    registry = ToolRegistry()
+    registry2 = ToolRegistry(backend=ThreadBackend(executor=special))
+    try:
+        for reg, backend in ((registry, ThreadBackend(executor=special)), (registry2, None)):
+            reg.register(ToolDefinition("t", "t", OBJECT, body, backend=backend, is_concurrency_safe=lambda a: True))
+            results = execute_batch(
+                reg, [ToolExecutionInput(f"c{i}", "t", {}, _never()) for i in range(3)], signal=_never()
+            )
+            assert [r.code for r in results] == [None, None, None]
+        assert len(threads) == 6
+        assert all(name.startswith("special-executor") for name in threads), threads
+    finally:
+        registry.close()
+        registry2.close()
+        special.shutdown()
