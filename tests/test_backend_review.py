@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 
 from dshtools import (
+    INVALID_TOOL_OUTPUT,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     ProcessBackend,
     ThreadBackend,
     ToolDefinition,
     ToolExecutionInput,
+    ToolFailure,
     ToolRegistry,
     execute_batch,
 )
@@ -197,3 +200,46 @@ def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_regi
         registry.close()
         registry2.close()
         special.shutdown()
+
+
+def _exits_when_loaded(args: object, run: object) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def _raises_exiting_error(args: object, run: object) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
+
+
+@pytest.mark.timeout(30)
+def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call() -> None:
+    # Unpickling what a worker sent runs foreign code in the backend's
+    # manager thread. A SystemExit (or KeyboardInterrupt) raised there must
+    # be contained like any unpicklable outcome (docs/contract.md §8 A4, §9),
+    # not kill the manager and close the backend for every later call.
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
+        registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        bad_value = registry.execute(ToolExecutionInput("c0", "v", {}, _never()))
+        assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
+        bad_error = registry.execute(ToolExecutionInput("c1", "e", {}, _never()))
+        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+        assert bad_error.error.info is not None and bad_error.error.info.name == "ExitsWhenLoadedError"
+        after = registry.execute(ToolExecutionInput("c2", "t", {}, _never()))
+        assert after.code is None, after
+    finally:
+        registry.close()
