@@ -491,7 +491,10 @@ class ProcessBackend:
         if kind == "value":
             try:
                 outcome = Value(pickle.loads(payload))
-            except Exception as exc:
+            except BaseException as exc:
+                # Foreign code runs here: even its SystemExit is this value's
+                # fault and must not end the manager thread (a Ctrl-C is never
+                # delivered to this thread, so none is swallowed).
                 outcome = Value(UnsendableValue("value", f"it does not unpickle here: {safe_str(exc)}"))
         elif kind == "bad_value":
             outcome = Value(UnsendableValue(detail[0], detail[1]))
