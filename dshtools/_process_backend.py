@@ -116,6 +116,9 @@ class ProcessBackend:
         self._workers: list[_Worker] = []
         self._idle: list[_Worker] = []
         self._starting = 0
+        # Calls taken off the queue for an idle worker and not yet sent (or
+        # refused): close() waits for them as for running bodies.
+        self._handing_off = 0
         self._queue: deque[_Job] = deque()
         self._closed = False
         self._stopping = False
@@ -256,7 +259,7 @@ class ProcessBackend:
         for job in queued:
             job.withdraw(RuntimeError("ProcessBackend closed before the call was dispatched"))
         with self._lock:
-            while any(w.job is not None and not w.job.done.is_set() for w in self._workers):
+            while self._handing_off or any(w.job is not None and not w.job.done.is_set() for w in self._workers):
                 self._changed.wait(0.25)
             self._stopping = True
             manager = self._manager
@@ -315,6 +318,7 @@ class ProcessBackend:
                 if self._idle:
                     worker = self._idle.pop()
                     job = self._queue.popleft()
+                    self._handing_off += 1
                 else:
                     # Start a worker for each waiting call that no worker
                     # on its way (started, not ready yet) will take.
@@ -352,9 +356,11 @@ class ProcessBackend:
             finally:
                 # Also on an interrupt: a worker whose job was not sent is
                 # idle again, never stranded.
-                if not started and worker.job is None:
-                    with self._lock:
+                with self._lock:
+                    if not started and worker.job is None:
                         self._idle.append(worker)
+                    self._handing_off -= 1
+                    self._changed.notify_all()
 
     # -- the manager thread -------------------------------------------------
 
@@ -485,7 +491,10 @@ class ProcessBackend:
         if kind == "value":
             try:
                 outcome = Value(pickle.loads(payload))
-            except Exception as exc:
+            except BaseException as exc:
+                # Foreign code runs here: even its SystemExit is this value's
+                # fault and must not end the manager thread (a Ctrl-C is never
+                # delivered to this thread, so none is swallowed).
                 outcome = Value(UnsendableValue("value", f"it does not unpickle here: {safe_str(exc)}"))
         elif kind == "bad_value":
             outcome = Value(UnsendableValue(detail[0], detail[1]))

@@ -198,7 +198,9 @@ class _Job:
 
     def start_on(self, worker: _Worker) -> bool:
         """Claim the job for ``worker`` and send it; ``False`` when it was
-        withdrawn first (the worker stays idle)."""
+        withdrawn first (the worker stays idle). ``True`` also when the
+        worker turned out dead (the job settles as not invoked and the
+        worker is not made idle again)."""
         if self.claim.setdefault(0, _CLAIMED) is not _CLAIMED:
             return False
         with self.lock:
@@ -224,8 +226,22 @@ class _Job:
                         run.agent,
                     )
                 )
-            except OSError:
-                return True  # the worker died: the manager reports it lost
+            except OSError as exc:
+                # The worker died before the whole call reached it (an idle
+                # worker killed before the manager noticed): the body never
+                # started. Not back to idle: the manager retires the worker.
+                self.worker = None
+                worker.job = None
+                self.settle_locked(
+                    BodyReport(
+                        outcome=NotInvoked(
+                            RuntimeError(
+                                f"the worker process (pid {worker.pid}) exited before the call reached it: {exc}"
+                            )
+                        )
+                    )
+                )
+                return True
             except Exception as exc:  # the message did not pickle: nothing was sent
                 self.worker = None
                 worker.job = None

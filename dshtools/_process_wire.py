@@ -144,7 +144,7 @@ def error_from(payload: bytes | None, detail: tuple[Any, ...]) -> BaseException:
     if payload is not None:
         try:
             exc = pickle.loads(payload)
-        except Exception:
+        except BaseException:  # foreign code runs here: even SystemExit is the payload's fault
             exc = None
     if not isinstance(exc, BaseException):
         exc = _stand_in(detail)

@@ -97,8 +97,8 @@ def on_worker() -> bool:
 
 def worker_owners() -> tuple[object, ...]:
     """What the current thread works for, outermost first: the run context of
-    each body it runs (or dispatches a nested call for), ``None`` for a
-    batch's dispatch work; empty on a plain thread. Package-internal: the
+    each body it runs (or dispatches a nested call for), the
+    ``ThreadBackend`` whose pool runs a batch's dispatch work; empty on a plain thread. Package-internal: the
     registry uses it to recognise a nested call or ``close()`` from one of
     its own bodies."""
     stack = _tls.stack
@@ -419,8 +419,13 @@ class ThreadBackend:
             # hand-off, or this check sees the abort (it is marked before
             # listeners run).
             withdrawal.handoff = handoff
-        if _tls.stack:
-            # Inline: nothing is queued, so there is nothing to withdraw.
+        stack = _tls.stack
+        if stack and (stack[-1] is self or not isinstance(stack[-1], ThreadBackend)):
+            # Inline (a nested call from a body, or a batch's dispatch on
+            # this backend's own pool: queueing behind the thread that waits
+            # could deadlock a full pool). A batch dispatching on another
+            # backend's pool queues here like any call. Nothing is queued,
+            # so there is nothing to withdraw.
             handoff.run(context, body, args, run)
             return _Settled(BodyReport(outcome=handoff.outcome))
         if withdrawal is None:
@@ -466,7 +471,7 @@ class ThreadBackend:
         context = contextvars.copy_context()
 
         def marked() -> Any:
-            enter_worker(None)
+            enter_worker(self)
             try:
                 return context.run(fn)
             finally:

@@ -1,0 +1,245 @@
+"""Adversarial review of where the registry core and the out-of-process
+backends meet (docs/contract.md §3, §8, §9): each test forces one
+interleaving with events or by blocking a backend's own step, never a sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from dshtools import (
+    INVALID_TOOL_OUTPUT,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
+    ProcessBackend,
+    ThreadBackend,
+    ToolDefinition,
+    ToolExecutionInput,
+    ToolFailure,
+    ToolRegistry,
+    execute_batch,
+)
+from dshtools._process_pool import _Job, _Worker
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
+
+OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _ok(args: object, run: object) -> str:
+    return "ok"
+
+
+def _wait_exited(pid: int) -> None:
+    """Block until ``pid`` has exited (without reaping it)."""
+    fd = os.pidfd_open(pid)
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(30)
+def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_aborted_before_dispatch() -> None:
+    # An idle worker dies (OOM killer, a stray kill) and the next call is
+    # claimed for it before the manager thread noticed: sending the call
+    # fails, so the body never started anywhere. docs/contract.md §9:
+    # ABORTED_BEFORE_DISPATCH exactly when the body never started (not
+    # WORKER_LOST, which says a body was running when its worker died).
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        warm = registry.execute(ToolExecutionInput("c0", "t", {}, _never()))
+        assert warm.code is None
+        (pid,) = backend.worker_pids
+
+        noticed = threading.Event()
+        release = threading.Event()
+        lose = backend._lose
+
+        def held_lose(worker: _Worker) -> None:
+            noticed.set()
+            release.wait(20)
+            lose(worker)
+
+        backend._lose = held_lose  # type: ignore[method-assign]
+        os.kill(pid, signal.SIGKILL)
+        _wait_exited(pid)
+        assert noticed.wait(20)  # the manager saw it but has not retired it yet
+
+        done: list[Any] = []
+        caller = threading.Thread(
+            target=lambda: done.append(registry.execute(ToolExecutionInput("c1", "t", {}, _never())))
+        )
+        caller.start()
+        # The call is claimed and sent (to the dead worker) on the caller's
+        # thread inside submit(); only then may the manager go on.
+        while backend.bodies_running == 0 and caller.is_alive():
+            caller.join(0.01)
+        release.set()
+        caller.join(20)
+        assert not caller.is_alive()
+        (result,) = done
+        assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+        after = registry.execute(ToolExecutionInput("c2", "t", {}, _never()))
+        assert after.code is None  # a fresh worker takes the next call
+    finally:
+        registry.close()
+
+
+def _never() -> Any:
+    from dshtools import AbortController
+
+    return AbortController().signal
+
+
+@pytest.mark.timeout(30)
+def test_backend_close_racing_a_call_being_handed_to_a_worker_still_settles_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # submit() took an idle worker and the call off the queue, and is about
+    # to send it, when close() runs on another thread. close() must wait for
+    # that hand-off like for a running body: if it stops the manager first,
+    # the body starts in a worker nobody watches, close() kills it, and the
+    # caller waits forever (joined, never abandoned: docs/contract.md §9).
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    done: list[Any] = []
+
+    def call() -> None:
+        done.append(registry.execute(ToolExecutionInput("c1", "t", {}, _never())))
+
+    caller = threading.Thread(target=call, daemon=True)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        assert registry.execute(ToolExecutionInput("c0", "t", {}, _never())).code is None
+
+        handing_off = threading.Event()
+        go_on = threading.Event()
+        stopping = threading.Event()
+        sent = threading.Event()
+        start_on = _Job.start_on
+
+        def held_start_on(job: _Job, worker: _Worker) -> bool:
+            handing_off.set()
+            go_on.wait(20)
+            try:
+                return start_on(job, worker)
+            finally:
+                sent.set()
+
+        monkeypatch.setattr(_Job, "start_on", held_start_on)
+        stop_worker = backend._stop_worker
+
+        def held_stop_worker(worker: _Worker) -> None:
+            # close() got past its wait for running bodies: let the hand-off
+            # finish first (sent to a live worker), then stop the worker.
+            stopping.set()
+            go_on.set()
+            sent.wait(20)
+            stop_worker(worker)
+
+        backend._stop_worker = held_stop_worker  # type: ignore[method-assign]
+
+        caller.start()
+        assert handing_off.wait(20)
+        closer = threading.Thread(target=backend.close, daemon=True)
+        closer.start()
+        # close() either waits for the hand-off (and never reaches
+        # _stop_worker while it is pending) or reaches it at once.
+        if not stopping.wait(1):
+            go_on.set()
+        caller.join(8)
+        closer.join(8)
+        assert not caller.is_alive(), "the call was abandoned: it never settled"
+        assert not closer.is_alive()
+        (result,) = done
+        assert result.code in (None, TOOL_ABORTED_BEFORE_DISPATCH), result
+    finally:
+        go_on.set()
+        sent.set()
+        if not caller.is_alive():  # an abandoned call would hold close() forever
+            registry.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_registry_pool() -> None:
+    # A batch's parallel dispatches run on the registry's own pool, marked
+    # so that a body of *that* pool runs inline (a full pool cannot
+    # deadlock). A tool given its own ThreadBackend (a dedicated executor,
+    # or a smaller bound) must still run there, in a batch as in execute:
+    # the backend decides where a body runs (docs/contract.md §9).
+    special = ThreadPoolExecutor(1, thread_name_prefix="special-executor")
+    threads: list[str] = []
+
+    def body(args: object, run: object) -> str:
+        threads.append(threading.current_thread().name)
+        return "ok"
+
+    registry = ToolRegistry()
+    registry2 = ToolRegistry(backend=ThreadBackend(executor=special))
+    try:
+        for reg, backend in ((registry, ThreadBackend(executor=special)), (registry2, None)):
+            reg.register(ToolDefinition("t", "t", OBJECT, body, backend=backend, is_concurrency_safe=lambda a: True))
+            results = execute_batch(
+                reg, [ToolExecutionInput(f"c{i}", "t", {}, _never()) for i in range(3)], signal=_never()
+            )
+            assert [r.code for r in results] == [None, None, None]
+        assert len(threads) == 6
+        assert all(name.startswith("special-executor") for name in threads), threads
+    finally:
+        registry.close()
+        registry2.close()
+        special.shutdown()
+
+
+def _exits_when_loaded(args: object, run: object) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def _raises_exiting_error(args: object, run: object) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
+
+
+@pytest.mark.timeout(30)
+def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call() -> None:
+    # Unpickling what a worker sent runs foreign code in the backend's
+    # manager thread. A SystemExit (or KeyboardInterrupt) raised there must
+    # be contained like any unpicklable outcome (docs/contract.md §8 A4, §9),
+    # not kill the manager and close the backend for every later call.
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
+        registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        bad_value = registry.execute(ToolExecutionInput("c0", "v", {}, _never()))
+        assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
+        bad_error = registry.execute(ToolExecutionInput("c1", "e", {}, _never()))
+        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+        assert bad_error.error.info is not None and bad_error.error.info.name == "ExitsWhenLoadedError"
+        after = registry.execute(ToolExecutionInput("c2", "t", {}, _never()))
+        assert after.code is None, after
+    finally:
+        registry.close()
