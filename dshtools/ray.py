@@ -116,6 +116,10 @@ _WATCH_THREADS: Final = 1024
 worker process that ran a body of the backend."""
 
 
+# What unpickling a tool's result may raise and still fail only its call.
+_CONTAINED: Final = (Exception, SystemExit, GeneratorExit)
+
+
 class _Entry:
     __slots__ = ("pid", "state", "worker")
 
@@ -353,8 +357,8 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 def _pack_error(exc: BaseException) -> tuple[str, object]:
     try:
         data = _dumps(exc)
-        _loads(data)
-    except Exception:
+        _loads(data)  # the caller will do this: foreign code may run here
+    except _CONTAINED:
         return "error_stub", (type(exc).__name__, safe_str(exc))
     return "error", data
 
@@ -417,7 +421,7 @@ def _pickle_reason(reason: object) -> bytes:
         data = _dumps(reason)
         _loads(data)
         return data
-    except Exception:
+    except _CONTAINED:
         return _dumps(safe_repr(reason))
 
 
@@ -614,6 +618,10 @@ class _RayDispatch:
         return outcome, (contexts if invoked else ()), invoked, False
 
     def _decode(self, kind: str, payload: Any) -> tuple[Any, bool]:
+        # A value or exception the tool sent back is foreign code when it is
+        # unpickled (its __reduce__ runs here, in the caller's thread): any
+        # fault it raises, SystemExit included, fails only this call. A
+        # KeyboardInterrupt is the caller's own Ctrl-C and propagates.
         if kind == "withdrawn":
             return NotInvoked(), False
         if kind == "not_invoked":
@@ -623,7 +631,7 @@ class _RayDispatch:
         if kind == "value":
             try:
                 value = _loads(payload)
-            except Exception as exc:
+            except _CONTAINED as exc:
                 value = _NotJSON(f"the tool's return value cannot be deserialized here: {safe_str(exc)}")
             return Value(value), True
         if kind == "bad_value":
@@ -631,7 +639,7 @@ class _RayDispatch:
         if kind == "error":
             try:
                 error = _loads(payload)
-            except Exception as exc:
+            except _CONTAINED as exc:
                 error = _stand_in(
                     type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}"
                 )

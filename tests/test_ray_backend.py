@@ -29,6 +29,7 @@ from dshtools import (  # noqa: E402
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     WORKER_LOST,
     AbortController,
@@ -593,3 +594,44 @@ def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
     assert "call_11  http_get" in out
     # The shared Ray is still up for the other tests (the demo did not start it).
     assert ray.is_initialized()
+
+
+def _exits_when_loaded(_args: Any, _run: ToolRunContext) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def _raises_exiting_error(_args: Any, _run: ToolRunContext) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
+
+
+@pytest.mark.timeout(60)
+def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
+    registry: ToolRegistry,
+) -> None:
+    # The driver unpickles what the task sent back, in the thread blocked in
+    # execute(): foreign code. Its SystemExit must fail only that call
+    # (docs/contract.md §8 A4, §9), never escape execute() half-settled.
+    removes = [
+        _register(registry, "exits_v", _exits_when_loaded),
+        _register(registry, "exits_e", _raises_exiting_error),
+    ]
+    try:
+        bad_value = registry.execute(_call("exits_v", {}, AbortController().signal, "v1"))
+        assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
+        bad_error = registry.execute(_call("exits_e", {}, AbortController().signal, "e1"))
+        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+    finally:
+        for remove in removes:
+            remove()
