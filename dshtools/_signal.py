@@ -24,29 +24,23 @@ Guarantees:
   until it aborts or is closed, its sources keep it alive. Nothing else
   does: there is no global registry.
 
+This module is the public surface and the paths that must stay one frame
+deep (abort, add_listener, wait, any_of/derive); the layers under it, each
+with its own guarantees and invariants:
+
+* ``_signal_claim``: listener storage, the abort decision (``_ABORTED``),
+  the listener claim and dispatch, ``ListenerHandle``, the module lock
+  ``_LOCK``;
+* ``_signal_links``: keep-alive links, abort propagation to dependents,
+  release and pruning;
+* ``_signal_budget``: the earliest pending timer (``deadline``).
+
 Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
 ``already_aborted``) keeps nothing alive, so its listener and abort paths
 take no lock (below). A *linked* signal (``any_of``/``derive`` and timeout
 signals, class ``_LinkedSignal``) owns keep-alive links to its sources or a
 timer entry; everything that changes those links, and its own abort, runs
-under the one module lock ``_LOCK``. Why one lock rather than one per
-signal: linking a derived signal to N sources and propagating an abort to M
-dependents must each be atomic across several signals; one lock makes those
-steps atomic and deadlock-free (no lock order to get wrong), and its
-critical sections are a few attribute writes - user code never runs under
-it. Weakref callbacks never take it (dead links are pruned lazily), so
-garbage collection inside a critical section cannot deadlock.
-
-The abort decision. A signal's listeners live in one dict (an ``int`` key,
-held by the listener's handle -> callback, registration order). Aborting inserts the key ``_ABORTED`` into
-that dict with ``dict.setdefault``: one atomic step (the key's hash and
-equality are C code, no Python code runs inside it), so of any number of
-concurrent aborts exactly one inserts it and wins; its value, a 1-tuple
-holding the reason, is what every later reader copies. The winner then
-stores ``_reason`` and ``_aborted`` (in that order; anyone who finds the key
-before ``_aborted`` is set stores the same two values, so they never
-disagree) and only then looks at listeners, dependents and the waiters'
-``Event``.
+under the one lock ``_LOCK``.
 
 Atomicity assumptions, each a pair of "write, then read" steps that must not
 both miss the other (they hold with the GIL, under which every bytecode and
@@ -67,177 +61,61 @@ which CPython's free-threaded dict operations are):
   and then reads its dependents, propagating under ``_LOCK``. Marking a
   dependent aborted is itself under ``_LOCK`` and checked first, so a
   dependent both sides reach is marked once.
-
-Claiming a listener: the dispatch loop and ``remove()`` both claim a
-listener by popping its key from the dict (``dict.pop``, atomic as
-above). Whoever pops it owns it: the loop runs it, ``remove()`` makes sure
-it never starts. The loop's pops run in C (``map`` over the snapshot), one
-per listener, with no lock.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from itertools import count, repeat
 from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _timer
-from ._errors import AbortError, TimeoutReason, check_seconds, report_unraisable, safe_repr
+from ._errors import AbortError, check_seconds, report_unraisable, safe_repr
+from ._signal_budget import _deadline_of
+from ._signal_claim import (
+    _ABORTED,
+    _DEFAULT_REASON,
+    _LOCK,
+    _NONES,
+    ListenerHandle,
+    _new_handle,
+    _next_key,
+    _pending_keys,
+    _reason_of,
+    _refused,
+    _resolved_reason_locked,
+    _settle,
+    _SignalState,
+)
+from ._signal_links import (
+    _abort_linked,
+    _add_linked,
+    _born_aborted,
+    _keepalive_changed_locked,
+    _mark_aborted_locked,
+    _on_timer,
+    _prune_deps_locked,
+    _release_sources_locked,
+    _remove_linked,
+    _won_plain,
+)
 
 __all__ = ["AbortController", "AbortSignal", "Listener", "ListenerHandle"]
 
 Listener = Callable[["AbortSignal"], object]
 
-# Guards every change to links between signals (dependents, sources,
-# keep-alive strength), a linked signal's listeners and abort, the creation
-# of a signal's Event, and the default reason's creation.
-_LOCK: Final = threading.Lock()
-
-if hasattr(os, "register_at_fork"):
-    # A fork while another thread (the timer thread, say) is inside a
-    # critical section would leave the child's copy of _LOCK held forever.
-    os.register_at_fork(after_in_child=_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
-
-
-class _Marker:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<aborted>"
-
-
-# The key that marks a listener dict as aborted (see the module docstring).
-_ABORTED: Final = _Marker()
-# The second argument of every claiming pop in the dispatch loop.
-_NONES: Final = repeat(None)
-# Listener keys: unique ints (one process-wide counter), so the listener
-# dict holds no per-listener object besides the callback; the handle holds
-# the key.
-_next_key: Final = count().__next__
-
 # Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
 # blocked in wait() promptly on every platform (B19).
 _WAIT_SLICE: Final = 0.25
 
-
-# The reason of an `abort()` given none. Creating the default `AbortError`
-# was two thirds of the cost of such an abort, and most aborts are never
-# asked why: abort stores this marker, and the first read of `reason`
-# creates, under `_LOCK`, the one `AbortError` (kept in `_error`) that every
-# later read returns. `_reason` itself never changes once written, so the
-# winner and a helper that both store it cannot undo each other. Paths that
-# copy a reason to other signals (dependents, a derived signal of an aborted
-# input) resolve it first, so they all hold the same object.
-_DEFAULT_REASON: Final = object()
-
-
-def _reason_of(signal: AbortSignal) -> object:
-    reason = signal._reason
-    if reason is _DEFAULT_REASON:
-        with _LOCK:
-            reason = _resolved_reason_locked(signal)
-    return reason
-
-
-def _resolved_reason_locked(signal: AbortSignal) -> object:
-    reason = signal._reason
-    if reason is _DEFAULT_REASON:
-        error: object = getattr(signal, "_error", None)
-        if error is None:
-            error = signal._error = AbortError()
-        return error
-    return reason
-
-
-def _settle(signal: AbortSignal, listeners: dict[Any, Any]) -> object:
-    """Make ``signal`` read aborted with the reason recorded under
-    ``_ABORTED`` (idempotent: every writer stores the same two values)."""
-    reason: object = listeners[_ABORTED][0]
-    signal._reason = reason
-    signal._aborted = True
-    return reason
-
-
-def _pending_keys(listeners: dict[Any, Any]) -> list[Any]:
-    """The handles of an aborted signal's listeners, registration order."""
-    keys = list(listeners)
-    if keys[-1] is _ABORTED:
-        del keys[-1]
-    else:  # an adder inserted after the abort (it claims its own back)
-        keys.remove(_ABORTED)
-    return keys
-
-
-class ListenerHandle:
-    """Returned by ``AbortSignal.add_listener``.
-
-    ``registered`` is ``False`` when the signal was already aborted at
-    registration (the callback then either ran inline or, with
-    ``run_if_aborted=False``, not at all). ``remove()`` is idempotent, never
-    blocks, and is also what leaving a ``with`` block does.
-    """
-
-    __slots__ = ("_key", "_signal")
-    if TYPE_CHECKING:
-
-        @property
-        def registered(self) -> bool:
-            """``False`` when the signal was already aborted at registration."""
-
-    else:
-        # A class attribute: creating a handle is on the add_listener path.
-        registered = True
-
-    def __init__(self, signal: AbortSignal, key: int | None) -> None:
-        self._signal = signal
-        self._key = key
-
-    def remove(self) -> None:
-        signal = self._signal
-        if signal._linked:
-            signal._remove_linked(self._key)
-        else:
-            # A plain signal keeps nothing alive: the claiming pop is all.
-            signal._listeners.pop(self._key, None)
-
-    def __enter__(self) -> ListenerHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.remove()
-
-    def __repr__(self) -> str:
-        state = "active" if self._key in self._signal._listeners else "detached"
-        return f"<ListenerHandle {state} registered={self.registered}>"
-
-
-class _RefusedHandle(ListenerHandle):
-    """The handle of a listener given to an already-aborted signal."""
-
-    __slots__ = ()
-    if not TYPE_CHECKING:
-        registered = False
-
-    def remove(self) -> None:
-        pass
-
-
-_new_handle: Final = object.__new__
 _new_signal: Final = object.__new__
 
 
-class AbortSignal:
+class AbortSignal(_SignalState):
     """A one-way flag that says "stop", with listeners.
 
     Obtain one from ``AbortController().signal`` or the factories
@@ -245,56 +123,15 @@ class AbortSignal:
     never aborts. Every method is thread-safe. Source: docs/contract.md §1.
     """
 
-    # A plain signal writes `_aborted`, `_deps`, `_event`, `_linked`,
-    # `_listeners` and `_reason`; the others are written only on linked
-    # signals (and `_error` when a default reason is first read): a slot
-    # never written costs a plain signal nothing to create.
-    __slots__ = (
-        "__weakref__",
-        "_aborted",
-        "_aborts_directly",
-        "_anchor",
-        "_closed",
-        "_deps",
-        "_deps_prune_at",
-        "_derived",
-        "_error",
-        "_event",
-        "_linked",
-        "_listeners",
-        "_reason",
-        "_ref",
-        "_sources",
-        "_strong_deps",
-        "_timer",
-        "_timer_code",
-        "_timer_seconds",
-    )
-    # Read only where `_linked` is True (set by `_LinkedSignal.__init__`).
-    _sources: tuple[AbortSignal, ...]
-    _ref: weakref.ref[AbortSignal]
-    _anchor: list[AbortSignal]
-    _strong_deps: int
-    _timer: _timer.TimerEntry | None
-    _timer_code: str
-    _timer_seconds: float
-    _closed: bool
-    _derived: bool
-    _aborts_directly: bool
-    _deps_prune_at: int
+    __slots__ = ()  # the slots are `_SignalState`'s
 
     def __init__(self) -> None:
         self._linked = False  # True for `_LinkedSignal` (derived and timeout)
         self._aborted = False
-        self._reason: object = None
-        self._event: threading.Event | None = None  # created by the first wait()
-        # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
-        self._listeners: dict[Any, Any] = {}
-        # As a source: weak reference to a derived signal -> that signal's
-        # anchor; derivation order. None until the first derivation (which
-        # also sets `_deps_prune_at`).
-        self._deps: dict[weakref.ref[AbortSignal], list[AbortSignal]] | None = None
-        self._error: AbortError | None
+        self._reason = None
+        self._event = None
+        self._listeners = {}
+        self._deps = None
 
     # ------------------------------------------------------------------ state
 
@@ -425,53 +262,17 @@ class AbortSignal:
         _settle(self, listeners)
         return _refused(self, callback, run_if_aborted)
 
-    def _add_linked(self, callback: Listener, run_if_aborted: bool) -> ListenerHandle:
-        with _LOCK:
-            if not self._aborted:
-                handle = _new_handle(ListenerHandle)
-                handle._signal = self
-                handle._key = key = _next_key()
-                listeners = self._listeners
-                listeners[key] = callback
-                if len(listeners) == 1:
-                    self._keepalive_changed_locked()
-                return handle
-        return _refused(self, callback, run_if_aborted)
+    # ------------------------------------------------- linked-signal methods
 
-    def _remove_linked(self, key: int | None) -> None:
-        listeners = self._listeners
-        with _LOCK:
-            if listeners.pop(key, None) is None:
-                return  # removed before, or claimed by a dispatch loop
-            if not listeners:
-                self._keepalive_changed_locked()
-
-    def _keepalive_changed_locked(self) -> None:
-        """Listener/strong-dependent presence changed on a linked signal:
-        make the links that keep it alive strong or weak accordingly.
-
-        Every source's entry for this signal is its one shared ``_anchor``
-        list: holding ``[self]`` makes all those links strong, an empty one
-        all weak, in one step. So an interrupt between two steps of a
-        detach can never leave some sources pinning a closed signal."""
-        needed = bool(self._listeners) or self._strong_deps > 0
-        timer = self._timer
-        if timer is not None:
-            timer.strong = self if needed else None
-        anchor = self._anchor
-        if needed is bool(anchor):
-            return
-        if needed:
-            anchor.append(self)
-        else:
-            anchor.clear()
-        # Timeout sources count their strong dependents (their timer entry
-        # must then keep them alive).
-        for source in self._sources:
-            if source._linked:
-                source._strong_deps += 1 if needed else -1
-                if source._strong_deps == (1 if needed else 0):
-                    source._keepalive_changed_locked()
+    # Called only where `_linked` is True; implemented with the links they
+    # change (`dshtools._signal_links`).
+    _add_linked = _add_linked
+    _remove_linked = _remove_linked
+    _keepalive_changed_locked = _keepalive_changed_locked
+    _abort_linked = _abort_linked
+    _mark_aborted_locked = _mark_aborted_locked
+    _release_sources_locked = _release_sources_locked
+    _on_timer = _on_timer
 
     # ------------------------------------------------------------------ abort
 
@@ -482,58 +283,6 @@ class AbortSignal:
             self._abort_linked(reason)
         else:
             _abort_plain(self, reason)
-
-    def _abort_linked(self, reason: object, *, from_timer: bool = False) -> None:
-        if reason is None:
-            reason = _DEFAULT_REASON
-        with _LOCK:
-            if self._aborted:
-                return
-            if from_timer and self._closed:
-                # Race: the timer thread popped this signal's entry and is
-                # about to call _on_timer (outside the timer lock) when
-                # another thread calls close(); close() finds nothing left to
-                # cancel and returns. Checking `_closed` here, under the same
-                # lock close() sets it under, makes "after close() returns,
-                # the signal never aborts" hold for that interleaving too.
-                return
-            if reason is _DEFAULT_REASON and self._deps:
-                reason = AbortError()  # shared with dependents: made now
-            self._mark_aborted_locked(reason)
-            won, batches = _mark_dependents_locked(self, reason)
-        _finish(won, batches)
-
-    def _mark_aborted_locked(self, reason: object) -> None:
-        # Linked signals only (their every abort path holds _LOCK).
-        self._listeners[_ABORTED] = (reason,)
-        self._reason = reason
-        self._aborted = True
-        self._strong_deps = 0
-        timer = self._timer
-        if timer is not None:
-            timer.strong = None
-            # The entry may be the one firing now; a late cancel is harmless.
-            timer.cancelled = True
-            self._timer = None
-        self._release_sources_locked()
-
-    def _release_sources_locked(self) -> None:
-        # An aborted derived signal no longer needs its sources to keep it
-        # alive, nor pins them. Its (weak) entries in the sources' dependent
-        # dicts are left for their amortised prune: that is what makes an
-        # any_of's abort cost nothing per source.
-        sources = self._sources
-        anchor = self._anchor
-        if not anchor:
-            self._sources = ()
-            return
-        anchor.clear()  # every source's link is weak from here on
-        self._sources = ()
-        for source in sources:
-            if source._linked:
-                source._strong_deps -= 1
-                if source._strong_deps == 0:
-                    source._keepalive_changed_locked()
 
     # ---------------------------------------------------------------- derived
 
@@ -577,14 +326,6 @@ class AbortSignal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def _dispatch(self, keys: list[Any]) -> BaseException | None:
-        # A linked signal's listener dispatch, as a method: the one step
-        # tests probe to land an interrupt at its entry.
-        return _dispatch(self, keys)
-
-    def _on_timer(self) -> None:
-        self._abort_linked(TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
     # -------------------------------------------------------------- factories
 
@@ -657,56 +398,6 @@ class _LinkedSignal(AbortSignal):
         self._aborts_directly = False
 
 
-def _deadline_of(signal: AbortSignal) -> float | None:
-    # Reads without _LOCK: `_timer` and `_sources` are replaced whole, never
-    # mutated, and a stale read only reports a timer that just fired.
-    timer = signal._timer
-    best = None if timer is None else timer.when
-    for source in signal._sources:
-        if source._linked and not source._aborted:
-            at = _deadline_of(source)
-            if at is not None and (best is None or at < best):
-                best = at
-    return best
-
-
-def _mark_dependents_locked(signal: AbortSignal, reason: object) -> tuple[list[AbortSignal], list[Any]]:
-    """Mark every live dependent of ``signal`` aborted with ``reason``;
-    return the signals to wake (``signal`` first) and the listener batches to
-    run, in order. Snapshots are taken under the lock that set ``aborted``:
-    from then on a linked signal's add_listener sees it and runs inline."""
-    won = [signal]
-    deps = signal._deps
-    if deps:
-        signal._deps = None
-        for ref, anchor in deps.items():
-            dep = anchor[0] if anchor else ref()
-            if dep is not None and not dep._aborted and dep._sources:
-                dep._mark_aborted_locked(reason)
-                won.append(dep)
-    batches = [(s, _pending_keys(s._listeners)) for s in won if len(s._listeners) > 1]
-    return won, batches
-
-
-def _finish(won: list[AbortSignal], batches: list[Any]) -> None:
-    # Every affected signal now reads aborted. Wake waiters, then run
-    # listeners: own first, dependents in derivation order.
-    for signal in won:
-        event = signal._event
-        if event is not None:
-            event.set()
-    first: BaseException | None = None
-    for signal, keys in batches:
-        interrupt = signal._dispatch(keys) if signal._linked else _dispatch(signal, keys)
-        if first is None:
-            first = interrupt
-    if first is not None:
-        # A Ctrl-C (or SystemExit) raised inside a listener must not be
-        # swallowed (B16's "several interrupts needed"); it is re-raised
-        # here, after every listener - dependents' too - has run.
-        raise first
-
-
 def _abort_plain(signal: AbortSignal, reason: object) -> None:
     # AbortController.abort is this function, inlined (one frame fewer on
     # the most common abort); keep the two in step.
@@ -716,54 +407,6 @@ def _abort_plain(signal: AbortSignal, reason: object) -> None:
     token = (reason,)
     if listeners.setdefault(_ABORTED, token) is token:
         _won_plain(signal, listeners, token)
-
-
-def _won_plain(signal: AbortSignal, listeners: dict[Any, Any], token: tuple[object]) -> None:
-    signal._reason = token[0]
-    signal._aborted = True
-    if signal._deps:
-        with _LOCK:
-            reason = _resolved_reason_locked(signal)
-            won, batches = _mark_dependents_locked(signal, reason)
-        _finish(won, batches)
-        return
-    event = signal._event
-    if event is not None:
-        event.set()
-    if len(listeners) > 1:
-        interrupt = _dispatch(signal, _pending_keys(listeners))
-        if interrupt is not None:
-            raise interrupt
-
-
-def _dispatch(signal: AbortSignal, keys: list[Any]) -> BaseException | None:
-    # Each listener is claimed by popping its key, right before it runs;
-    # remove() (and a late adder) claim with the same pop. Exactly one pop
-    # finds it, so a concurrent remove() either wins (the listener never
-    # starts) or loses (it has started) - never both, and it never waits.
-    # Returns the first non-Exception BaseException a listener raised (the
-    # caller re-raises it once every listener ran), else None.
-    interrupt: BaseException | None = None
-    for callback in map(signal._listeners.pop, keys, _NONES):
-        if callback is None:
-            continue  # removed, or claimed by another dispatch
-        try:
-            callback(signal)
-        except Exception as exc:
-            report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-        except BaseException as exc:  # KeyboardInterrupt, SystemExit: kept
-            if interrupt is None:
-                interrupt = exc
-    return interrupt
-
-
-def _refused(signal: AbortSignal, callback: Listener, run_if_aborted: bool) -> ListenerHandle:
-    handle = _new_handle(_RefusedHandle)
-    handle._signal = signal
-    handle._key = None
-    if run_if_aborted:
-        _call(callback, signal)
-    return handle
 
 
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:
@@ -797,10 +440,11 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
         # without the lock (or if close() left `_sources` in place) the new
         # signal would link to R and abort when R does, although D - its
         # only input - never aborts.
-        roots: dict[AbortSignal, None] = {}
+        roots: dict[_SignalState, None] = {}
         for s in items:
             if s._aborted or _ABORTED in s._listeners:
-                return _born_aborted(derived, s)
+                _born_aborted(derived, s)
+                return derived
             if s._linked and s._derived:
                 for root in s._sources:
                     roots[root] = None
@@ -836,33 +480,6 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     return derived
 
 
-def _born_aborted(derived: AbortSignal, source: AbortSignal) -> AbortSignal:
-    # Under _LOCK. `source` aborted (possibly still settling, if plain).
-    if not source._aborted:
-        _settle(source, source._listeners)
-    reason = _resolved_reason_locked(source)
-    derived._listeners[_ABORTED] = (reason,)
-    derived._reason = reason
-    derived._aborted = True
-    return derived
-
-
-def _prune_deps_locked(signal: AbortSignal) -> None:
-    # Amortised O(1): drop links to released, aborted and closed dependents
-    # once the dict has doubled since the last prune, so a long-lived
-    # parent's memory follows its live dependents, not every signal ever
-    # derived from it.
-    deps = signal._deps
-    assert deps is not None
-    live = {}
-    for ref, anchor in deps.items():
-        dep = anchor[0] if anchor else ref()
-        if dep is not None and not dep._aborted and dep._sources:
-            live[ref] = anchor
-    signal._deps = live
-    signal._deps_prune_at = max(32, 2 * len(live))
-
-
 def abort_owned(signal: AbortSignal, reason: object) -> None:
     """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
     by the caller that owns it (the registry's dispatch signal on
@@ -877,15 +494,6 @@ def abort_owned(signal: AbortSignal, reason: object) -> None:
         interrupt = signal._dispatch(_pending_keys(signal._listeners))
         if interrupt is not None:
             raise interrupt
-
-
-def _call(callback: Listener, signal: AbortSignal) -> None:
-    # A listener run inline by add_listener(): an Exception is reported, a
-    # KeyboardInterrupt/SystemExit propagates to the registering thread.
-    try:
-        callback(signal)
-    except Exception as exc:
-        report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
 
 
 class AbortController:
