@@ -61,7 +61,7 @@ import weakref
 from collections.abc import Callable
 from itertools import count, repeat
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from . import _timer
 from ._errors import AbortError, report_unraisable, safe_repr
@@ -108,36 +108,12 @@ _next_key: Final = count().__next__
 _DEFAULT_REASON: Final = object()
 
 
-class _SignalState:
-    """The slots of every signal: its listener storage, abort state and
-    links. ``AbortSignal`` (``dshtools._signal``) is its only subclass; this
-    layer and the link layer read and write signals through it."""
+class _SignalState(Protocol):
+    """What this layer and the link layer read and write on a signal: the
+    slots of ``AbortSignal`` (``dshtools._signal``, the only implementation).
+    A protocol rather than a base class, so a signal's type stays one level
+    deep (each level costs every signal's deallocation a step)."""
 
-    # A plain signal writes `_aborted`, `_deps`, `_event`, `_linked`,
-    # `_listeners` and `_reason`; the others are written only on linked
-    # signals (and `_error` when a default reason is first read): a slot
-    # never written costs a plain signal nothing to create.
-    __slots__ = (
-        "__weakref__",
-        "_aborted",
-        "_aborts_directly",
-        "_anchor",
-        "_closed",
-        "_deps",
-        "_deps_prune_at",
-        "_derived",
-        "_error",
-        "_event",
-        "_linked",
-        "_listeners",
-        "_reason",
-        "_ref",
-        "_sources",
-        "_strong_deps",
-        "_timer",
-        "_timer_code",
-        "_timer_seconds",
-    )
     _linked: bool  # True for a linked signal (derived and timeout)
     _aborted: bool
     _reason: object
@@ -162,17 +138,13 @@ class _SignalState:
     _aborts_directly: bool
     _deps_prune_at: int
 
-    if TYPE_CHECKING:
-        # Provided by linked signals (`dshtools._signal`); called only where
-        # `_linked` is True.
-        def _remove_linked(self, key: int | None) -> None: ...
+    # A linked signal's listener dispatch (`_dispatch` below, as a method).
+    def _dispatch(self, keys: list[Any]) -> BaseException | None: ...
 
-        def _on_timer(self) -> None: ...
+    # Linked signals only (`_linked` True): see `dshtools._signal_links`.
+    def _remove_linked(self, key: int | None) -> None: ...
 
-    def _dispatch(self, keys: list[Any]) -> BaseException | None:
-        # A linked signal's listener dispatch, as a method: the one step
-        # tests probe to land an interrupt at its entry.
-        return _dispatch(self, keys)
+    def _on_timer(self) -> None: ...
 
 
 def _reason_of(signal: _SignalState) -> object:
