@@ -16,7 +16,7 @@ from dshtools import (
     AbortSignal,
     Deadline,
     TimeoutReason,
-    _signal,
+    _signal_surface,
     _timer,
     deadline,
     timeout_of,
@@ -272,7 +272,7 @@ def test_timeout_of_rejects_other_types() -> None:
 
 
 class _Clock:
-    """A stand-in for the ``time`` module inside ``dshtools._signal``."""
+    """A stand-in for the ``time`` module inside ``dshtools._signal_surface`` (where ``time_left`` reads the clock)."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -295,7 +295,7 @@ def test_timeout_deadline_is_the_timer_instant_and_time_left_counts_down(monkeyp
         at = s.deadline
         assert at is not None and before + 30 <= at <= after + 30
         clock = _Clock(at - 12.5)
-        monkeypatch.setattr(_signal, "time", clock)
+        monkeypatch.setattr(_signal_surface, "time", clock)
         assert s.time_left() == pytest.approx(12.5)
         clock.now = at + 5  # past the instant, timer not fired yet: never negative
         assert s.time_left() == 0.0

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, _signal
+from dshtools import AbortController, AbortSignal, _signal_claim
 
 
 class _StrRaises(Exception):
@@ -181,7 +181,7 @@ def test_ctrl_c_at_any_bytecode_of_close_leaves_no_strong_link_behind() -> None:
         handle = derived.add_listener(lambda _s: ran.append(1))
         ref = weakref.ref(derived)
         fired = _interrupt_at(step, derived.close, _CLOSE_CODES)
-        assert not _signal._LOCK.locked()
+        assert not _signal_claim._LOCK.locked()
         del handle, derived
         gc.collect()
         if ref() is not None:

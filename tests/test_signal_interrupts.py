@@ -72,12 +72,12 @@ def test_ordinary_exceptions_are_still_reported_not_raised(monkeypatch: pytest.M
 # Run by a fresh interpreter (pytest itself must never fork: it is threaded).
 _FORK_WHILE_LOCKED = """
 import os, sys, threading
-from dshtools import AbortController, AbortSignal, _signal
+from dshtools import AbortController, AbortSignal, _signal_claim
 
 held, release = threading.Event(), threading.Event()
 
 def hold():
-    with _signal._LOCK:
+    with _signal_claim._LOCK:
         held.set()
         release.wait(10)
 

@@ -1,0 +1,550 @@
+"""``AbortSignal``: the cancellation primitive (docs/contract.md §1).
+
+Guarantees:
+
+* Safe to call from any thread. Of many concurrent ``abort()`` calls exactly
+  one wins; the rest return at once and do nothing.
+* Before any listener runs, the aborted signal **and every signal derived
+  from it** read ``aborted`` with the same ``reason`` object. Then listeners
+  run once each, in registration order, in the aborting thread, with no lock
+  held: the signal's own listeners first, then each dependent's, dependents
+  in the order they were derived.
+* A listener added after abort runs at once in the registering thread
+  (``run_if_aborted=True``) or is refused atomically (``registered is
+  False``): no check-then-register window can lose a wake-up.
+* A listener that raises never stops the others: an ``Exception`` goes to
+  ``sys.unraisablehook``; a ``KeyboardInterrupt`` or ``SystemExit`` is held
+  and re-raised from ``abort()`` after every listener ran, so a Ctrl-C is
+  never swallowed (decision 0011).
+* ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
+  had not started never will; one that already started on another thread
+  may still be running.
+* Derived signals (``any_of``) are flattened onto original sources. Sources
+  hold their dependents weakly until a dependent gets a listener; from then
+  until it aborts or is closed, its sources keep it alive. Nothing else
+  does: there is no global registry.
+
+This module is ``AbortSignal`` and the paths that must stay one frame deep
+(add_listener, wait, any_of/derive); ``AbortController`` and its inlined
+abort are in ``_signal_controller``, and ``_signal`` re-exports both. The
+layers under it, each with its own guarantees and invariants:
+
+* ``_signal_claim``: listener storage, the abort decision (``_ABORTED``),
+  the listener claim and dispatch, ``ListenerHandle``, the module lock
+  ``_LOCK``;
+* ``_signal_links``: keep-alive links, abort propagation to dependents,
+  release and pruning;
+* ``_signal_budget``: the earliest pending timer (``deadline``).
+
+Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
+``already_aborted``) keeps nothing alive, so its listener and abort paths
+take no lock (below). A *linked* signal (``any_of``/``derive`` and timeout
+signals, class ``_LinkedSignal``) owns keep-alive links to its sources or a
+timer entry; everything that changes those links, and its own abort, runs
+under the one lock ``_LOCK``.
+
+Atomicity assumptions, each a pair of "write, then read" steps that must not
+both miss the other (they hold with the GIL, under which every bytecode and
+every C call on one object is sequentially consistent; a build without the
+GIL would need these stores and loads to be sequentially consistent atomics,
+which CPython's free-threaded dict operations are):
+
+* abort vs ``add_listener`` on a plain signal: the adder inserts its key
+  and then looks for ``_ABORTED``; the aborter inserts ``_ABORTED`` and then
+  snapshots the keys. If the adder finds ``_ABORTED`` it claims its own
+  key back with ``dict.pop`` and runs (or refuses) the callback itself;
+  the aborter's dispatch claims with the same pop, so whichever pop finds
+  the key owns it and the callback runs exactly once.
+* abort vs ``wait()``: the waiter stores the ``Event`` and then reads
+  ``_aborted``; the aborter stores ``_aborted`` and then reads ``_event``.
+* abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
+  then reads whether it aborted; a plain source's aborter sets ``_ABORTED``
+  and then reads its dependents, propagating under ``_LOCK``. Marking a
+  dependent aborted is itself under ``_LOCK`` and checked first, so a
+  dependent both sides reach is marked once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+from . import _timer
+from ._errors import AbortError, check_seconds, safe_repr
+from ._signal_budget import _deadline_of
+from ._signal_claim import (
+    _ABORTED,
+    _DEFAULT_REASON,
+    _LOCK,
+    ListenerHandle,
+    _dispatch,
+    _new_handle,
+    _next_key,
+    _pending_keys,
+    _reason_of,
+    _refused,
+    _resolved_reason_locked,
+    _settle,
+    _SignalState,
+)
+from ._signal_links import (
+    _abort_linked,
+    _add_linked,
+    _born_aborted,
+    _keepalive_changed_locked,
+    _mark_aborted_locked,
+    _on_timer,
+    _prune_deps_locked,
+    _release_sources_locked,
+    _remove_linked,
+    _won_plain,
+)
+
+__all__ = ["AbortSignal", "Listener", "ListenerHandle"]
+
+Listener = Callable[["AbortSignal"], object]
+
+# Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
+# blocked in wait() promptly on every platform (B19).
+_WAIT_SLICE: Final = 0.25
+
+_new_signal: Final = object.__new__
+
+
+class AbortSignal:
+    """A one-way flag that says "stop", with listeners.
+
+    Obtain one from ``AbortController().signal`` or the factories
+    ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
+    never aborts. Every method is thread-safe. Source: docs/contract.md §1.
+    """
+
+    # A plain signal writes `_aborted`, `_deps`, `_event`, `_linked`,
+    # `_listeners` and `_reason`; the others are written only on linked
+    # signals (and `_error` when a default reason is first read): a slot
+    # never written costs a plain signal nothing to create.
+    __slots__ = (
+        "__weakref__",
+        "_aborted",
+        "_aborts_directly",
+        "_anchor",
+        "_closed",
+        "_deps",
+        "_deps_prune_at",
+        "_derived",
+        "_error",
+        "_event",
+        "_linked",
+        "_listeners",
+        "_reason",
+        "_ref",
+        "_sources",
+        "_strong_deps",
+        "_timer",
+        "_timer_code",
+        "_timer_seconds",
+    )
+    # Read only where `_linked` is True (set by `_LinkedSignal.__init__`).
+    # Links are typed as the lower layers see signals (`_SignalState`).
+    _sources: tuple[_SignalState, ...]
+    _ref: weakref.ref[_SignalState]
+    _anchor: list[_SignalState]
+    _strong_deps: int
+    _timer: _timer.TimerEntry | None
+    _timer_code: str
+    _timer_seconds: float
+    _closed: bool
+    _derived: bool
+    _aborts_directly: bool
+    _deps_prune_at: int
+
+    def __init__(self) -> None:
+        self._linked = False  # True for `_LinkedSignal` (derived and timeout)
+        self._aborted = False
+        self._reason: object = None
+        self._event: threading.Event | None = None  # created by the first wait()
+        # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
+        self._listeners: dict[Any, Any] = {}
+        # As a source: weak reference to a derived signal -> that signal's
+        # anchor; derivation order. None until the first derivation (which
+        # also sets `_deps_prune_at`).
+        self._deps: dict[weakref.ref[_SignalState], list[_SignalState]] | None = None
+        self._error: AbortError | None
+
+    # ------------------------------------------------------------------ state
+
+    if TYPE_CHECKING:
+
+        @property
+        def aborted(self) -> bool:
+            """``True`` once aborted; never goes back."""
+
+        @property
+        def reason(self) -> object:
+            """The abort reason (``None`` until aborted; an ``AbortError``
+            when aborted without one)."""
+
+    else:
+        # Read-only properties whose getter is C code (no Python frame per
+        # read): `signal.aborted` is the check a cooperative loop makes on
+        # every iteration, so it should cost no more than Event.is_set().
+        aborted = property(attrgetter("_aborted"), doc="``True`` once aborted; never goes back.")
+        reason = property(
+            _reason_of,
+            doc="The abort reason (``None`` until aborted; an ``AbortError`` when aborted without one).",
+        )
+
+    def throw_if_aborted(self) -> None:
+        """Raise a new ``AbortError(self.reason)`` if aborted; else return."""
+        if self._aborted:
+            raise AbortError(_reason_of(self))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until aborted or ``timeout`` seconds
+        passed (``None``: no limit). Returns ``aborted``. Wakes within about
+        a millisecond of ``abort()`` in another thread; an untimed wait is
+        sliced so ``KeyboardInterrupt`` is delivered promptly."""
+        if self._aborted:
+            return True
+        if timeout is not None:
+            timeout = check_seconds(timeout, "timeout")
+        event = self._event
+        if event is None:
+            with _LOCK:
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+            # Read after the store above; an abort stores `_aborted` before
+            # it reads `_event` (module docstring): one of us sees the other.
+            if self._aborted:
+                return True
+            if _ABORTED in self._listeners:  # won, not yet settled: settle it
+                _settle(self, self._listeners)
+                return True
+        if timeout is not None:
+            # Clamp: Event.wait() raises OverflowError past
+            # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
+            return event.wait(min(timeout, threading.TIMEOUT_MAX)) or self._aborted
+        while not event.wait(_WAIT_SLICE):
+            pass
+        return True
+
+    @property
+    def listener_count(self) -> int:
+        """Listeners not yet run or removed, plus (for a source) links to
+        live dependents. Diagnostics and leak tests."""
+        with _LOCK:
+            listeners = self._listeners
+            n = len(listeners) - (_ABORTED in listeners)
+            deps = self._deps
+            if deps:
+                for ref, anchor in deps.items():
+                    dep = anchor[0] if anchor else ref()
+                    if dep is not None and not dep._aborted and dep._sources:
+                        n += 1
+            return n
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest ``time.monotonic()`` instant (seconds) at which a
+        timer among this signal's sources (or its own, for a timeout signal)
+        will abort it; ``None`` when no pending timer can. An aborted or
+        closed signal has none. Source: docs/contract.md §8 A9,
+        docs/decisions/0021."""
+        if not self._linked or self._aborted:
+            return None
+        return _deadline_of(self)
+
+    def time_left(self) -> float | None:
+        """Seconds until ``deadline`` (never negative), ``0.0`` once the
+        signal aborted, ``None`` when no timer can abort it: a value to hand
+        to a library that only takes a timeout. Source: docs/contract.md
+        §8 A9, docs/decisions/0021."""
+        if self._aborted:
+            return 0.0
+        at = self.deadline
+        if at is None:
+            return None
+        return max(0.0, at - time.monotonic())
+
+    # -------------------------------------------------------------- listeners
+
+    def add_listener(self, callback: Listener, *, run_if_aborted: bool = True) -> ListenerHandle:
+        """Call ``callback(self)`` once when this signal aborts.
+
+        Runs in the aborting thread (the timer thread for timeouts), outside
+        any lock. If already aborted: with ``run_if_aborted=True`` the
+        callback runs now in this thread; with ``False`` it does not run.
+        Either way ``handle.registered`` is ``False``. An ``Exception`` from
+        the callback goes to ``sys.unraisablehook`` and the other listeners
+        still run; a ``KeyboardInterrupt``/``SystemExit`` does not stop them
+        either, and the first one is re-raised by ``abort()`` once they all
+        ran (or propagates from ``add_listener`` when run inline). Raises
+        ``TypeError`` for a non-callable.
+        """
+        if not callable(callback):
+            raise TypeError(f"listener must be callable, not {type(callback).__name__}")
+        if self._linked:
+            return self._add_linked(callback, run_if_aborted)
+        handle = _new_handle(ListenerHandle)
+        handle._signal = self
+        handle._key = key = _next_key()
+        listeners = self._listeners
+        listeners[key] = callback
+        if _ABORTED not in listeners:
+            return handle
+        # Aborted before or while we inserted. Claim the key back; if the
+        # aborting thread's dispatch claimed it first, it runs there.
+        if listeners.pop(key, None) is None:
+            return handle
+        _settle(self, listeners)
+        return _refused(self, callback, run_if_aborted)
+
+    # ------------------------------------------------- linked-signal methods
+
+    # Called only where `_linked` is True; implemented with the links they
+    # change (`dshtools._signal_links`).
+    _add_linked = _add_linked
+    _remove_linked = _remove_linked
+    _keepalive_changed_locked = _keepalive_changed_locked
+    _abort_linked = _abort_linked
+    _mark_aborted_locked = _mark_aborted_locked
+    _release_sources_locked = _release_sources_locked
+    _on_timer = _on_timer
+
+    # ------------------------------------------------------------------ abort
+
+    def _abort(self, reason: object) -> None:
+        if self._aborted:
+            return
+        if self._linked:
+            self._abort_linked(reason)
+        else:
+            _abort_plain(self, reason)
+
+    # ---------------------------------------------------------------- derived
+
+    def close(self) -> None:
+        """Detach a derived signal from its sources and cancel a pending
+        timer; afterwards it never aborts. Never aborts, idempotent, and a
+        no-op for controller signals. ``with signal:`` closes on exit."""
+        if not self._linked:
+            return
+        with _LOCK:
+            timer = self._timer
+            sources = self._sources
+            if self._closed and timer is None and not sources:
+                return
+            # Each strong link goes in one step, first: the timer entry's
+            # (a timeout signal), every source's at once through the anchor
+            # (a derived signal). So an interrupt (Ctrl-C) at any point of
+            # this block leaves either the signal untouched or no strong
+            # link to it - at most weak entries, pruned once it is gone -
+            # and close() again finishes the job.
+            if timer is not None:
+                timer.strong = None
+            self._release_sources_locked()
+            self._closed = True
+            self._timer = None
+            ref = self._ref
+            for source in sources:
+                deps = source._deps
+                if deps is not None:
+                    deps.pop(ref, None)
+        if timer is not None:
+            _timer.cancel(timer)
+
+    def __enter__(self) -> AbortSignal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _dispatch(self, keys: list[Any]) -> BaseException | None:
+        # A linked signal's listener dispatch, as a method: the one step
+        # tests probe to land an interrupt at its entry.
+        return _dispatch(self, keys)
+
+    # -------------------------------------------------------------- factories
+
+    @staticmethod
+    def any_of(signals: Iterable[AbortSignal]) -> AbortSignal:
+        """A signal that aborts when any of ``signals`` aborts, with the
+        reason of the first to abort (already aborted at creation: the first
+        such in iteration order). Empty input never aborts. Derived inputs
+        are flattened onto their original sources. Raises ``TypeError`` for a
+        non-signal element (every element is checked)."""
+        items = list(signals)
+        for s in items:
+            if not isinstance(s, AbortSignal):
+                raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
+        return derive(items)
+
+    @staticmethod
+    def timeout(seconds: float) -> AbortSignal:
+        """A signal that aborts after ``seconds`` (>= 0, finite) with
+        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on the shared
+        timer thread. ``close()`` cancels the timer. Raises ``TypeError`` for
+        a non-number, ``ValueError`` for negative, NaN or infinite."""
+        value = check_seconds(seconds)
+        if value < 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        return _timeout_signal(value, "TIMEOUT")
+
+    @staticmethod
+    def already_aborted(reason: object = None) -> AbortSignal:
+        """A signal that is aborted from the start (``None`` reason: a
+        default ``AbortError``)."""
+        signal = AbortSignal()
+        if reason is None:
+            reason = AbortError()
+        signal._listeners[_ABORTED] = (reason,)
+        signal._reason = reason
+        signal._aborted = True
+        return signal
+
+    def __repr__(self) -> str:
+        if self._aborted:
+            return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
+        kind = "derived" if self._linked and self._derived else "source"
+        return f"<AbortSignal {kind} pending>"
+
+
+class _LinkedSignal(AbortSignal):
+    """A derived or timeout signal: it owns keep-alive links to its sources
+    (weak until it has listeners or strong dependents) or a timer entry."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._linked = True
+        self._aborted = False
+        self._reason = None
+        self._event = None
+        self._listeners = {}
+        self._deps = None
+        self._sources = ()
+        self._ref = weakref.ref(self)
+        self._anchor = []
+        self._strong_deps = 0
+        self._timer = None
+        self._closed = False
+        self._derived = True  # False: a timeout signal (a root)
+        # A derived signal its owner may also abort directly (the registry's
+        # dispatch signal, on KeyboardInterrupt): signals derived from it
+        # link to it as well as to its sources, so that abort reaches them.
+        self._aborts_directly = False
+
+
+def _abort_plain(signal: AbortSignal, reason: object) -> None:
+    # AbortController.abort (`_signal_controller`) is this function,
+    # inlined (one frame fewer on the most common abort); keep the two in step.
+    listeners = signal._listeners
+    if reason is None:
+        reason = _DEFAULT_REASON
+    token = (reason,)
+    if listeners.setdefault(_ABORTED, token) is token:
+        _won_plain(signal, listeners, token)
+
+
+def _timeout_signal(seconds: float, code: str) -> AbortSignal:
+    signal = _LinkedSignal()
+    signal._derived = False
+    signal._timer_code = code
+    signal._timer_seconds = seconds
+    signal._timer = _timer.schedule(seconds, signal)
+    return signal
+
+
+def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts_directly: bool = False) -> AbortSignal:
+    """A signal derived from ``items`` (flattened). With ``listener``, the
+    derived signal is born with that listener (unless an input is already
+    aborted: then no listener is installed and the result reads aborted),
+    under the same lock acquisition as the links: the registry's dispatch
+    signal, one lock round trip instead of two and no handle. With
+    ``aborts_directly`` the caller may abort the result itself
+    (``abort_owned``); signals later derived from it then link to it as well
+    as to its sources. Package-internal (the registry's and ``deadline``'s
+    seam into this module)."""
+    derived = _LinkedSignal()
+    derived._aborts_directly = aborts_directly
+    with _LOCK:
+        # One pass: already-aborted inputs win in iteration order (a derived
+        # input that aborted counts as itself, before its sources are
+        # consulted); the others are flattened onto their original sources,
+        # each once, in first-seen order. `_sources` is read under the lock:
+        # a concurrent close() of a derived input empties it. Race closed
+        # this way: input D is closed while its root R is still pending;
+        # without the lock (or if close() left `_sources` in place) the new
+        # signal would link to R and abort when R does, although D - its
+        # only input - never aborts.
+        roots: dict[_SignalState, None] = {}
+        for s in items:
+            if s._aborted or _ABORTED in s._listeners:
+                _born_aborted(derived, s)
+                return derived
+            if s._linked and s._derived:
+                for root in s._sources:
+                    roots[root] = None
+                if s._aborts_directly and s._sources:
+                    roots[s] = None  # its direct abort must reach us too
+            else:
+                roots[s] = None
+        sources = derived._sources = tuple(roots)
+        ref = derived._ref
+        anchor = derived._anchor
+        for root in sources:
+            deps = root._deps
+            if deps is None:
+                deps = root._deps = {}
+                root._deps_prune_at = 32
+            deps[ref] = anchor
+            if len(deps) >= root._deps_prune_at:
+                _prune_deps_locked(root)
+        # A plain root's abort takes no lock: it may have inserted _ABORTED
+        # before our link went in and then found no dependents. Linked,
+        # then checked (module docstring), so such an abort is seen here.
+        for root in sources:
+            if _ABORTED in root._listeners:
+                derived._release_sources_locked()
+                _settle(root, root._listeners)
+                derived._listeners[_ABORTED] = (_resolved_reason_locked(root),)
+                derived._reason = derived._listeners[_ABORTED][0]
+                derived._aborted = True
+                return derived
+        if listener is not None:
+            derived._listeners[_next_key()] = listener
+            derived._keepalive_changed_locked()
+    return derived
+
+
+def abort_owned(signal: AbortSignal, reason: object) -> None:
+    """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
+    by the caller that owns it (the registry's dispatch signal on
+    ``KeyboardInterrupt``). If it is already aborted, run the listeners it
+    still has pending: a second interrupt may have landed inside the first
+    abort, after the signal was marked but before its listeners ran, and a
+    body woken only by a listener would then never wake. Each listener is
+    claimed by one atomic pop, so none runs twice. Package-internal."""
+    if not signal._aborted:
+        signal._abort(reason)
+    elif len(signal._listeners) > 1:
+        interrupt = signal._dispatch(_pending_keys(signal._listeners))
+        if interrupt is not None:
+            raise interrupt
+
+
+def _ensure_signal(value: Any, what: str) -> AbortSignal:
+    if not isinstance(value, AbortSignal):
+        raise TypeError(f"{what} must be an AbortSignal, not {type(value).__name__}")
+    return value
