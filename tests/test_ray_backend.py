@@ -107,7 +107,9 @@ def ray_cluster() -> Iterator[Any]:
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="dshtools-tests")
+        # address="local": always a fresh cluster of our own, never one that
+        # another run on this machine left registered (or half dead).
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="dshtools-tests")
     finally:
         if old is None:
             del os.environ["PYTHONPATH"]
