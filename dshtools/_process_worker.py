@@ -37,48 +37,21 @@ import queue
 import signal as _os_signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ._errors import AbortError, safe_str
-from ._freeze import freeze_with_height, thaw
 from ._process_wire import describe_error, load_reason
-from ._signal import AbortController, AbortSignal
-from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
+from ._remote_run import RemoteRun
+from ._signal import AbortController
+from ._types import ExecutionToken, ToolRunContext
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
 
 __all__ = ["main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-_NESTED = (
-    "run.dispatch() is not available in a tool running on a ProcessBackend worker: "
-    "nested calls need the thread backend (docs/contract.md §9)"
-)
-
-
-class _WorkerRun:
-    """What ``ToolRunContext`` needs from its run, in a worker."""
-
-    __slots__ = ("contexts", "settled")
-
-    def __init__(self) -> None:
-        self.contexts: list[dict[str, Any]] = []
-        self.settled = False
-
-    def defer_context(self, context: object) -> None:
-        if self.settled:
-            raise RuntimeError("defer_context() after the tool body settled")
-        if not isinstance(context, dict):
-            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
-        frozen, _ = freeze_with_height(context)
-        self.contexts.append(thaw(frozen))
-
-    def dispatch(
-        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
-    ) -> ToolExecutionResult:
-        raise RuntimeError(_NESTED)
 
 
 class _Reader:
@@ -133,9 +106,9 @@ class _Reader:
 
 def _run_one(
     bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
-) -> tuple[str, Any, list[dict[str, Any]], Any]:
+) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
     _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent = message
-    worker_run = _WorkerRun()
+    worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True)
     try:
         body = bodies.get(key)
         if body is None:

@@ -33,9 +33,9 @@ from ray import cloudpickle
 from . import _ray_reap
 from ._backend import Body
 from ._errors import safe_str
-from ._freeze import freeze_with_height
-from ._signal import AbortController, AbortSignal
-from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext
+from ._remote_run import RemoteRun
+from ._signal import AbortController
+from ._types import ExecutionToken, ToolRunContext
 
 __all__: list[str] = []
 
@@ -163,32 +163,6 @@ _SignalActorRemote = ray.remote(concurrency_groups={"claim": 4, "watch": _WATCH_
 
 
 # ------------------------------------------------------------ the remote side
-
-
-class _RemoteRun:
-    """``run`` services for a body in a Ray worker."""
-
-    __slots__ = ("contexts", "settled")
-
-    def __init__(self) -> None:
-        self.contexts: list[Mapping[str, Any]] = []
-        self.settled = False
-
-    def defer_context(self, context: object) -> None:
-        if self.settled:
-            raise RuntimeError("defer_context() after the tool body settled")
-        if not isinstance(context, dict):
-            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
-        frozen, _ = freeze_with_height(context)
-        self.contexts.append(frozen)
-
-    def dispatch(
-        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
-    ) -> ToolExecutionResult:
-        raise RuntimeError(
-            "run.dispatch() is not available in a body running on RayBackend: "
-            "nested calls need the thread backend (docs/contract.md §9)"
-        )
 
 
 class _NotJSON:
@@ -331,7 +305,7 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
     if controller is None:
         return "withdrawn", None, ()
     call_id, root_call_id, name, agent = fields
-    run = _RemoteRun()
+    run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = ToolRunContext(
         token=ExecutionToken(),
         call_id=call_id,
