@@ -150,17 +150,18 @@ def freeze_with_height(value: object) -> tuple[Any, int]:
     """``freeze`` plus the nesting depth of the result (scalar: 0, flat
     object/array: 1), without a second walk."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is dict:  # the usual arguments: tested first
+        if not value:
+            return _EMPTY_OBJECT, 1  # a tool without parameters
+    elif t is str or t is int or t is bool or value is None:
         return value, 0
-    if t is FrozenDict:
+    elif t is FrozenDict:
         return value, value.height  # type: ignore[attr-defined]
-    if t is float:
+    elif t is float:
         if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
             raise FreezeError(f"non-finite number {value!r} is not JSON", "$")
         return value, 0
-    if t is dict and not value:
-        return _EMPTY_OBJECT, 1  # the usual arguments of a tool without parameters
-    if not isinstance(value, (dict, list, tuple)):
+    elif not isinstance(value, (dict, list, tuple)):
         raise FreezeError(_own_problem(value) or f"unsupported type {t.__name__!r} (not a JSON value)", "$")
     # Fast path for the common small, shallow, well-formed value; anything
     # unusual (depth, size, a bad value, a shared container) falls back to

@@ -59,7 +59,6 @@ from ._types import (
     UNKNOWN_TOOL,
     WORKER_LOST,
     SignalSlot,
-    ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -69,6 +68,7 @@ from ._types import (
     aborted,
     exception_failure,
     failure,
+    trusted_dispatch_view,
 )
 
 __all__ = ["Pipeline", "begin", "check_open", "complete", "dispatch", "on_worker_of", "run_marked"]
@@ -247,16 +247,16 @@ class Pipeline:
         # The slot and view exist only for wrappers (none: the hot path).
         slot = SignalSlot(call.signal) if around else None
         view = (
-            ToolDispatchExecution(
-                token=run.token,
-                call_id=call.call_id,
-                root_call_id=run.root_call_id,
-                name=call.name,
-                arguments=run.arguments,
-                agent=call.agent,
-                parent=call.parent,
-                definition=run.definition,
-                slot=slot,
+            trusted_dispatch_view(
+                run.token,
+                call.call_id,
+                run.root_call_id,
+                call.name,
+                run.arguments,
+                call.agent,
+                call.parent,
+                run.definition,
+                slot,
             )
             if slot is not None
             else None
@@ -404,7 +404,7 @@ class Pipeline:
                 return aborted(RuntimeError(_CLOSED_BEFORE_DISPATCH), invoked=False)
             if slot is not None:
                 slot.signal = fused
-            report = self._submit_and_join(run, backend, definition, ctx, fused, withdrawal)
+            return self._run_body(run, backend, definition, ctx, fused, withdrawal)
         finally:
             # Bookkeeping first, each step reached even if an interrupt lands
             # in the one before: a stale attempt would block close() and
@@ -425,9 +425,8 @@ class Pipeline:
                 # Detaches from the caller's signal; a backend's listeners go
                 # with the closed signal (it can no longer abort).
                 fused.close()
-        return self._to_result(run, definition, report, fused)
 
-    def _submit_and_join(
+    def _run_body(
         self,
         run: Run,
         backend: Backend,
@@ -435,11 +434,19 @@ class Pipeline:
         ctx: ToolRunContext,
         fused: AbortSignal,
         withdrawal: WithdrawalSlot | None,
-    ) -> BodyReport:
-        # Submit once, then wait in slices until the dispatch settles. A
-        # KeyboardInterrupt anywhere aborts the dispatch signal (the backend
-        # withdraws a queued body or tells a running one) and the wait goes
-        # on: a started body is never abandoned.
+    ) -> ToolExecutionResult:
+        """Submit the body once, wait until its dispatch settles, and return
+        the body's outcome as the result the innermost ``next()`` returns.
+
+        The wait is sliced; a ``KeyboardInterrupt`` anywhere aborts the
+        dispatch signal (the backend withdraws a queued body or tells a
+        running one) and the wait goes on: a started body is never
+        abandoned. The interrupt is re-raised once the dispatch settled.
+
+        The result is classified already here (step 5), so wrappers see
+        ``ABORTED`` for a success or ``AbortError`` while the dispatch signal
+        is aborted; a tool failure (``ToolError``, other exceptions, invalid
+        output) stays."""
         interrupt: KeyboardInterrupt | None = None
         dispatch: Dispatch | None = None
         submitted = False
@@ -451,11 +458,13 @@ class Pipeline:
                         if withdrawal is None:
                             dispatch = backend.submit(definition.execute, run.arguments, ctx)
                         else:
-                            dispatch = backend.submit(definition.execute, run.arguments, ctx, withdrawal=withdrawal)  # type: ignore[call-arg]
+                            assert isinstance(backend, ThreadBackend)
+                            dispatch = backend.submit_listening(definition.execute, run.arguments, ctx, withdrawal)
                     except Exception as exc:
                         # The backend refused: the body was not and will not
                         # be started.
-                        return BodyReport(outcome=NotInvoked(exc))
+                        report = BodyReport(outcome=NotInvoked(exc))
+                        break
                 if interrupt is not None:
                     # Also runs listeners a second interrupt left pending.
                     abort_owned(fused, interrupt)
@@ -477,15 +486,6 @@ class Pipeline:
                 run.body_invoked = True
             run.note_report(report)
             raise interrupt
-        return report
-
-    def _to_result(
-        self, run: Run, definition: ToolDefinition, report: BodyReport, fused: AbortSignal
-    ) -> ToolExecutionResult:
-        """The body's outcome as the result the innermost ``next()`` returns.
-        Classified already here (step 5), so wrappers see ``ABORTED`` for a
-        success or ``AbortError`` while the fused signal is aborted; a tool
-        failure (``ToolError``, other exceptions, invalid output) stays."""
         outcome = report.outcome
         if report.contexts or report.killed or report.overrun_s is not None:
             run.note_report(report)

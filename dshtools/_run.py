@@ -20,6 +20,7 @@ from ._freeze import FrozenDict, freeze_with_height
 from ._hooks import AroundDispatch, Guard, PostExecuteHook, PreExecuteHook, ResultObserver, ToolDefinition
 from ._signal import AbortSignal
 from ._thread_backend import enter_worker, leave_worker
+from ._twin import twin
 from ._types import (
     ExecutionToken,
     RunLike,
@@ -29,12 +30,10 @@ from ._types import (
     ToolFailure,
     ToolRunContext,
     ToolSuccess,
+    trusted_view,
 )
 
 __all__ = ["Hooks", "Run", "trusted_run_context"]
-
-_new: Final = object.__new__
-_set: Final = object.__setattr__
 
 
 class _Executes(Protocol):
@@ -122,16 +121,16 @@ class Run:
         view = self._view
         if view is None:
             call = self.call
-            view = self._view = ToolExecution(
-                token=self.token,
-                call_id=call.call_id,
-                root_call_id=self.root_call_id,
-                name=call.name,
-                arguments=self.arguments,
-                agent=call.agent,
-                parent=call.parent,
-                definition=self.definition,
-                signal=call.signal,
+            view = self._view = trusted_view(
+                self.token,
+                call.call_id,
+                self.root_call_id,
+                call.name,
+                self.arguments,
+                call.agent,
+                call.parent,
+                self.definition,
+                call.signal,
             )
         return view
 
@@ -180,9 +179,12 @@ class Run:
             leave_worker()
 
 
+_RunContextTwin: Final = twin(ToolRunContext)
+
+
 # A trusted constructor: the pipeline builds a context on every dispatch from
 # values it produced itself, so there is nothing to convert or check
-# (attrs' generated __init__ would run a converter and a setattr per field).
+# (dshtools/_twin.py).
 def trusted_run_context(
     token: ExecutionToken,
     call_id: str,
@@ -195,15 +197,16 @@ def trusted_run_context(
     signal: AbortSignal,
     run: RunLike,
 ) -> ToolRunContext:
-    ctx: ToolRunContext = _new(ToolRunContext)
-    _set(ctx, "token", token)
-    _set(ctx, "call_id", call_id)
-    _set(ctx, "root_call_id", root_call_id)
-    _set(ctx, "name", name)
-    _set(ctx, "arguments", arguments)
-    _set(ctx, "agent", agent)
-    _set(ctx, "parent", parent)
-    _set(ctx, "definition", definition)
-    _set(ctx, "signal", signal)
-    _set(ctx, "_run", run)
-    return ctx
+    ctx = _RunContextTwin()
+    ctx.token = token
+    ctx.call_id = call_id
+    ctx.root_call_id = root_call_id
+    ctx.name = name
+    ctx.arguments = arguments
+    ctx.agent = agent
+    ctx.parent = parent
+    ctx.definition = definition
+    ctx.signal = signal
+    ctx._run = run
+    ctx.__class__ = ToolRunContext
+    return ctx  # type: ignore[no-any-return]

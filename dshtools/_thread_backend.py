@@ -74,6 +74,10 @@ _WORKER: Final = object()  # the claim's value when the worker won it
 _new: Final = object.__new__
 _set: Final = object.__setattr__
 _NOT_YET: Final = NotInvoked()  # placeholder outcome before the claim is decided
+# The outcome and report of a body that returned None with no overrun, the
+# commonest of all (both frozen, so one instance serves every call).
+_NONE: Final = Value(None)
+_NONE_REPORT: Final = BodyReport(outcome=_NONE)
 
 
 # --------------------------------------------------------------- worker state
@@ -235,9 +239,12 @@ class _Handoff:
             stack.append(run)
             try:
                 value = context.run(body, args, run)
-                outcome = _new(Value)  # Value(value), without attrs' per-field setattr
-                _set(outcome, "value", value)
-                self.outcome = outcome
+                if value is None:
+                    self.outcome = _NONE
+                else:
+                    outcome = _new(Value)  # Value(value), without attrs' per-field setattr
+                    _set(outcome, "value", value)
+                    self.outcome = outcome
             except BaseException as exc:  # every body fault is an outcome, never a crash
                 self.outcome = Error(exc)
             finally:
@@ -291,6 +298,8 @@ class _Handoff:
     def report(self) -> BodyReport:
         """The settled dispatch's report (after ``wait`` returned ``True``)."""
         aborted_at = self.aborted_at
+        if aborted_at is None and self.outcome is _NONE:
+            return _NONE_REPORT
         if aborted_at is not None and type(self.outcome) is not NotInvoked:
             return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
         # BodyReport(outcome=...), built without attrs' per-field setattr: the
@@ -400,16 +409,20 @@ class ThreadBackend:
                 self._executor = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dshtools-tool")
             return self._executor
 
-    def submit(
-        self, body: Body, args: object, run: ToolRunContext, *, withdrawal: WithdrawalSlot | None = None
-    ) -> _Handoff | _Settled:
+    def submit(self, body: Body, args: object, run: ToolRunContext) -> _Handoff | _Settled:
         """Queue ``body(args, run)`` on the executor (inline when called from a
         body's thread). Never raises for an executor fault: a refused or
         misbehaving ``submit()`` settles the call ``NotInvoked(error)``
         unless the worker already claimed it, in which case it is joined.
-        ``withdrawal``: a slot already listening on ``run.signal`` (the
-        registry installs it when it derives the signal); without it the
-        withdrawal is added as a listener here."""
+        The withdrawal is added as a listener on ``run.signal``."""
+        return self.submit_listening(body, args, run, None)
+
+    def submit_listening(
+        self, body: Body, args: object, run: ToolRunContext, withdrawal: WithdrawalSlot | None
+    ) -> _Handoff | _Settled:
+        """``submit``, for a caller that already installed ``withdrawal`` as a
+        listener on ``run.signal`` (the registry does, when it derives the
+        dispatch signal: one lock round trip instead of two). Package-internal."""
         signal = run.signal
         context = contextvars.copy_context()
         handoff = _Handoff()

@@ -326,7 +326,7 @@ def test_sigint_while_the_call_is_queued_publishes_aborted_before_dispatch_and_r
         assert blocker_started.wait(5)
     caller = AbortController().signal
     caller.add_listener(lambda s: None)  # the caller's own: the count must return to 1
-    helper = sigint_when_main_parks_in("_submit_and_join")
+    helper = sigint_when_main_parks_in("_run_body")
     with pytest.raises(KeyboardInterrupt):
         registry.execute(call("t", signal=caller, call_id="q"))
     helper.join(5)
@@ -573,7 +573,7 @@ def test_sigint_reaches_signals_derived_from_the_dispatch_signal(derived: str) -
         registry.add_result_observer(rec.observer)
         caller = AbortController().signal
         caller.add_listener(lambda s: None)
-        helper = sigint_when_main_parks_in("_submit_and_join", before=lambda: started.wait(5))
+        helper = sigint_when_main_parks_in("_run_body", before=lambda: started.wait(5))
         with pytest.raises(KeyboardInterrupt):
             registry.execute(call("outer", signal=caller, call_id="o"))
         helper.join(5)
@@ -693,7 +693,7 @@ def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_
     registry.add_result_observer(rec.observer)
     registry.add_result_observer(lambda e, r: finished.set())
     dog = Watchdog(fired, finished, lambda: made[0].done.release())
-    helper = sigint_when_main_parks_in("_submit_and_join")
+    helper = sigint_when_main_parks_in("_run_body")
     with pytest.raises(KeyboardInterrupt):
         registry.execute(call("t"))
     helper.join(5)
@@ -952,7 +952,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
     with ToolRegistry(max_workers=1) as registry:
         registry.register(tool("t", body))
         dog = Watchdog(fired, woke, wake.set)
-        helper = sigint_when_main_parks_in("_submit_and_join", before=lambda: (started.wait(5), armed.set()))  # type: ignore[func-returns-value]
+        helper = sigint_when_main_parks_in("_run_body", before=lambda: (started.wait(5), armed.set()))  # type: ignore[func-returns-value]
         with pytest.raises(KeyboardInterrupt):
             registry.execute(call("t"))
         helper.join(5)

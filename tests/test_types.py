@@ -308,3 +308,42 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
     assert built == fast and not fast.is_error and fast.code is None
     with pytest.raises(AttributeError):
         fast.value = 1  # type: ignore[misc]
+
+
+def test_trusted_views_set_every_field_like_the_classes() -> None:
+    from dshtools._types import SignalSlot, ToolDispatchExecution, ToolExecution, trusted_dispatch_view, trusted_view
+
+    signal = AbortController().signal
+    values: dict[str, Any] = {
+        "token": ExecutionToken(),
+        "call_id": "c",
+        "root_call_id": "r",
+        "name": "n",
+        "arguments": freeze({"a": [1]}),
+        "agent": None,
+        "parent": ExecutionToken(),
+        "definition": None,
+    }
+    _same_fields(ToolExecution(**values, signal=signal), trusted_view(**values, signal=signal))
+    slot = SignalSlot(signal)
+    built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(**values, slot=slot)
+    _same_fields(built, fast)
+    assert repr(built) == repr(fast)
+    # The retyped view behaves as the class: frozen fields, a replaceable signal.
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.name = "other"  # type: ignore[misc]
+    other = AbortController().signal
+    fast.signal = other
+    assert fast.signal is other and slot.signal is other
+    with pytest.raises(TypeError):
+        fast.signal = "not a signal"  # type: ignore[assignment]
+
+
+def test_a_twin_refuses_a_class_with_an_instance_dict() -> None:
+    from dshtools._twin import twin
+
+    class Plain:
+        pass
+
+    with pytest.raises(TypeError, match="not a slotted class"):
+        twin(Plain)
