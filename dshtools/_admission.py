@@ -18,8 +18,8 @@ calling thread. Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Generic, TypeVar, cast
 
 from ._errors import AbortError, safe_repr, safe_str, safe_type_name
 from ._hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
@@ -27,9 +27,10 @@ from ._outcome import denied
 from ._run import Run
 from ._types import UNKNOWN_TOOL, ToolExecution, aborted, failure
 
-__all__ = ["ALLOW", "HookReturnError", "admit", "describe"]
+__all__ = ["ALLOW", "HookReturnError", "Waterfall", "admit", "describe"]
 
 ALLOW: Final = Allow()
+_D = TypeVar("_D")
 
 
 class HookReturnError(Exception):
@@ -44,6 +45,75 @@ def describe(fn: Callable[..., object] | object) -> str:
     except Exception:
         name = None
     return name if type(name) is str and name else safe_type_name(fn)
+
+
+class Waterfall(Generic[_D]):
+    """A chain of hooks, each given ``next`` (docs/contract.md §3): hook
+    ``i`` is called as ``hooks[i](*args, next)``, where ``next()`` runs hook
+    ``i + 1`` and returns its decision; after the last hook, ``next()``
+    returns ``end()``. Each hook's return must be an instance of
+    ``expected`` (else ``HookReturnError`` naming the hook); ``gate``, when
+    given, runs before each step and may raise (a ``next()`` called too
+    late). Runs in the thread that calls ``run()`` (or a hook's ``next()``).
+
+    The ``next`` callables refer to the waterfall, never the other way
+    round, so a finished call leaves no reference cycle behind (its objects
+    are freed at once, not by the cyclic garbage collector)."""
+
+    __slots__ = ("_args", "_end", "_expected", "_gate", "_hooks", "_what")
+
+    def __init__(
+        self,
+        what: str,
+        hooks: Sequence[Callable[..., Any]],
+        args: tuple[object, ...],
+        end: Callable[[], _D],
+        expected: tuple[type, ...],
+        gate: Callable[[], None] | None = None,
+    ) -> None:
+        self._what = what
+        self._hooks = hooks
+        self._args = args
+        self._end = end
+        self._expected = expected
+        self._gate = gate
+
+    def run(self) -> _D:
+        """The first hook's decision (``end()`` when there are no hooks)."""
+        return self.at(0)
+
+    def at(self, i: int) -> _D:
+        if self._gate is not None:
+            self._gate()
+        hooks = self._hooks
+        if i == len(hooks):
+            return self._end()
+        fn = hooks[i]
+        decision = fn(*self._args, _Next(self, i + 1))
+        if not isinstance(decision, self._expected):
+            names = [t.__name__ for t in self._expected]
+            expected = names[-1] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+            raise HookReturnError(
+                f"{self._what} {describe(fn)} returned {type(decision).__name__}, expected {expected}"
+            )
+        return cast(_D, decision)
+
+
+class _Next(Generic[_D]):
+    """The ``next`` given to one hook of a ``Waterfall``."""
+
+    __slots__ = ("_i", "_waterfall")
+
+    def __init__(self, waterfall: Waterfall[_D], i: int) -> None:
+        self._waterfall = waterfall
+        self._i = i
+
+    def __call__(self) -> _D:
+        return self._waterfall.at(self._i)
+
+
+def _allow() -> PreExecuteDecision:
+    return ALLOW
 
 
 def _cancelled(run: Run) -> bool:
@@ -80,20 +150,8 @@ def admit(run: Run, approver: Approver | None) -> None:
     pre = hooks.pre_execute
     decision: PreExecuteDecision = ALLOW
     if pre:
-
-        def call_at(i: int) -> PreExecuteDecision:
-            if i == len(pre):
-                return ALLOW
-            fn = pre[i]
-            d = fn(view, lambda: call_at(i + 1))
-            if not isinstance(d, (Allow, Deny, Ask)):
-                raise HookReturnError(
-                    f"pre-execute hook {describe(fn)} returned {type(d).__name__}, expected Allow, Deny or Ask"
-                )
-            return d
-
         try:
-            decision = call_at(0)
+            decision = Waterfall("pre-execute hook", pre, (view,), _allow, (Allow, Deny, Ask)).run()
         except HookReturnError as exc:
             run.settle(denied(str(exc)), skip_post=False)
             return

@@ -44,7 +44,7 @@ from typing import Final, TypeVar
 
 import attrs
 
-from ._admission import HookReturnError, admit, describe
+from ._admission import HookReturnError, Waterfall, admit
 from ._backend import Backend, BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, report_unraisable, safe_repr, safe_str
 from ._freeze import FreezeError, FrozenDict, freeze_with_height
@@ -77,6 +77,16 @@ _SLICE: Final = 0.25
 _T = TypeVar("_T")
 _CLOSED_BEFORE_DISPATCH: Final = "ToolRegistry closed before the call was dispatched"
 _ACCEPT: Final = Accept()
+
+
+def _accept() -> PostExecuteDecision:
+    return _ACCEPT
+
+
+def _check_unsettled(run: Run) -> None:
+    if run.settled:
+        raise RuntimeError("next() called after the around-dispatch waterfall settled")
+
 
 _log: Final = logging.getLogger("dshtools")
 _OVERRUN_REPORTED_S: Final = 0.1
@@ -262,22 +272,19 @@ class Pipeline:
             else None
         )
 
-        def call_at(i: int) -> ToolExecutionResult:
-            if run.settled:
-                raise RuntimeError("next() called after the around-dispatch waterfall settled")
-            if i == len(around):
-                return self._invoke(run, slot)
-            fn = around[i]
-            r = fn(view, lambda: call_at(i + 1))  # type: ignore[arg-type]
-            if not isinstance(r, (ToolSuccess, ToolFailure)):
-                raise HookReturnError(
-                    f"around-dispatch hook {describe(fn)} returned {type(r).__name__}, expected ToolSuccess or ToolFailure"
-                )
-            return r
-
         try:
-            # No wrapper: the innermost next() directly (no closure frame).
-            result = call_at(0) if around else self._invoke(run, slot)
+            # No wrapper: the innermost next() directly (no waterfall).
+            if around:
+                result = Waterfall(
+                    "around-dispatch hook",
+                    around,
+                    (view,),
+                    lambda: self._invoke(run, slot),
+                    (ToolSuccess, ToolFailure),
+                    lambda: _check_unsettled(run),
+                ).run()
+            else:
+                result = self._invoke(run, slot)
         except HookReturnError as exc:
             run.settle(invalid_output(call.name, str(exc)), skip_post=False)
             return run
@@ -578,19 +585,8 @@ class Pipeline:
     def _post_execute(self, run: Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
         hooks = run.hooks.post_execute
 
-        def call_at(i: int) -> PostExecuteDecision:
-            if i == len(hooks):
-                return _ACCEPT
-            fn = hooks[i]
-            d = fn(view, result, lambda: call_at(i + 1))
-            if not isinstance(d, (Accept, Block)):
-                raise HookReturnError(
-                    f"post-execute hook {describe(fn)} returned {type(d).__name__}, expected Accept or Block"
-                )
-            return d
-
         try:
-            decision = call_at(0)
+            decision = Waterfall("post-execute hook", hooks, (view, result), _accept, (Accept, Block)).run()
         except HookReturnError as exc:
             return attrs.evolve(invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
         except Exception as exc:

@@ -297,6 +297,10 @@ class _Handoff:
 
     def report(self) -> BodyReport:
         """The settled dispatch's report (after ``wait`` returned ``True``)."""
+        # The signal's listener (the withdrawal) refers to this hand-off:
+        # drop the way back, so the settled call leaves no reference cycle
+        # (the worker read the signal for the last time before settling).
+        self.signal = None
         aborted_at = self.aborted_at
         if aborted_at is None and self.outcome is _NONE:
             return _NONE_REPORT

@@ -1000,3 +1000,43 @@ def test_close_from_inside_a_body_is_refused(registry: ToolRegistry) -> None:
 
     registry.register(tool("t", body))
     assert not registry.execute(call("t")).is_error and len(errors) == 1
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "every-hook-kind"])
+def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
+    """Every object of a finished call is freed by reference counting: none
+    waits for the cyclic garbage collector (no self-referential ``next``,
+    no hand-off <-> signal loop). Checked with ``gc.DEBUG_SAVEALL``, which
+    keeps whatever a collection finds unreachable."""
+    import gc
+
+    from dshtools import TimeoutPolicy, ToolDefinition
+
+    with ToolRegistry(max_workers=2) as registry:
+        registry.register(ToolDefinition("t", "t", {"type": "object"}, lambda a, r: {"n": 1}, timeout=60.0))
+        if hooked:
+            registry.add_pre_execute(lambda e, next: next())
+            registry.add_guard(lambda e: None)
+            registry.add_around_dispatch(TimeoutPolicy())
+            registry.add_around_dispatch(lambda v, next: next())
+            registry.add_post_execute(lambda e, r, next: next())
+            registry.add_result_observer(lambda e, r: None)
+        signal = AbortController().signal
+        assert not registry.execute(call("t", signal=signal)).is_error  # warm-up
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for i in range(20):
+                result = registry.execute(call("t", call_id=f"c{i}", signal=signal))
+                assert value_of(result) == {"n": 1}
+            found = gc.collect()
+            garbage = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if was_enabled:
+                gc.enable()
+    assert found == 0, garbage[:20]
