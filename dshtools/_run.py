@@ -11,6 +11,8 @@ class; nothing here takes a lock.
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 from typing import Any, Final, Protocol
 
 import attrs
@@ -34,6 +36,19 @@ from ._types import (
 )
 
 __all__ = ["Hooks", "Run", "trusted_run_context"]
+
+
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # The lock may have been held by a thread that does not exist in the
+    # child (docs/contract.md §8 A10).
+    global _CHILDREN_LOCK
+    _CHILDREN_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Executes(Protocol):
@@ -110,7 +125,7 @@ class Run:
         # wrapper may call next() more than once, even concurrently.
         self.attempts: set[object] = set()
         self.joining = False
-        self._children = itertools.count(1)
+        self._children: itertools.count[int] | None = None  # made by the first nested dispatch
         self.killed = False  # a backend killed the body's process (docs/contract.md §9)
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
 
@@ -165,7 +180,17 @@ class Run:
     ) -> ToolExecutionResult:
         if self.settled:
             raise RuntimeError("run.dispatch() after the tool body settled: nested calls belong inside the body")
-        child_id = call_id if call_id is not None else f"{self.call.call_id}:{next(self._children)}"
+        if call_id is None:
+            children = self._children
+            if children is None:
+                # A body's threads may make their first nested calls at once:
+                # one counter per run, made under a lock (rare: nesting only).
+                with _CHILDREN_LOCK:
+                    children = self._children
+                    if children is None:
+                        children = self._children = itertools.count(1)
+            call_id = f"{self.call.call_id}:{next(children)}"
+        child_id = call_id
         child = ToolExecutionInput(
             child_id, name, arguments, signal, agent=self.call.agent, parent=parent, root_call_id=self.root_call_id
         )

@@ -1040,3 +1040,34 @@ def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
             if was_enabled:
                 gc.enable()
     assert found == 0, garbage[:20]
+
+
+@pytest.mark.timeout(30)
+def test_nested_calls_made_at_once_from_a_bodys_threads_get_distinct_ids() -> None:
+    """Default child ids are ``<call_id>:<n>``, n counting from 1 per parent,
+    even when the body's threads make their first nested calls at once."""
+    width = 8
+    seen: list[str] = []
+    barrier = threading.Barrier(width)
+
+    def child(args: Any, run: Any) -> Any:
+        seen.append(run.call_id)
+        return None
+
+    def parent(args: Any, run: Any) -> Any:
+        def nested() -> None:
+            barrier.wait(10)
+            assert not run.dispatch("child", {}).is_error
+
+        threads = [threading.Thread(target=nested) for _ in range(width)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        return None
+
+    with ToolRegistry(max_workers=2) as registry:
+        registry.register(tool("child", child))
+        registry.register(tool("parent", parent))
+        assert not registry.execute(call("parent", call_id="p")).is_error
+    assert sorted(seen) == sorted(f"p:{n}" for n in range(1, width + 1))
