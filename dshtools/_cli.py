@@ -90,7 +90,7 @@ from ._cli_report import EXIT_FAILURE, EXIT_USAGE, _report
 from ._cli_run import _Meter, _Row, _run_batches
 from ._cli_signals import _interrupts
 from ._policies import TimeoutPolicy
-from ._registry import ToolRegistry
+from ._registry import ToolRegistry, around_dispatch_hooks, registered
 
 # This module holds the commands, their argument parsing and exit statuses.
 # The transcript and --tools loading live in dshtools._cli_input, the
@@ -227,11 +227,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 def timeout_warning(registry: ToolRegistry) -> str | None:
     """One line when a registered tool declares ``timeout`` but no
     ``TimeoutPolicy`` is installed on ``registry`` (the timeout is then not
-    enforced: docs/contract.md §4 makes the policy opt-in); else ``None``. Reads
-    the registry's private tables (a copy-on-write snapshot, safe without
-    its lock)."""
-    timed = sorted(name for name, d in registry._definitions.items() if d.timeout is not None)
-    if not timed or any(isinstance(fn, TimeoutPolicy) for fn in registry._hooks.around):
+    enforced: docs/contract.md §4 makes the policy opt-in); else ``None``."""
+    timed = sorted(d.name for d in registered(registry) if d.timeout is not None)
+    if not timed or any(isinstance(fn, TimeoutPolicy) for fn in around_dispatch_hooks(registry)):
         return None
     listed = ", ".join(timed[:5]) + (f" and {len(timed) - 5} more" if len(timed) > 5 else "")
     return (

@@ -247,7 +247,7 @@ def load_registry(spec: str) -> ToolRegistry:
 
 
 def _open(registry: ToolRegistry, what: str) -> ToolRegistry:
-    if registry._closed:
+    if registry.statistics().closed:
         raise UsageError(f"--tools: {what} is a ToolRegistry that is already closed (close() was called)")
     return registry
 

@@ -28,6 +28,7 @@ from ._types import (
     ToolSuccess,
     exception_failure,
     failure,
+    output_problems,
     text_content,
     trusted_success,
 )
@@ -113,7 +114,7 @@ def check_success(
         value is None
         and content is None
         and base is None
-        and (definition is None or (definition._output_validator is None and definition.render is None))
+        and (definition is None or (definition.output_schema is None and definition.render is None))
     ):
         # The common "done, nothing to say" body: its content never varies.
         return NULL_SUCCESS
@@ -121,8 +122,8 @@ def check_success(
         frozen, height = freeze_with_height(value)
     except FreezeError as exc:
         return invalid_output(name, str(exc))
-    if definition is not None and definition._output_validator is not None:
-        problems = definition._output_validator.problems(frozen, height)
+    if definition is not None:
+        problems = output_problems(definition, frozen, height)
         if problems:
             return invalid_output(name, "; ".join(problems))
     if content is None:

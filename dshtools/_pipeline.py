@@ -55,6 +55,7 @@ from ._run import Hooks, Run, trusted_run_context
 from ._signal import AbortSignal, abort_owned, derive
 from ._thread_backend import ThreadBackend, WithdrawalSlot, worker_owners
 from ._types import (
+    ANY_OBJECT,
     INVALID_ARGS,
     UNKNOWN_TOOL,
     WORKER_LOST,
@@ -66,6 +67,7 @@ from ._types import (
     ToolRunContext,
     ToolSuccess,
     aborted,
+    argument_problems,
     exception_failure,
     failure,
     trusted_dispatch_view,
@@ -207,8 +209,8 @@ class Pipeline:
                 failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True
             )
             return run
-        if definition is not None and not (definition._any_object and type(run.arguments) is FrozenDict):
-            problems = definition._parameters_validator.problems(run.arguments, height)
+        if definition is not None and not (definition.parameters is ANY_OBJECT and type(run.arguments) is FrozenDict):
+            problems = argument_problems(definition, run.arguments, height)
             if problems:
                 run.settle(
                     failure(
@@ -500,7 +502,7 @@ class Pipeline:
         if type(outcome) is Value:
             run.body_invoked = True
             value = outcome.value
-            if value is None and definition._output_validator is None and definition.render is None:
+            if value is None and definition.output_schema is None and definition.render is None:
                 checked: ToolExecutionResult = NULL_SUCCESS  # "done, nothing to say": never varies
             else:
                 checked = check_success(run.call.name, definition, value, None)

@@ -298,3 +298,15 @@ class ToolRegistry(Pipeline):
         self.close()
 
     # --------------------------------------------------------------- execute
+
+
+def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:
+    """The definitions registered on ``registry``, in registration order (a
+    snapshot). Package-internal (the command line's checks)."""
+    return tuple(registry._definitions.values())
+
+
+def around_dispatch_hooks(registry: ToolRegistry) -> tuple[AroundDispatch, ...]:
+    """The around-dispatch wrappers installed on ``registry``, outermost
+    first (a snapshot). Package-internal (the command line's checks)."""
+    return registry._hooks.around

@@ -39,6 +39,7 @@ from ._signal import AbortSignal
 from ._twin import twin
 
 __all__ = [
+    "ANY_OBJECT",
     "DENIED",
     "INVALID_ARGS",
     "INVALID_TOOL_OUTPUT",
@@ -64,8 +65,10 @@ __all__ = [
     "ToolRunContext",
     "ToolSuccess",
     "aborted",
+    "argument_problems",
     "exception_failure",
     "failure",
+    "output_problems",
     "text_content",
     "thaw",
 ]
@@ -81,6 +84,10 @@ INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
 DENIED: Final = "DENIED"
 TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
+
+ANY_OBJECT: Final = freeze({"type": "object"})
+"""The ``parameters`` of every ``ToolDefinition`` whose schema is exactly
+``{"type": "object"}`` (any JSON object): one shared frozen instance."""
 
 ContentBlock = Mapping[str, Any]
 """A content block: a JSON object with a ``"type"``, e.g. ``{"type": "text", "text": "..."}``."""
@@ -562,11 +569,13 @@ class ToolDefinition:
     backend: BackendLike | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
-    # `parameters` is exactly {"type": "object"}: any frozen JSON object is
-    # valid, so the registry skips asking the validator.
-    _any_object: bool = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if dict(self.parameters) == {"type": "object"}:
+            # One shared instance, so the registry recognises "any object"
+            # by identity (``parameters is ANY_OBJECT``) and skips the
+            # validator for a frozen JSON object.
+            object.__setattr__(self, "parameters", ANY_OBJECT)
         object.__setattr__(
             self, "_parameters_validator", CompiledSchema(self.parameters, f"parameters of {self.name!r}")
         )
@@ -576,11 +585,24 @@ class ToolDefinition:
             else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
         )
         object.__setattr__(self, "_output_validator", out)
-        object.__setattr__(self, "_any_object", dict(self.parameters) == {"type": "object"})
 
     def schema(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}`` as plain, mutable data."""
         return {"name": self.name, "description": self.description, "parameters": thaw(self.parameters)}
+
+
+def argument_problems(definition: ToolDefinition, arguments: Any, height: int) -> Sequence[str]:
+    """What is wrong with the frozen ``arguments`` (nesting depth ``height``)
+    against ``definition.parameters``: empty when they are valid
+    (docs/contract.md §3 step 1, §8 A6). Package-internal."""
+    return definition._parameters_validator.problems(arguments, height)
+
+
+def output_problems(definition: ToolDefinition, value: Any, height: int) -> Sequence[str]:
+    """What is wrong with a body's frozen return ``value`` against
+    ``definition.output_schema`` (empty without one). Package-internal."""
+    validator = definition._output_validator
+    return () if validator is None else validator.problems(value, height)
 
 
 # ----------------------------------------------------- trusted constructors
