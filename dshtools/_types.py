@@ -411,7 +411,7 @@ class ToolDispatchExecution(_ViewBase):
 
 def _dispatch_setattr(self: ToolDispatchExecution, name: str, value: object) -> None:
     if name == "signal":
-        object.__setattr__(self, name, value)  # the property setter
+        _set_dispatch_signal(self, value)  # the property's setter, called directly
         return
     raise attrs.exceptions.FrozenInstanceError()
 
@@ -422,6 +422,9 @@ def _dispatch_delattr(self: ToolDispatchExecution, name: str) -> None:
     raise attrs.exceptions.FrozenInstanceError()
 
 
+_set_dispatch_signal: Final[Callable[[ToolDispatchExecution, object], None]] = vars(ToolDispatchExecution)[
+    "signal"
+].fset
 ToolDispatchExecution.__setattr__ = _dispatch_setattr  # type: ignore[method-assign,assignment]
 ToolDispatchExecution.__delattr__ = _dispatch_delattr  # type: ignore[method-assign,assignment]
 
