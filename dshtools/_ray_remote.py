@@ -336,15 +336,22 @@ class _Channel:
                 for controller in controllers:
                     controller.abort(reason)
                 return
-            running = []
-            for key, data in items:
-                with self.lock:
-                    target = self.running.get(key)
-                    if target is None:
-                        self._note_withdrawn(key)
-                if target is not None:
-                    running.append(key)
-                    target.abort(_load_reason(data))
+            running = self.deliver(items)
+
+    def deliver(self, items: list[Abort]) -> list[str]:
+        """Hand aborts to the bodies they concern (watcher thread): a body
+        running here has its ``run.signal`` aborted; any other call is noted
+        as withdrawn here. Returns the calls whose bodies run here."""
+        running: list[str] = []
+        for key, data in items:
+            with self.lock:
+                target = self.running.get(key)
+                if target is None:
+                    self._note_withdrawn(key)
+            if target is not None:
+                running.append(key)
+                target.abort(_load_reason(data))
+        return running
 
 
 _channels: dict[str, _Channel] = {}

@@ -318,6 +318,10 @@ class _RayDispatch:
         # fault it raises, SystemExit included, fails only this call. A
         # KeyboardInterrupt is the caller's own Ctrl-C and propagates.
         if kind == "withdrawn":
+            if self._abort_at is None:
+                # Not our abort: a ray.cancel of this task from elsewhere
+                # reached it before its claim.
+                return NotInvoked(RuntimeError("the Ray task was cancelled before its body started")), False
             return NotInvoked(), False
         if kind == "not_invoked":
             return NotInvoked(_loads(payload)), False

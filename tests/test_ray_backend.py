@@ -480,6 +480,75 @@ def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: Tool
     assert context["aborted"] is True
 
 
+def _guarded(args: Any, run: ToolRunContext) -> object:
+    from dshtools import _ray_remote
+
+    task_id = ray.get_runtime_context().get_task_id()
+    _announce(args["tag"], task_id)
+    # Python code keeps running here between short waits: an interrupt that
+    # raised would land in this loop and end the body.
+    deadline = time.monotonic() + 30
+    while _ray_remote._interrupted_task != task_id:
+        if time.monotonic() > deadline:
+            return "Ray's interrupt never arrived"
+        run.signal.wait(0.01)
+    _announce(f"{args['tag']}-interrupted")
+    run.signal.wait(30)
+    run.defer_context({"aborted": run.signal.aborted})
+    run.signal.throw_if_aborted()
+    return "never aborted"
+
+
+@pytest.mark.timeout(60)
+def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
+    registry: ToolRegistry, backend: _Recording, events: Any
+) -> None:
+    # The withdrawal sends ray.cancel(force=False) to a task that may have
+    # started: Ray delivers it as an interrupt, which the worker's guard
+    # must keep out of a claimed body (docs/contract.md §9: no injection).
+    remove = _register(registry, "guarded", _guarded)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, _call("guarded", {"tag": "guarded-started"}, controller.signal))
+        assert ray.get(events.wait.remote("guarded-started", 30)) is not None
+        ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
+        assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
+        controller.abort("stop")  # the body still runs and still cooperates
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["reason"] == "stop"
+    assert "killed" not in _meta(result)
+    (context,) = result.additional_contexts
+    assert context["aborted"] is True
+
+
+def _plain_task(tag: str) -> str:
+    from dshtools import _ray_remote
+
+    _ray_remote._install_guard()  # as in a worker that ran a RayBackend body
+    _announce(tag)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "not cancelled"
+
+
+_plain_task_remote: Any = ray.remote(max_retries=0)(_plain_task)
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_ray_task_in_a_guarded_worker_is_still_cancelled(events: Any) -> None:
+    # The guard is the worker's SIGINT handler: any other task of that
+    # worker keeps Ray's own cancellation.
+    ref = _plain_task_remote.remote("plain-started")
+    assert ray.get(events.wait.remote("plain-started", 30)) is True
+    ray.cancel(ref, force=False, recursive=False)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=30)
+
+
 def _large_body(blob: bytes, args: Any, run: ToolRunContext) -> object:
     return len(blob)
 
