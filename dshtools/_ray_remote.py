@@ -224,7 +224,11 @@ def _guard(signum: int, frame: FrameType | None) -> Any:
     abort reaches the body through its ``run.signal``)."""
     global _interrupted_task
     current = _current_task
-    if current is not None and current == ray.get_runtime_context().get_task_id():
+    try:
+        now = ray.get_runtime_context().get_task_id()
+    except Exception:
+        now = None
+    if current is not None and current == now:
         _interrupted_task = current
         return None
     previous = _previous_handler
@@ -244,8 +248,10 @@ def _install_guard() -> None:
         return
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("a RayBackend task must run on its Ray worker's main thread")
-    _previous_handler = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, _guard)
+    current = signal.getsignal(signal.SIGINT)
+    if current is not _guard:  # (an interrupt may have cut an earlier install short)
+        _previous_handler = current
+        signal.signal(signal.SIGINT, _guard)
     _guard_installed = True
 
 
