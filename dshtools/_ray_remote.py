@@ -396,10 +396,12 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 
 
 def _pack_error(exc: BaseException) -> tuple[str, object]:
+    # After the claim nothing may escape the wrapper: Ray would report a
+    # task that raised, which reads as a body that never started.
     try:
         data = _dumps(exc)
         _loads(data)  # the caller will do this: foreign code may run here
-    except _CONTAINED:
+    except BaseException:
         return "error_stub", (type(exc).__name__, safe_str(exc))
     return "error", data
 
@@ -454,7 +456,7 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
     channel.release(key)
     try:
         return "value", _dumps(value), tuple(run.contexts)
-    except Exception as exc:
+    except BaseException as exc:  # foreign code (a __reduce__): see _pack_error
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
         return "bad_value", problem, tuple(run.contexts)
 

@@ -140,8 +140,9 @@ class _RayDispatch:
 
     Two threads touch it. The abort listener (the thread that aborted
     ``run.signal``) sends the reason to the signal actor and withdraws the
-    task with ``ray.cancel(force=False)``; it takes ``_lock`` only to record
-    the abort once. The waiting thread does everything else: it blocks in
+    task with ``ray.cancel(force=False)``; it records the abort and sends
+    it under ``_lock``, so the ``forget`` of a settle that follows is sent
+    after it. The waiting thread does everything else: it blocks in
     ``ray.get`` on the task's ``ObjectRef`` (woken by the task's end, or
     when the forced stop falls due) and settles. A ``KeyboardInterrupt`` in
     ``wait`` leaves nothing half done: ``wait`` can be called again."""
@@ -244,26 +245,32 @@ class _RayDispatch:
         return self._abort_at + self._backend.kill_after
 
     def _force_stop(self) -> None:
-        self._stop_weighed = True
-        if self._ended():
-            return  # withdrawn by Ray meanwhile, or the body just returned: nothing to stop
-        # The worker's processes can be swept only on this node (/proc); the
-        # worker tells the actor where the body runs as the abort reaches it.
-        try:
-            where = ray.get(self._actor.where.remote(self._key, _WHERE_WAIT_S), timeout=_WHERE_WAIT_S + 5.0)
-        except Exception:
-            where = None
-        if self._ended():
-            return
-        local: ProcessId | None = None
-        if where is not None and where[0] == self._backend._node_id:
-            local = where[1]
-        descendants: list[ProcessId] = []
-        if local is not None and _ray_reap.alive(local):
-            descendants = _ray_reap.snapshot(local[0])
-        self._kill = (local, descendants)
+        # Every step may be cut by a Ctrl-C and is done again by the next
+        # wait(): the stop counts as weighed only once it was sent.
+        if self._kill is None:
+            if self._ended():
+                self._stop_weighed = True
+                return  # withdrawn by Ray meanwhile, or the body just returned: nothing to stop
+            # The worker's processes can be swept only on this node (/proc);
+            # the worker tells the actor where the body runs as the abort
+            # reaches it.
+            try:
+                where = ray.get(self._actor.where.remote(self._key, _WHERE_WAIT_S), timeout=_WHERE_WAIT_S + 5.0)
+            except Exception:
+                where = None
+            if self._ended():
+                self._stop_weighed = True
+                return
+            local: ProcessId | None = None
+            if where is not None and where[0] == self._backend._node_id:
+                local = where[1]
+            descendants: list[ProcessId] = []
+            if local is not None and _ray_reap.alive(local):
+                descendants = _ray_reap.snapshot(local[0])
+            self._kill = (local, descendants)
         _cancel(self._ref, force=True)
-        _ray_reap.kill_tree(None, descendants)
+        _ray_reap.kill_tree(None, self._kill[1])
+        self._stop_weighed = True
 
     def _ended(self) -> bool:
         ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
