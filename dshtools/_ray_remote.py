@@ -31,11 +31,12 @@ its own thread pools (``control``, ``watch``). The caller side is
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final, cast
 
@@ -59,6 +60,17 @@ def _dumps(obj: object) -> bytes:
 
 def _loads(data: bytes) -> Any:
     return cloudpickle.loads(data)
+
+
+def _pack(obj: object) -> bytes:
+    """The call's own data (ids, frozen arguments, the result's envelope) as
+    one ``bytes``: Ray passes a ``bytes`` argument or result without its
+    object serializer, which is the cheaper path for every call. Plain
+    ``pickle`` first (these are plain data), ``cloudpickle`` if it refuses."""
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:
+        return _dumps(obj)
 
 
 # ------------------------------------------------------------ the signal actor
@@ -406,15 +418,17 @@ def _pack_error(exc: BaseException) -> tuple[str, object]:
     return "error", data
 
 
-def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str, Any], ...]]:
-    """The task. Returns ``(kind, payload, contexts)``: ``withdrawn``,
-    ``not_invoked`` (pickled error), ``not_invoked_stub`` (class name,
-    message), ``value`` (pickled value), ``bad_value`` (problem text),
-    ``error`` (pickled exception) or ``error_stub`` (class name, message).
-    ``packed`` is one argument (Ray serializes each argument on its own):
-    ``(actor name, namespace, call key, body key, body, args, fields)``."""
+def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
+    """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
+    ``withdrawn``, ``not_invoked`` (pickled error), ``not_invoked_stub``
+    (class name, message), ``value`` (pickled value), ``bad_value`` (problem
+    text), ``error`` (pickled exception) or ``error_stub`` (class name,
+    message). ``packed`` is ``_pack((actor name, namespace, call key, body
+    key, serialized body or None, args, fields))``, paired with the body's
+    ``ObjectRef`` for a body too large to travel inline (nested in a tuple
+    so that Ray does not fetch it: the worker does, when it has not seen the
+    body yet)."""
     global _current_task
-    actor_name, namespace, key, body_key, body_data, args, fields = packed
     try:
         task_id = ray.get_runtime_context().get_task_id()
         if not task_id:
@@ -423,14 +437,16 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
         # From here on a cancel of this task is recorded by the guard, never
         # raised; before it, Ray's KeyboardInterrupt ends the task unstarted.
         _current_task = task_id
-        body = _load_body(body_key, body_data)
+        head, body_ref = (packed, None) if isinstance(packed, bytes) else packed
+        actor_name, namespace, key, body_key, body_data, args, fields = pickle.loads(head)
+        body = _load_body(body_key, body_data if body_ref is None else body_ref)
         channel = _channel(actor_name, namespace)
     except Exception as exc:
         kind, payload = _pack_error(exc)
-        return ("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()
+        return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
     controller = channel.claim(key, task_id)
     if controller is None:
-        return "withdrawn", None, ()
+        return _pack(("withdrawn", None, ()))
     call_id, root_call_id, name, agent = fields
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = ToolRunContext(
@@ -451,14 +467,14 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
         run.settled = True
         channel.release(key)
         kind, payload = _pack_error(exc)
-        return kind, payload, tuple(run.contexts)
+        return _pack((kind, payload, tuple(run.contexts)))
     run.settled = True
     channel.release(key)
     try:
-        return "value", _dumps(value), tuple(run.contexts)
+        return _pack(("value", _dumps(value), tuple(run.contexts)))
     except BaseException as exc:  # foreign code (a __reduce__): see _pack_error
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
-        return "bad_value", problem, tuple(run.contexts)
+        return _pack(("bad_value", problem, tuple(run.contexts)))
 
 
 _run_remote_task = ray.remote(_run_remote)

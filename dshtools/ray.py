@@ -60,6 +60,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -78,6 +79,7 @@ from ._ray_remote import (
     _dumps,
     _loads,
     _NotJSON,
+    _pack,
     _run_remote_task,
     _SignalActorRemote,
 )
@@ -303,7 +305,12 @@ class _RayDispatch:
         """``(outcome, contexts, invoked, ended)``; ``ended``: the task
         ended without the wrapper returning (Ray reports it failed)."""
         if exc is None:
-            kind, payload, contexts = result
+            try:
+                kind, payload, contexts = pickle.loads(result)
+            except _CONTAINED as bad:
+                # Only this module's own envelope: not expected to fail.
+                unreadable = RuntimeError(f"the RayBackend task's result could not be read: {safe_str(bad)}")
+                return Error(unreadable), (), True, False
             outcome, invoked = self._decode(kind, payload)
             return outcome, (contexts if invoked else ()), invoked, False
         if self._kill is not None:
@@ -433,6 +440,9 @@ class RayBackend:
         body_key, body_data = self._body_ref(run.name, body)
         key = f"{self._prefix}-{next(self._counter)}"
         fields = (run.call_id, run.root_call_id, run.name, run.agent)
+        inline = isinstance(body_data, bytes)
+        head = _pack((*self._actor_name, key, body_key, body_data if inline else None, args, fields))
+        packed: Any = head if inline else (head, body_data)
         dispatch = _RayDispatch(self, key, actor, run.signal)
         with self._lock:
             if self._closed:
@@ -442,7 +452,7 @@ class RayBackend:
             self._in_flight.add(dispatch)
             self.tasks_started += 1
         try:
-            dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
+            dispatch._started(self._task.remote(packed))
         except BaseException as exc:
             self._settled(dispatch, False)
             if isinstance(exc, Exception):
