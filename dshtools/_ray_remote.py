@@ -12,10 +12,10 @@ inside Ray, imported by every worker that runs a body.
   fresh token, ``parent`` and ``definition`` ``None``, ``run.dispatch``
   refused), runs the body and packs what it returned or raised.
 * The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
-  ``ray.cancel(force=False)`` arrives (``_thread.interrupt_main``). For a
-  task of this module it never raises: before the claim it withdraws the
-  call, after the claim it is ignored. Any other task of the worker gets the
-  handler that was there before.
+  ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
+  main thread). For a task of this module it never raises: before the claim
+  it withdraws the call, after the claim it is ignored. Any other task of
+  the worker gets the handler that was there before.
 * Serialization with Ray's own ``cloudpickle``: a value, exception or reason
   that does not round-trip travels as a stand-in. Unpickling is foreign code
   (a ``__reduce__``), so every fault it raises, ``SystemExit`` included,
