@@ -375,6 +375,41 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
 
 
 @pytest.mark.timeout(60)
+def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registry: ToolRegistry, events: Any) -> None:
+    # kill_after=0 makes the forced stop due at the abort itself: a task that
+    # Ray is still dropping from its queue must come back withdrawn, not
+    # killed (it never started).
+    remove_holder = _register(registry, "coop", _cooperative)
+    holders = AbortController()
+    eager = RayBackend(kill_after=0.0)
+    try:
+        held = [
+            _InThread(registry, _call("coop", {"tag": f"zero-hold-{i}"}, holders.signal, f"z{i}")) for i in range(2)
+        ]
+        for i in range(2):
+            assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
+        with ToolRegistry(backend=eager) as other:
+            _register(other, "counted", _counted)
+            queued = AbortController()
+            waiting = _InThread(other, _call("counted", {"counter": "zero-ran"}, queued.signal, "zq"))
+            deadline = time.monotonic() + 30
+            while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            queued.abort("withdraw")
+            result = waiting.result()
+        holders.abort("release")
+        for h in held:
+            assert h.result().code == TOOL_ABORTED
+    finally:
+        remove_holder()
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "killed" not in _meta(result)
+    assert eager.tasks_killed == 0
+    assert ray.get(events.count.remote("zero-ran")) == 0
+
+
+@pytest.mark.timeout(60)
 def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) -> None:
     remove = _register(registry, "slow", _cooperative, timeout=0.5)
     try:
