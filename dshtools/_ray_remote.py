@@ -1,30 +1,43 @@
 """The Ray side of ``RayBackend`` (docs/contract.md §9, §10): what runs
 inside Ray, imported by every worker that runs a body.
 
-* The *signal actor*: one per backend, a threaded actor that decides each
-  call's claim against its withdrawal under one lock, and hands abort
-  reasons to the workers whose bodies they concern (decision 0036).
+* The *signal actor*: one per backend, a threaded actor that carries abort
+  reasons from the caller to the worker processes (decision 0042): every
+  worker process that ran a body of the backend is subscribed and keeps one
+  ``watch`` call outstanding; an abort lands in every subscriber's mailbox
+  and returns those calls.
 * The task wrapper ``_run_remote``: loads the body (cached per worker),
-  claims the call, builds the remote ``run`` (a fresh token, ``parent`` and
-  ``definition`` ``None``, ``run.dispatch`` refused), runs the body and packs
-  what it returned or raised for the trip back.
+  claims the call *locally* (the claim races the withdrawal inside the
+  worker process, never over the network), builds the remote ``run`` (a
+  fresh token, ``parent`` and ``definition`` ``None``, ``run.dispatch``
+  refused), runs the body and packs what it returned or raised.
+* The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
+  ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
+  main thread). For a task of this module it never raises: before the claim
+  it withdraws the call, after the claim it is ignored. Any other task of
+  the worker gets the handler that was there before.
 * Serialization with Ray's own ``cloudpickle``: a value, exception or reason
   that does not round-trip travels as a stand-in. Unpickling is foreign code
   (a ``__reduce__``), so every fault it raises, ``SystemExit`` included,
   fails only its own call (``_CONTAINED``).
 
-Threads: in a worker, the task runs on Ray's executor thread and one
-watcher thread per worker process waits on the actor for abort reasons;
-the actor's methods run on its own thread pools (``claim``, ``watch``).
-The caller side is ``dshtools.ray``.
+Threads: in a worker, the task runs on the process's main thread (where Ray
+runs tasks and delivers its interrupt) and one watcher thread per worker
+process waits on the actor for abort reasons; the actor's methods run on
+its own thread pools (``control``, ``watch``). The caller side is
+``dshtools.ray``.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import signal
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable
+from types import FrameType
 from typing import Any, Final, cast
 
 import ray
@@ -49,6 +62,17 @@ def _loads(data: bytes) -> Any:
     return cloudpickle.loads(data)
 
 
+def _pack(obj: object) -> bytes:
+    """The call's own data (ids, frozen arguments, the result's envelope) as
+    one ``bytes``: Ray passes a ``bytes`` argument or result without its
+    object serializer, which is the cheaper path for every call. Plain
+    ``pickle`` first (these are plain data), ``cloudpickle`` if it refuses."""
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:
+        return _dumps(obj)
+
+
 # ------------------------------------------------------------ the signal actor
 
 
@@ -56,110 +80,191 @@ ProcessId = tuple[int, int, int]
 WorkerId = tuple[str, ProcessId | None]
 """``(Ray node id, process identity on that node)`` of a worker process."""
 
+Abort = tuple[str, bytes]
+"""``(call key, pickled reason)``."""
+
 _WATCH_IDLE_S: Final = 30.0
 """A worker's watch call returns empty after this long without news, and
-the worker calls again: a worker that went away stops being waited for."""
+the worker calls again."""
 
+_MAILBOX_KEPT_S: Final = 3 * _WATCH_IDLE_S
+"""A mailbox whose worker has not watched for this long is dropped (the
+worker is gone); a worker that comes back is subscribed anew."""
+
+_FORGOTTEN_KEPT: Final = 4096
+"""Forgets that arrived before their abort, remembered until it comes."""
 
 _WATCH_THREADS: Final = 1024
 """Threads (created on demand) for the outstanding ``watch`` calls: one per
 worker process that ran a body of the backend."""
 
-
 # What unpickling a tool's result may raise and still fail only its call.
 _CONTAINED: Final = (Exception, SystemExit, GeneratorExit)
 
 
-class _Entry:
-    __slots__ = ("pid", "state", "worker")
-
-    def __init__(self, state: str, worker: str | None = None, pid: WorkerId | None = None) -> None:
-        self.state = state  # "withdrawn" | "claimed" | "aborted"
-        self.worker = worker
-        self.pid = pid
-
-
 class _Mailbox:
-    __slots__ = ("items", "waiters")
+    __slots__ = ("items", "pid", "seen", "watching")
 
-    def __init__(self) -> None:
-        self.items: list[tuple[str, bytes]] = []
-        self.waiters = 0
+    def __init__(self, pid: WorkerId, items: list[Abort]) -> None:
+        self.items = items
+        self.pid = pid
+        self.seen = time.monotonic()
+        self.watching = 0
 
 
 class _SignalActor:
-    """One per backend: the authority on claim vs withdrawal, and the
-    channel that carries an abort's reason to a running body.
+    """One per backend: the channel that carries an abort's reason to the
+    worker process running the call's body (or about to start it).
 
-    A threaded actor: ``claim``/``abort``/``forget`` run in the small
-    ``"claim"`` concurrency group and decide under one lock, so a claim and
-    a withdrawal of the same call are ordered; ``watch`` calls block in
-    their own ``"watch"`` group and never delay a claim. Each worker
-    process keeps one ``watch`` call outstanding (not one per body): an
-    abort for a body it claimed lands in its mailbox and returns that call."""
+    The actor does not know where a call runs: the claim is made inside the
+    worker (decision 0042). So an abort goes to *every* subscribed worker
+    process; the one running the body aborts its ``run.signal``, every
+    other one notes the call as withdrawn, so that if the task starts there
+    later its body never runs. A worker subscribes (``subscribe``) before
+    its first claim and gets every abort not yet forgotten; from then on its
+    mailbox receives every abort until it stops watching for
+    ``_MAILBOX_KEPT_S`` (a ``watch`` after that re-subscribes it with the
+    same snapshot). ``forget`` drops an abort once its call settled: the
+    task ended and can never start again (no retries).
+
+    A threaded actor: ``subscribe``/``abort``/``forget`` run in the small
+    ``"control"`` group; ``watch`` and ``where`` block in the ``"watch"``
+    group and never delay an abort."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._news = threading.Condition(self._lock)
-        self._calls: dict[str, _Entry] = {}
+        self._aborted: dict[str, bytes] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
+        self._where: dict[str, WorkerId] = {}
+        self._forgotten: dict[str, None] = {}
 
-    @ray.method(concurrency_group="claim")
-    def claim(self, key: str, worker: str, pid: WorkerId, finished: list[str]) -> bool:
-        """A task starts on ``worker``: ``True`` if its body may run,
-        ``False`` if the call was withdrawn first. ``finished``: calls
-        whose bodies returned on that worker since its last claim."""
+    @ray.method(concurrency_group="control")
+    def subscribe(self, worker: str, pid: WorkerId) -> list[Abort]:
+        """The worker process ``worker`` starts its first body: every abort
+        not yet forgotten; later ones go to its mailbox."""
         with self._lock:
-            for done in finished:
-                entry = self._calls.get(done)
-                if entry is not None and entry.worker == worker:
-                    del self._calls[done]
-            if key in self._calls:
-                return False
-            self._calls[key] = _Entry("claimed", worker, pid)
-            return True
+            self._mailboxes[worker] = _Mailbox(pid, [])
+            return list(self._aborted.items())
 
-    @ray.method(concurrency_group="claim")
-    def abort(self, key: str, reason: bytes) -> tuple[bool, WorkerId | None]:
-        """The caller aborted. ``(False, None)``: nothing claimed the call,
-        it is withdrawn now. ``(True, pid)``: its body started (on the
-        worker process ``pid``); the reason goes to that worker."""
+    @ray.method(concurrency_group="control")
+    def abort(self, key: str, reason: bytes) -> None:
+        """The caller aborted call ``key``: its reason goes to every
+        subscribed worker process. Idempotent."""
         with self._lock:
-            entry = self._calls.get(key)
-            if entry is None:
-                self._calls[key] = _Entry("withdrawn")
-                return False, None
-            if entry.state == "claimed" and entry.worker is not None:
-                entry.state = "aborted"
-                box = self._mailboxes.setdefault(entry.worker, _Mailbox())
+            if key in self._aborted:
+                return
+            if self._forgotten.pop(key, 0) is None:
+                return  # its forget overtook it: the call settled already
+            self._aborted[key] = reason
+            now = time.monotonic()
+            for worker, box in list(self._mailboxes.items()):
+                if not box.watching and now - box.seen > _MAILBOX_KEPT_S:
+                    del self._mailboxes[worker]
+                    continue
                 box.items.append((key, reason))
-                self._news.notify_all()
-            return entry.state != "withdrawn", entry.pid
+            self._news.notify_all()
 
-    @ray.method(concurrency_group="claim")
+    @ray.method(concurrency_group="control")
     def forget(self, key: str) -> None:
-        """The caller settled the call: drop whatever is left of it."""
+        """The caller settled the aborted call ``key`` (its task ended)."""
         with self._lock:
-            self._calls.pop(key, None)
+            if self._aborted.pop(key, None) is None:
+                # The abort is still on its way (the actor's threads do not
+                # keep the caller's order): it will find this and drop.
+                if len(self._forgotten) >= _FORGOTTEN_KEPT:
+                    del self._forgotten[next(iter(self._forgotten))]
+                self._forgotten[key] = None
+            self._where.pop(key, None)
+            self._news.notify_all()
 
     @ray.method(concurrency_group="watch")
-    def watch(self, worker: str) -> list[tuple[str, bytes]]:
-        """``[(key, pickled reason), ...]`` for aborts of bodies claimed by
-        ``worker``; blocks until there is one (or ``_WATCH_IDLE_S``)."""
+    def watch(self, worker: str, pid: WorkerId, running: list[str]) -> list[Abort]:
+        """The aborts for ``worker``'s mailbox, blocking until there is one
+        (or ``_WATCH_IDLE_S``). ``running``: calls of earlier aborts whose
+        bodies run in that worker (for ``where``)."""
         with self._lock:
-            box = self._mailboxes.setdefault(worker, _Mailbox())
-            box.waiters += 1
+            box = self._mailboxes.get(worker)
+            if box is None:  # dropped while the worker did not watch: subscribe it again
+                box = self._mailboxes[worker] = _Mailbox(pid, list(self._aborted.items()))
+            if running:
+                for key in running:
+                    if key in self._aborted:
+                        self._where[key] = pid
+                self._news.notify_all()
+            box.watching += 1
             try:
                 self._news.wait_for(lambda: bool(box.items), _WATCH_IDLE_S)
             finally:
-                box.waiters -= 1
+                box.watching -= 1
+                box.seen = time.monotonic()
             items, box.items = box.items, []
-            if not items and not box.waiters:
-                self._mailboxes.pop(worker, None)
             return items
 
+    @ray.method(concurrency_group="watch")
+    def where(self, key: str, timeout: float) -> WorkerId | None:
+        """The worker process running the body of the aborted call ``key``,
+        once its worker reported it (waits up to ``timeout`` seconds), or
+        ``None``."""
+        with self._lock:
+            self._news.wait_for(lambda: key in self._where or key not in self._aborted, timeout)
+            return self._where.get(key)
 
-_SignalActorRemote = ray.remote(concurrency_groups={"claim": 4, "watch": _WATCH_THREADS})(_SignalActor)  # type: ignore[call-overload]
+
+_SignalActorRemote = ray.remote(concurrency_groups={"control": 2, "watch": _WATCH_THREADS})(_SignalActor)  # type: ignore[call-overload]
+
+
+# ------------------------------------------------------------ the interrupt guard
+
+_current_task: str | None = None
+"""The Ray task id of the wrapper running on the main thread (stale after it
+returned: the guard compares it with the task Ray runs now)."""
+
+_interrupted_task: str | None = None
+"""A task of this module that Ray's ``cancel(force=False)`` interrupted;
+read by its claim."""
+
+_previous_handler: Callable[[int, FrameType | None], Any] | int | None = None
+_guard_installed = False
+
+
+def _guard(signum: int, frame: FrameType | None) -> Any:
+    """The worker's ``SIGINT`` handler (main thread). Ray delivers
+    ``ray.cancel(force=False)`` of the running task as a simulated
+    ``SIGINT``; for a task of this module it is recorded, never raised:
+    before the claim it withdraws the call, after it it is ignored (the
+    abort reaches the body through its ``run.signal``)."""
+    global _interrupted_task
+    current = _current_task
+    try:
+        now = ray.get_runtime_context().get_task_id()
+    except Exception:
+        now = None
+    if current is not None and current == now:
+        _interrupted_task = current
+        return None
+    previous = _previous_handler
+    if callable(previous):
+        return previous(signum, frame)
+    if previous == signal.SIG_IGN:
+        return None
+    raise KeyboardInterrupt
+
+
+def _install_guard() -> None:
+    """Once per worker process, on the main thread; raises ``RuntimeError``
+    off the main thread (Ray would then interrupt a thread that is not the
+    task's)."""
+    global _guard_installed, _previous_handler
+    if _guard_installed:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("a RayBackend task must run on its Ray worker's main thread")
+    current = signal.getsignal(signal.SIGINT)
+    if current is not _guard:  # (an interrupt may have cut an earlier install short)
+        _previous_handler = current
+        signal.signal(signal.SIGINT, _guard)
+    _guard_installed = True
 
 
 # ------------------------------------------------------------ the remote side
@@ -182,10 +287,21 @@ def _load_reason(data: bytes) -> object:
         return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
 
 
+_WITHDRAWN_KEPT: Final = 65536
+"""How many aborted calls a worker remembers that did not run there (the
+oldest are forgotten first). Only a call whose task is still on its way to
+this worker needs its entry; Ray's own cancel removes a queued task."""
+
+
 class _Channel:
     """A worker process's link to one backend's signal actor: the cached
-    actor handle, the bodies running here and their controllers, and the
-    watcher thread that keeps one ``watch`` call outstanding."""
+    actor handle, the bodies running here and their controllers, the calls
+    aborted before they started here, and the watcher thread that keeps one
+    ``watch`` call outstanding.
+
+    ``claim`` (main thread) and the watcher's delivery decide under
+    ``lock``: a call is either claimed first (its abort is delivered to its
+    body) or noted as aborted first (its claim fails)."""
 
     def __init__(self, actor_name: str, namespace: str) -> None:
         self.name = actor_name
@@ -194,53 +310,66 @@ class _Channel:
         self.pid: WorkerId = (ray.get_runtime_context().get_node_id(), _ray_reap.identity(os.getpid()))
         self.lock = threading.Lock()
         self.running: dict[str, AbortController] = {}
-        self.finished: list[str] = []
-        self.thread: threading.Thread | None = None
+        self.withdrawn: dict[str, None] = {}
+        # Subscribed before the first claim: an abort from here on reaches
+        # this process, and every earlier one not yet forgotten is in the
+        # snapshot. A wait on future(), not ray.get: the task keeps its slot.
+        for key, _reason in self.actor.subscribe.remote(self.worker, self.pid).future().result():
+            self._note_withdrawn(key)
+        self.thread = threading.Thread(target=self._watch, name="dshtools-ray-watch", daemon=True)
+        self.thread.start()
 
-    def claim(self, key: str) -> AbortController | None:
-        """Claim ``key`` in the actor: its controller, or ``None`` when the
-        call was withdrawn first. The controller is registered *before* the
-        claim is sent: an abort the actor delivers between granting the
-        claim and this thread reading the reply must find it."""
-        controller = AbortController()
+    def _note_withdrawn(self, key: str) -> None:
+        # Under self.lock (or before the watcher started).
+        if len(self.withdrawn) >= _WITHDRAWN_KEPT:
+            del self.withdrawn[next(iter(self.withdrawn))]
+        self.withdrawn[key] = None
+
+    def claim(self, key: str, task_id: str) -> AbortController | None:
+        """Claim ``key`` here: its controller, or ``None`` when the call was
+        aborted first (its abort reached this process, or Ray's cancel
+        interrupted this task before the claim)."""
         with self.lock:
-            finished, self.finished = self.finished, []
+            if key in self.withdrawn or _interrupted_task == task_id:
+                self.withdrawn.pop(key, None)
+                return None
+            controller = AbortController()
             self.running[key] = controller
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._watch, name="dshtools-ray-watch", daemon=True)
-                self.thread.start()
-        granted = False
-        try:
-            granted = self.actor.claim.remote(key, self.worker, self.pid, finished).future().result() is True
-        finally:
-            if not granted:
-                with self.lock:
-                    self.running.pop(key, None)
-        return controller if granted else None
+        return controller
 
     def release(self, key: str) -> None:
         with self.lock:
             self.running.pop(key, None)
-            self.finished.append(key)
 
     def _watch(self) -> None:
+        running: list[str] = []
         while True:
             try:
-                items = self.actor.watch.remote(self.worker).future().result()
+                items = self.actor.watch.remote(self.worker, self.pid, running).future().result()
             except BaseException as exc:  # the actor (or the driver owning it) is gone
                 reason = RuntimeError(f"the RayBackend signal actor is gone ({type(exc).__name__}); stopping")
                 with self.lock:
                     controllers = list(self.running.values())
-                    self.thread = None
                     _channels.pop(self.name, None)
                 for controller in controllers:
                     controller.abort(reason)
                 return
-            for key, data in items:
-                with self.lock:
-                    target = self.running.get(key)
-                if target is not None:
-                    target.abort(_load_reason(data))
+            running = self.deliver(items)
+
+    def deliver(self, items: list[Abort]) -> list[str]:
+        """Hand aborts to the bodies they concern (watcher thread): a body
+        running here has its ``run.signal`` aborted; any other call is noted
+        as withdrawn here. Returns the calls whose bodies run here."""
+        running: list[str] = []
+        for key, data in items:
+            with self.lock:
+                target = self.running.get(key)
+                if target is None:
+                    self._note_withdrawn(key)
+            if target is not None:
+                running.append(key)
+                target.abort(_load_reason(data))
+        return running
 
 
 _channels: dict[str, _Channel] = {}
@@ -279,31 +408,45 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 
 
 def _pack_error(exc: BaseException) -> tuple[str, object]:
+    # After the claim nothing may escape the wrapper: Ray would report a
+    # task that raised, which reads as a body that never started.
     try:
         data = _dumps(exc)
         _loads(data)  # the caller will do this: foreign code may run here
-    except _CONTAINED:
+    except BaseException:
         return "error_stub", (type(exc).__name__, safe_str(exc))
     return "error", data
 
 
-def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str, Any], ...]]:
-    """The task. Returns ``(kind, payload, contexts)``: ``withdrawn``,
-    ``not_invoked`` (pickled error), ``not_invoked_stub`` (class name,
-    message), ``value`` (pickled value), ``bad_value`` (problem text),
-    ``error`` (pickled exception) or ``error_stub`` (class name, message).
-    ``packed`` is one argument (Ray serializes each argument on its own):
-    ``(actor name, namespace, call key, body key, body, args, fields)``."""
-    actor_name, namespace, key, body_key, body_data, args, fields = packed
+def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
+    """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
+    ``withdrawn``, ``not_invoked`` (pickled error), ``not_invoked_stub``
+    (class name, message), ``value`` (pickled value), ``bad_value`` (problem
+    text), ``error`` (pickled exception) or ``error_stub`` (class name,
+    message). ``packed`` is ``_pack((actor name, namespace, call key, body
+    key, serialized body or None, args, fields))``, paired with the body's
+    ``ObjectRef`` for a body too large to travel inline (nested in a tuple
+    so that Ray does not fetch it: the worker does, when it has not seen the
+    body yet)."""
+    global _current_task
     try:
-        body = _load_body(body_key, body_data)
+        task_id = ray.get_runtime_context().get_task_id()
+        if not task_id:
+            raise RuntimeError("a RayBackend task must run as a Ray task (no task id)")
+        _install_guard()
+        # From here on a cancel of this task is recorded by the guard, never
+        # raised; before it, Ray's KeyboardInterrupt ends the task unstarted.
+        _current_task = task_id
+        head, body_ref = (packed, None) if isinstance(packed, bytes) else packed
+        actor_name, namespace, key, body_key, body_data, args, fields = pickle.loads(head)
+        body = _load_body(body_key, body_data if body_ref is None else body_ref)
+        channel = _channel(actor_name, namespace)
     except Exception as exc:
         kind, payload = _pack_error(exc)
-        return ("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()
-    channel = _channel(actor_name, namespace)
-    controller = channel.claim(key)
+        return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
+    controller = channel.claim(key, task_id)
     if controller is None:
-        return "withdrawn", None, ()
+        return _pack(("withdrawn", None, ()))
     call_id, root_call_id, name, agent = fields
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = ToolRunContext(
@@ -324,14 +467,14 @@ def _run_remote(packed: tuple[Any, ...]) -> tuple[str, object, tuple[Mapping[str
         run.settled = True
         channel.release(key)
         kind, payload = _pack_error(exc)
-        return kind, payload, tuple(run.contexts)
+        return _pack((kind, payload, tuple(run.contexts)))
     run.settled = True
     channel.release(key)
     try:
-        return "value", _dumps(value), tuple(run.contexts)
-    except Exception as exc:
+        return _pack(("value", _dumps(value), tuple(run.contexts)))
+    except BaseException as exc:  # foreign code (a __reduce__): see _pack_error
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
-        return "bad_value", problem, tuple(run.contexts)
+        return _pack(("bad_value", problem, tuple(run.contexts)))
 
 
 _run_remote_task = ray.remote(_run_remote)

@@ -6,22 +6,25 @@ the backend starts (``ray.init()`` with no arguments) at its first call when
 none is connected. It keeps the contract of the thread backend:
 
 * **The signal travels.** Each backend owns one small threaded actor, the
-  *signal actor* (decision 0036). The caller-side abort of ``run.signal``
-  sends the reason to it (one actor call, from the thread that aborted);
-  each worker process keeps one ``watch`` call to the actor outstanding,
-  which returns when a reason for one of its bodies arrives, and its
-  watcher thread aborts that body's local ``run.signal`` with it (the same
-  reason when it pickles, else its ``repr`` as a string). Nothing polls;
-  nothing is injected into the body.
-* **One claim decides.** A task starting on a worker first asks the signal
-  actor to claim its call. Claim and withdrawal decide under one lock in
-  the actor: if the caller's abort reached it first, the claim fails and the body never runs
+  *signal actor* (decisions 0036, 0042). The caller-side abort of
+  ``run.signal`` sends the reason to it (one actor call, from the thread
+  that aborted). Every worker process that ran a body of the backend is
+  subscribed and keeps one ``watch`` call outstanding; the abort returns
+  those calls, and in the worker running the body the watcher thread aborts
+  its local ``run.signal`` (the same reason when it pickles, else its
+  ``repr`` as a string). Nothing polls; nothing is injected into the body.
+* **One claim decides, inside the worker.** A task claims its call in the
+  worker process that runs it, under one lock with the delivery of that
+  call's abort: an abort that reached the process first (or was there when
+  the process subscribed) makes the claim fail and the body never runs
   (``NotInvoked``: ``ABORTED_BEFORE_DISPATCH``); otherwise the body runs
-  and a later abort is delivered to it. Only a task refused its claim is
-  ever cancelled with ``ray.cancel(force=False)`` (that interrupt can land
-  only in this module's wrapper, never in a body). The claim and the
-  signal wait use ``ObjectRef.future()``, not ``ray.get``, so a waiting
-  task keeps its CPU slot and no more bodies start than there are slots.
+  and the abort is delivered to it. The abort also withdraws the task with
+  ``ray.cancel(force=False)``: Ray drops it if it is still queued, and the
+  worker's interrupt guard turns Ray's interrupt of a running task into a
+  failed claim before the claim and ignores it after, so it never lands in
+  a body. A call that is not aborted costs no actor message at all. Waits
+  inside a task use ``ObjectRef.future()``, not ``ray.get``, so a task
+  keeps its CPU slot and no more bodies start than there are slots.
 * **Joined, then killed.** A started body is waited for. ``kill_after``
   seconds after the abort, a body still running is stopped with
   ``ray.cancel(force=True)``: the worker's descendants (recorded first,
@@ -45,9 +48,9 @@ if the body is killed); ``run.dispatch`` raises ``RuntimeError``.
 exception of the same class name and message.
 
 Threads: ``submit``/``wait``/``report`` run in the thread blocked in
-``execute``; the abort listener runs in the thread that aborted the signal
-and only sends one actor message; Ray's callback thread only records
-completions. The descendant sweep needs Linux (``/proc``) and runs only for
+``execute``, which waits in ``ray.get`` on the task; the abort listener runs
+in the thread that aborted the signal and only sends one actor message and
+Ray's cancel. The descendant sweep needs Linux (``/proc``) and runs only for
 a worker on the driver's node; elsewhere the forced stop is Ray's alone. The Ray this backend uses is process-wide:
 ``close()`` releases the backend's actor, never ``ray.shutdown()``.
 """
@@ -57,11 +60,11 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import Future
 from typing import Any, Final
 
 import ray
@@ -76,6 +79,7 @@ from ._ray_remote import (
     _dumps,
     _loads,
     _NotJSON,
+    _pack,
     _run_remote_task,
     _SignalActorRemote,
 )
@@ -93,6 +97,14 @@ is put in the object store once and passed by reference."""
 
 _CONFIRM_S: Final = 30.0
 """How long a forced stop waits for the killed processes to be gone."""
+
+_LOOK_AGAIN_S: Final = 0.02
+"""The shortest time the waiting thread blocks on the task before it looks
+at the kill clock again (never a poll faster than 10 ms)."""
+
+_WHERE_WAIT_S: Final = 1.0
+"""How long a forced stop waits for the worker to have reported where the
+body runs (it does so as the abort reaches it)."""
 
 _FORBIDDEN_OPTIONS: Final = ("num_returns", "_generator_backpressure_num_objects")
 
@@ -128,31 +140,30 @@ def _cancel(ref: Any, *, force: bool) -> None:
 class _RayDispatch:
     """One submitted body (the ``Dispatch`` of docs/contract.md §9).
 
-    The state is written by three threads: the abort listener (``abort_at``,
-    the abort reply future), Ray's callback thread (completions, through
-    ``_notify``) and the waiting thread (everything else, in ``_step``).
-    ``_step`` runs only in the waiting thread; every action it takes is
-    idempotent, so a ``KeyboardInterrupt`` between two of them is
-    harmless when ``wait`` is called again."""
+    Two threads touch it. The abort listener (the thread that aborted
+    ``run.signal``) sends the reason to the signal actor and withdraws the
+    task with ``ray.cancel(force=False)``; it records the abort and sends
+    it under ``_lock``, so the ``forget`` of a settle that follows is sent
+    after it. The waiting thread does everything else: it blocks in
+    ``ray.get`` on the task's ``ObjectRef`` (woken by the task's end, or
+    when the forced stop falls due) and settles. A ``KeyboardInterrupt`` in
+    ``wait`` leaves nothing half done: ``wait`` can be called again."""
 
     def __init__(self, backend: RayBackend, key: str, actor: Any, signal: AbortSignal) -> None:
         self._backend = backend
         self._key = key
         self._actor = actor
         self._ref: Any = None
-        self._cond = threading.Condition(threading.Lock())
-        self._task_done_at: float | None = None
+        self._lock = threading.Lock()
         self._abort_at: float | None = None
-        self._abort_reply: Future[Any] | None = None
-        self._withdrawn = False
         self._cancel_sent = False
+        self._closed = False
+        self._stop_weighed = False
         self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
         self._report: BodyReport | None = None
-        self._events = 0
         self._signal = signal
         # The listener goes first: an abort from here on withdraws the call
-        # in the actor even if the task is never started (a Ctrl-C inside
-        # submit()).
+        # even if the task is never started (a Ctrl-C inside submit()).
         self._handle: ListenerHandle | None = signal.add_listener(self._on_abort)
 
     def _handle_remove(self) -> None:
@@ -161,8 +172,12 @@ class _RayDispatch:
             handle.remove()
 
     def _started(self, ref: Any) -> None:
-        self._ref = ref
-        ref.future().add_done_callback(self._on_task_done)
+        with self._lock:
+            self._ref = ref
+            withdraw = self._abort_at is not None and not self._cancel_sent
+            self._cancel_sent = self._cancel_sent or withdraw
+        if withdraw:
+            _cancel(ref, force=False)
 
     @property
     def task(self) -> Any:
@@ -170,99 +185,102 @@ class _RayDispatch:
         on it says whether Ray reports the task ended."""
         return self._ref
 
-    # -- other threads
-
-    def _on_task_done(self, _fut: Future[Any]) -> None:
-        with self._cond:
-            self._task_done_at = time.monotonic()
-            self._events += 1
-            self._cond.notify_all()
+    # -- the aborting thread
 
     def _on_abort(self, signal: AbortSignal) -> None:
         data = _pickle_reason(signal.reason)
-        with self._cond:
-            if self._abort_at is not None:
+        with self._lock:
+            if self._abort_at is not None or self._closed:
                 return
             self._abort_at = time.monotonic()
-        reply = self._actor.abort.remote(self._key, data).future()
-        with self._cond:
-            self._abort_reply = reply
-            self._events += 1
-            self._cond.notify_all()
-        reply.add_done_callback(self._on_reply)
-
-    def _on_reply(self, _fut: Future[Any]) -> None:
-        with self._cond:
-            self._events += 1
-            self._cond.notify_all()
+            ref = self._ref
+            withdraw = ref is not None and not self._cancel_sent
+            self._cancel_sent = self._cancel_sent or withdraw
+            # The reason first, to every worker this backend uses: a task
+            # that claimed the call gets it on its run.signal, one that has
+            # not yet claimed it finds the call withdrawn.
+            try:
+                self._actor.abort.remote(self._key, data)
+            except Exception as exc:
+                logger.warning("the abort could not reach the signal actor: %s", safe_str(exc))
+        if withdraw:
+            # Ray removes a queued task; one that runs already gets an
+            # interrupt that the worker's guard turns into a withdrawal
+            # before the claim and ignores after it (_ray_remote).
+            _cancel(ref, force=False)
 
     # -- the waiting thread
 
     def wait(self, timeout: float) -> bool:
+        if self._report is not None:
+            return True
         deadline = time.monotonic() + timeout
-        while self._report is None:
-            seen = self._events
-            wake = self._step()
-            if self._report is not None:
-                break
+        kill_after = self._backend.kill_after
+        while True:
             now = time.monotonic()
-            if now >= deadline:
-                return False
-            with self._cond:
-                if self._events == seen:
-                    self._cond.wait(max(0.0, min(deadline, wake) - now))
-        return True
+            due = self._kill_due()
+            if due is not None and now >= due:
+                self._force_stop()
+                continue
+            end = deadline
+            if due is not None:
+                end = min(end, due)
+            elif kill_after is not None and self._abort_at is None:
+                # The kill clock starts at the abort, which this thread is
+                # not woken for: look again within the grace.
+                end = min(end, now + max(kill_after, _LOOK_AGAIN_S))
+            try:
+                result = ray.get(self._ref, timeout=max(0.0, end - now))
+            except ray.exceptions.GetTimeoutError:
+                if time.monotonic() >= deadline:
+                    return False
+                continue
+            except Exception as exc:
+                self._settle(None, exc)
+                return True
+            self._settle(result, None)
+            return True
 
     def _kill_due(self) -> float | None:
-        if self._abort_at is None or self._backend.kill_after is None or self._kill is not None:
+        if self._abort_at is None or self._backend.kill_after is None or self._stop_weighed:
             return None
         return self._abort_at + self._backend.kill_after
 
-    def _step(self) -> float:
-        """Act on what happened; returns when to act next (monotonic)."""
-        if self._task_done_at is not None:
-            self._settle()
-            return 0.0
-        reply = self._abort_reply
-        if reply is not None and reply.done() and not self._withdrawn:
+    def _force_stop(self) -> None:
+        # Every step may be cut by a Ctrl-C and is done again by the next
+        # wait(): the stop counts as weighed only once it was sent.
+        if self._kill is None:
+            if self._ended():
+                self._stop_weighed = True
+                return  # withdrawn by Ray meanwhile, or the body just returned: nothing to stop
+            # The worker's processes can be swept only on this node (/proc);
+            # the worker tells the actor where the body runs as the abort
+            # reaches it.
             try:
-                started, _pid = reply.result()
-            except Exception:
-                started = True  # the actor is gone: treat the body as possibly running
-            if not started:
-                self._withdrawn = True
-        if self._withdrawn and not self._cancel_sent:
-            # The actor recorded the withdrawal: the task can only be in
-            # this module's wrapper, never in a body.
-            _cancel(self._ref, force=False)
-            self._cancel_sent = True
-        due = self._kill_due()
-        if due is not None and not self._withdrawn:
-            if time.monotonic() >= due:
-                self._force_stop(reply)
-                return time.monotonic() + 1.0
-            return due
-        return time.monotonic() + 1.0
-
-    def _force_stop(self, reply: Future[Any] | None) -> None:
-        # The worker's processes can be swept only on this node (/proc).
-        local: ProcessId | None = None
-        if reply is not None and reply.done():
-            try:
-                _started, where = reply.result()
+                where = ray.get(self._actor.where.remote(self._key, _WHERE_WAIT_S), timeout=_WHERE_WAIT_S + 5.0)
             except Exception:
                 where = None
+            if self._ended():
+                self._stop_weighed = True
+                return
+            local: ProcessId | None = None
             if where is not None and where[0] == self._backend._node_id:
                 local = where[1]
-        descendants: list[ProcessId] = []
-        if local is not None and _ray_reap.alive(local):
-            descendants = _ray_reap.snapshot(local[0])
-        self._kill = (local, descendants)
+            descendants: list[ProcessId] = []
+            if local is not None and _ray_reap.alive(local):
+                descendants = _ray_reap.snapshot(local[0])
+            self._kill = (local, descendants)
         _cancel(self._ref, force=True)
-        _ray_reap.kill_tree(None, descendants)
+        _ray_reap.kill_tree(None, self._kill[1])
+        self._stop_weighed = True
 
-    def _settle(self) -> None:
-        outcome, contexts, invoked, ended = self._outcome()
+    def _ended(self) -> bool:
+        ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
+        return bool(ready)
+
+    def _settle(self, result: Any, exc: BaseException | None) -> None:
+        ended_at = time.monotonic()
+        outcome, contexts, invoked, ended = self._outcome(result, exc)
         # Killed: a forced stop was issued and the task ended without the
         # body returning (a body that returned at that very moment was not).
         killed = self._kill is not None and ended
@@ -271,35 +289,42 @@ class _RayDispatch:
             worker, descendants = self._kill
             _ray_reap.kill_tree(worker, descendants)
             _ray_reap.wait_gone(([worker] if worker is not None else []) + descendants, _CONFIRM_S)
+        with self._lock:
+            self._closed = True
+            aborted_at = self._abort_at
         overrun = None
-        if invoked and self._abort_at is not None and self._task_done_at is not None:
-            overrun = max(0.0, self._task_done_at - self._abort_at)
+        if invoked and aborted_at is not None:
+            overrun = max(0.0, ended_at - aborted_at)
         self._handle_remove()
-        if self._abort_at is not None or not invoked:
+        if aborted_at is not None:
             self._backend._forget(self._key)
         self._backend._settled(self, killed)
         self._report = BodyReport(outcome=outcome, contexts=contexts, killed=killed, overrun_s=overrun)
 
-    def _outcome(self) -> tuple[Any, tuple[Mapping[str, Any], ...], bool, bool]:
+    def _outcome(self, result: Any, exc: BaseException | None) -> tuple[Any, tuple[Mapping[str, Any], ...], bool, bool]:
         """``(outcome, contexts, invoked, ended)``; ``ended``: the task
         ended without the wrapper returning (Ray reports it failed)."""
-        try:
-            kind, payload, contexts = ray.get(self._ref, timeout=0)
-        except ray.exceptions.RayTaskError as exc:
+        if exc is None:
+            try:
+                kind, payload, contexts = pickle.loads(result)
+            except _CONTAINED as bad:
+                # Only this module's own envelope: not expected to fail.
+                unreadable = RuntimeError(f"the RayBackend task's result could not be read: {safe_str(bad)}")
+                return Error(unreadable), (), True, False
+            outcome, invoked = self._decode(kind, payload)
+            return outcome, (contexts if invoked else ()), invoked, False
+        if self._kill is not None:
+            return Error(AbortError(self._signal.reason)), (), True, True
+        if isinstance(exc, ray.exceptions.TaskCancelledError):
+            # Ray removed the queued task, or interrupted it before the
+            # wrapper's guard was in place: the body never started.
+            return (NotInvoked() if self._cancel_sent else NotInvoked(exc)), (), False, True
+        if isinstance(exc, ray.exceptions.RayTaskError):
             # The wrapper raised: only possible before the claim.
-            if self._withdrawn:
-                return NotInvoked(), (), False, True
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             return NotInvoked(cause), (), False, True
-        except Exception as exc:
-            if self._withdrawn:
-                return NotInvoked(), (), False, True
-            if self._kill is not None:
-                return Error(AbortError(self._signal.reason)), (), True, True
-            lost = WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")
-            return Error(lost), (), True, True
-        outcome, invoked = self._decode(kind, payload)
-        return outcome, (contexts if invoked else ()), invoked, False
+        lost = WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")
+        return Error(lost), (), True, True
 
     def _decode(self, kind: str, payload: Any) -> tuple[Any, bool]:
         # A value or exception the tool sent back is foreign code when it is
@@ -307,6 +332,10 @@ class _RayDispatch:
         # fault it raises, SystemExit included, fails only this call. A
         # KeyboardInterrupt is the caller's own Ctrl-C and propagates.
         if kind == "withdrawn":
+            if self._abort_at is None:
+                # Not our abort: a ray.cancel of this task from elsewhere
+                # reached it before its claim.
+                return NotInvoked(RuntimeError("the Ray task was cancelled before its body started")), False
             return NotInvoked(), False
         if kind == "not_invoked":
             return NotInvoked(_loads(payload)), False
@@ -411,6 +440,9 @@ class RayBackend:
         body_key, body_data = self._body_ref(run.name, body)
         key = f"{self._prefix}-{next(self._counter)}"
         fields = (run.call_id, run.root_call_id, run.name, run.agent)
+        inline = isinstance(body_data, bytes)
+        head = _pack((*self._actor_name, key, body_key, body_data if inline else None, args, fields))
+        packed: Any = head if inline else (head, body_data)
         dispatch = _RayDispatch(self, key, actor, run.signal)
         with self._lock:
             if self._closed:
@@ -420,7 +452,7 @@ class RayBackend:
             self._in_flight.add(dispatch)
             self.tasks_started += 1
         try:
-            dispatch._started(self._task.remote((*self._actor_name, key, body_key, body_data, args, fields)))
+            dispatch._started(self._task.remote(packed))
         except BaseException as exc:
             self._settled(dispatch, False)
             if isinstance(exc, Exception):

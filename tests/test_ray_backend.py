@@ -375,6 +375,41 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
 
 
 @pytest.mark.timeout(60)
+def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registry: ToolRegistry, events: Any) -> None:
+    # kill_after=0 makes the forced stop due at the abort itself: a task that
+    # Ray is still dropping from its queue must come back withdrawn, not
+    # killed (it never started).
+    remove_holder = _register(registry, "coop", _cooperative)
+    holders = AbortController()
+    eager = RayBackend(kill_after=0.0)
+    try:
+        held = [
+            _InThread(registry, _call("coop", {"tag": f"zero-hold-{i}"}, holders.signal, f"z{i}")) for i in range(2)
+        ]
+        for i in range(2):
+            assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
+        with ToolRegistry(backend=eager) as other:
+            _register(other, "counted", _counted)
+            queued = AbortController()
+            waiting = _InThread(other, _call("counted", {"counter": "zero-ran"}, queued.signal, "zq"))
+            deadline = time.monotonic() + 30
+            while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            queued.abort("withdraw")
+            result = waiting.result()
+        holders.abort("release")
+        for h in held:
+            assert h.result().code == TOOL_ABORTED
+    finally:
+        remove_holder()
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "killed" not in _meta(result)
+    assert eager.tasks_killed == 0
+    assert ray.get(events.count.remote("zero-ran")) == 0
+
+
+@pytest.mark.timeout(60)
 def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) -> None:
     remove = _register(registry, "slow", _cooperative, timeout=0.5)
     try:
@@ -478,6 +513,75 @@ def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: Tool
     assert isinstance(_meta(result)["reason"], KeyboardInterrupt)
     (context,) = result.additional_contexts  # the body ran to its end: joined
     assert context["aborted"] is True
+
+
+def _guarded(args: Any, run: ToolRunContext) -> object:
+    from dshtools import _ray_remote
+
+    task_id = ray.get_runtime_context().get_task_id()
+    _announce(args["tag"], task_id)
+    # Python code keeps running here between short waits: an interrupt that
+    # raised would land in this loop and end the body.
+    deadline = time.monotonic() + 30
+    while _ray_remote._interrupted_task != task_id:
+        if time.monotonic() > deadline:
+            return "Ray's interrupt never arrived"
+        run.signal.wait(0.01)
+    _announce(f"{args['tag']}-interrupted")
+    run.signal.wait(30)
+    run.defer_context({"aborted": run.signal.aborted})
+    run.signal.throw_if_aborted()
+    return "never aborted"
+
+
+@pytest.mark.timeout(60)
+def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
+    registry: ToolRegistry, backend: _Recording, events: Any
+) -> None:
+    # The withdrawal sends ray.cancel(force=False) to a task that may have
+    # started: Ray delivers it as an interrupt, which the worker's guard
+    # must keep out of a claimed body (docs/contract.md §9: no injection).
+    remove = _register(registry, "guarded", _guarded)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, _call("guarded", {"tag": "guarded-started"}, controller.signal))
+        assert ray.get(events.wait.remote("guarded-started", 30)) is not None
+        ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
+        assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
+        controller.abort("stop")  # the body still runs and still cooperates
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["reason"] == "stop"
+    assert "killed" not in _meta(result)
+    (context,) = result.additional_contexts
+    assert context["aborted"] is True
+
+
+def _plain_task(tag: str) -> str:
+    from dshtools import _ray_remote
+
+    _ray_remote._install_guard()  # as in a worker that ran a RayBackend body
+    _announce(tag)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "not cancelled"
+
+
+_plain_task_remote: Any = ray.remote(max_retries=0)(_plain_task)
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_ray_task_in_a_guarded_worker_is_still_cancelled(events: Any) -> None:
+    # The guard is the worker's SIGINT handler: any other task of that
+    # worker keeps Ray's own cancellation.
+    ref = _plain_task_remote.remote("plain-started")
+    assert ray.get(events.wait.remote("plain-started", 30)) is True
+    ray.cancel(ref, force=False, recursive=False)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=30)
 
 
 def _large_body(blob: bytes, args: Any, run: ToolRunContext) -> object:
