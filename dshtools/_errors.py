@@ -16,7 +16,7 @@ import math
 import sys
 import traceback
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["AbortError", "TimeoutReason", "check_seconds", "report_unraisable", "safe_repr", "safe_str"]
 
@@ -148,9 +148,15 @@ def _write_unraisable(exc: BaseException, err_msg: str, obj: object) -> None:
     stream.flush()
 
 
+_INF: Final = math.inf
+_NEG_INF: Final = -math.inf
+
+
 def check_seconds(seconds: object, what: str = "seconds") -> float:
     """Validate a duration in seconds: a real number (not ``bool``), finite,
     not NaN. Returns it as ``float``; raises ``TypeError``/``ValueError``."""
+    if type(seconds) is float and _NEG_INF < seconds < _INF:  # the usual case (NaN fails both)
+        return seconds
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
     value = float(seconds)
