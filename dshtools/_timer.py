@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Protocol
 
 from ._errors import report_unraisable
@@ -46,7 +47,10 @@ class TimerEntry:
     def __init__(self, when: float, seq: int, target: _Target) -> None:
         self.when = when
         self.seq = seq
-        self.ref: weakref.ref[_Target] = weakref.ref(target, _released)
+        # Replaced by `_no_target` on cancel: dropping the weak reference
+        # also drops its callback, so a cancelled entry's target is freed
+        # without running `_released`.
+        self.ref: Callable[[], _Target | None] = weakref.ref(target, _released)
         self.strong: _Target | None = None
         self.cancelled = False
 
@@ -131,12 +135,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _no_target() -> None:
+    return None
+
+
 def schedule(delay: float, target: _Target) -> TimerEntry:
     """Arrange ``target._on_timer()`` to run on the timer thread after
     ``delay`` seconds (monotonic clock). Returns the entry for ``cancel``."""
     entry = TimerEntry(time.monotonic() + delay, next(_seq), target)
     with _lock:
-        _maybe_compact_locked()
+        if _garbage >= _COMPACT_MIN:
+            _maybe_compact_locked()
         heapq.heappush(_heap, (entry.when, entry.seq, entry))
         if _thread is None:
             _start_thread_locked()
@@ -153,8 +162,10 @@ def cancel(entry: TimerEntry) -> None:
             return
         entry.cancelled = True
         entry.strong = None
+        entry.ref = _no_target
         _garbage += 1
-        _maybe_compact_locked()
+        if _garbage >= _COMPACT_MIN:
+            _maybe_compact_locked()
 
 
 def pending_count() -> int:
