@@ -19,6 +19,7 @@ calling thread. Guarantees:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast
 
 from ._errors import AbortError, safe_repr, safe_str, safe_type_name
@@ -54,10 +55,10 @@ class Waterfall(Generic[_D]):
     returns ``end()``. Each hook's return must be an instance of
     ``expected`` (else ``HookReturnError`` naming the hook); ``gate``, when
     given, runs before each step and may raise (a ``next()`` called too
-    late). Runs in the thread that calls ``run()`` (or a hook's ``next()``).
+    late). Runs in the thread that calls ``at(0)`` (or a hook's ``next()``).
 
-    The ``next`` callables refer to the waterfall, never the other way
-    round, so a finished call leaves no reference cycle behind (its objects
+    The ``next`` callables (partials of ``at``) refer to the waterfall,
+    never the other way round, so a finished call leaves no reference cycle behind (its objects
     are freed at once, not by the cyclic garbage collector)."""
 
     __slots__ = ("_args", "_end", "_expected", "_gate", "_hooks", "_what")
@@ -78,38 +79,24 @@ class Waterfall(Generic[_D]):
         self._expected = expected
         self._gate = gate
 
-    def run(self) -> _D:
-        """The first hook's decision (``end()`` when there are no hooks)."""
-        return self.at(0)
-
     def at(self, i: int) -> _D:
-        if self._gate is not None:
-            self._gate()
+        """Hook ``i``'s decision: ``at(0)`` runs the chain (``end()`` when
+        there are no hooks)."""
+        gate = self._gate
+        if gate is not None:
+            gate()
         hooks = self._hooks
         if i == len(hooks):
             return self._end()
         fn = hooks[i]
-        decision = fn(*self._args, _Next(self, i + 1))
-        if not isinstance(decision, self._expected):
-            names = [t.__name__ for t in self._expected]
-            expected = names[-1] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-            raise HookReturnError(
-                f"{self._what} {describe(fn)} returned {type(decision).__name__}, expected {expected}"
-            )
-        return cast(_D, decision)
-
-
-class _Next(Generic[_D]):
-    """The ``next`` given to one hook of a ``Waterfall``."""
-
-    __slots__ = ("_i", "_waterfall")
-
-    def __init__(self, waterfall: Waterfall[_D], i: int) -> None:
-        self._waterfall = waterfall
-        self._i = i
-
-    def __call__(self) -> _D:
-        return self._waterfall.at(self._i)
+        # `next` is a partial of this waterfall's bound method: it refers
+        # to the waterfall, which never refers to it.
+        decision = fn(*self._args, partial(self.at, i + 1))
+        if isinstance(decision, self._expected):
+            return cast(_D, decision)
+        names = [t.__name__ for t in self._expected]
+        expected = names[-1] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise HookReturnError(f"{self._what} {describe(fn)} returned {type(decision).__name__}, expected {expected}")
 
 
 def _allow() -> PreExecuteDecision:
@@ -151,7 +138,7 @@ def admit(run: Run, approver: Approver | None) -> None:
     decision: PreExecuteDecision = ALLOW
     if pre:
         try:
-            decision = Waterfall("pre-execute hook", pre, (view,), _allow, (Allow, Deny, Ask)).run()
+            decision = Waterfall("pre-execute hook", pre, (view,), _allow, (Allow, Deny, Ask)).at(0)
         except HookReturnError as exc:
             run.settle(denied(str(exc)), skip_post=False)
             return

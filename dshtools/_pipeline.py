@@ -40,6 +40,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Final, TypeVar
 
 import attrs
@@ -281,10 +282,10 @@ class Pipeline:
                     "around-dispatch hook",
                     around,
                     (view,),
-                    lambda: self._invoke(run, slot),
+                    partial(self._invoke, run, slot),
                     (ToolSuccess, ToolFailure),
-                    lambda: _check_unsettled(run),
-                ).run()
+                    partial(_check_unsettled, run),
+                ).at(0)
             else:
                 result = self._invoke(run, slot)
         except HookReturnError as exc:
@@ -588,7 +589,7 @@ class Pipeline:
         hooks = run.hooks.post_execute
 
         try:
-            decision = Waterfall("post-execute hook", hooks, (view, result), _accept, (Accept, Block)).run()
+            decision = Waterfall("post-execute hook", hooks, (view, result), _accept, (Accept, Block)).at(0)
         except HookReturnError as exc:
             return attrs.evolve(invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
         except Exception as exc:
