@@ -35,8 +35,9 @@ Guarantees:
 Atomicity assumptions (all hold with the GIL; each is one bytecode-level
 C operation): the claim is one ``dict.setdefault`` on a fresh dict (the first
 insert wins, later ones read the winner); ``done`` is a plain
-``threading.Lock`` acquired at creation and released exactly once, by the
-claim winner; ``finished``/``outcome`` are written by the worker before it
+``threading.Lock`` held from creation (made and acquired, or taken from
+the spare list of locks whose waiter consumed their release) and released
+exactly once, by the claim winner; ``finished``/``outcome`` are written by the worker before it
 releases ``done`` and read by the waiter only after acquiring it (or after
 seeing ``finished``). Without the GIL the claim would need a lock; nothing
 else would change.
@@ -140,6 +141,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # ------------------------------------------------------------------ hand-off
 
+# `done` locks of settled hand-offs, each held by the waiter that consumed its
+# one release: a new hand-off takes one instead of making and acquiring a
+# lock. list.pop/append are atomic with the GIL.
+_LockType: Final = type(threading.Lock())
+_spare_locks: list[Any] = []
+_SPARE_LOCKS: Final = 64
+
 
 class _Handoff:
     """One body's hand-off between the submitting thread and a worker, and
@@ -169,8 +177,11 @@ class _Handoff:
     def __init__(self) -> None:
         self.signal: AbortSignal | None = None  # set before the work is queued
         self.claim: dict[int, object] = {}
-        self.done = threading.Lock()
-        self.done.acquire()
+        try:
+            self.done = _spare_locks.pop()  # already held (see wait())
+        except IndexError:
+            self.done = threading.Lock()
+            self.done.acquire()
         self.outcome: BodyOutcome = _NOT_YET
         self.finished = False
         self.thread = 0  # get_ident() of the thread that ran the body
@@ -269,7 +280,15 @@ class _Handoff:
             # consumed `done`: re-read the recorded decision first.
             return self._raise_inline_interrupt()
         self.waited = True
-        if self.done.acquire(True, timeout) or self.settled():
+        done = self.done
+        if done.acquire(True, timeout):
+            # The one release is consumed and the lock is held again: a
+            # fresh hand-off may use it as its `done` (nothing else will
+            # touch it through this settled one).
+            if type(done) is _LockType and len(_spare_locks) < _SPARE_LOCKS:
+                _spare_locks.append(done)
+            return type(self.outcome) is not Error or self._raise_inline_interrupt()
+        if self.settled():
             return type(self.outcome) is not Error or self._raise_inline_interrupt()
         future = self.future
         if future is not None and future.done():
