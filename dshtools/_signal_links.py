@@ -32,20 +32,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _timer
 from ._errors import AbortError, TimeoutReason
 from ._signal_claim import (
-    _ABORTED,
     _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _Callback,
-    _dispatch,
+    _dispatch_plain,
     _new_handle,
-    _next_key,
-    _pending_keys,
     _refused,
+    _removed,
     _resolved_reason_locked,
-    _settle,
     _SignalState,
 )
 
@@ -57,20 +55,23 @@ def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -
         if not self._aborted:
             handle = _new_handle(ListenerHandle)
             handle._signal = self
-            handle._key = key = _next_key()
+            handle._cb = callback
             listeners = self._listeners
-            listeners[key] = callback
+            if listeners is None:
+                listeners = self._listeners = {}
+            listeners[handle] = callback
             if len(listeners) == 1:
                 _keepalive_changed_locked(self)
             return handle
     return _refused(self, callback, run_if_aborted)
 
 
-def _remove_linked(self: _SignalState, key: int | None) -> None:
-    listeners = self._listeners
+def _remove_linked(self: _SignalState, handle: ListenerHandle) -> None:
+    handle._cb = _removed  # a dispatch that has not read it never runs it
     with _LOCK:
-        if listeners.pop(key, None) is None:
-            return  # removed before, or claimed by a dispatch loop
+        listeners = self._listeners
+        if listeners is None or listeners.pop(handle, None) is None:
+            return  # removed before, or the signal aborted
         if not listeners:
             _keepalive_changed_locked(self)
 
@@ -121,7 +122,7 @@ def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = Fals
             reason = AbortError()  # shared with dependents: made now
         _mark_aborted_locked(self, reason)
         won, batches = _mark_dependents_locked(self, reason)
-    _finish(won, batches)
+    _finish(won, batches, None)
 
 
 def _on_timer(self: _SignalState) -> None:
@@ -130,7 +131,6 @@ def _on_timer(self: _SignalState) -> None:
 
 def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
     # Linked signals only (their every abort path holds _LOCK).
-    self._listeners[_ABORTED] = (reason,)
     self._reason = reason
     self._aborted = True
     self._strong_deps = 0
@@ -164,32 +164,42 @@ def _release_sources_locked(self: _SignalState) -> None:
 
 def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[_SignalState], list[Any]]:
     """Mark every live dependent of ``signal`` aborted with ``reason``;
-    return the signals to wake (``signal`` first) and the listener batches to
-    run, in order. Snapshots are taken under the lock that set ``aborted``:
-    from then on a linked signal's add_listener sees it and runs inline."""
+    return the signals to wake (``signal`` first) and the listener batches
+    of the linked ones to run, in order: ``(signal, iterator of handles)``,
+    the iterator also stored as the signal's ``_pending``. Snapshots are
+    taken under the lock that set ``aborted``: from then on a linked
+    signal's add_listener sees it and runs inline."""
     won = [signal]
     deps = signal._deps
     if deps:
         signal._deps = None
-        for ref, anchor in deps.items():
-            dep = anchor[0] if anchor else ref()
-            if dep is not None and not dep._aborted and dep._sources:
+        for ref, anchor in _dep_links(deps):
+            dep = _live(ref, anchor)
+            if dep is not None:
                 _mark_aborted_locked(dep, reason)
                 won.append(dep)
-    batches = [(s, _pending_keys(s._listeners)) for s in won if len(s._listeners) > 1]
+    batches = []
+    for s in won:
+        listeners = s._listeners
+        if s._linked and listeners:
+            s._listeners = None
+            # Frozen from here: removers and adders see `_listeners` None.
+            pending = s._pending = iter(listeners)
+            batches.append((s, pending))
     return won, batches
 
 
-def _finish(won: list[_SignalState], batches: list[Any]) -> None:
+def _finish(won: list[_SignalState], batches: list[Any], plain: dict[Any, Any] | None) -> None:
     # Every affected signal now reads aborted. Wake waiters, then run
-    # listeners: own first, dependents in derivation order.
+    # listeners: own first (`plain`: the listener dict of a plain signal,
+    # `won[0]`), dependents in derivation order.
     for signal in won:
         event = signal._event
         if event is not None:
             event.set()
-    first: BaseException | None = None
-    for signal, keys in batches:
-        interrupt = signal._dispatch(keys) if signal._linked else _dispatch(signal, keys)
+    first = _dispatch_plain(won[0], plain) if plain else None
+    for signal, pending in batches:
+        interrupt = signal._dispatch(pending)
         if first is None:
             first = interrupt
     if first is not None:
@@ -199,32 +209,76 @@ def _finish(won: list[_SignalState], batches: list[Any]) -> None:
         raise first
 
 
-def _won_plain(signal: _SignalState, listeners: dict[Any, Any], token: tuple[object]) -> None:
-    # The rest of a plain signal's abort, once its `setdefault` won.
-    signal._reason = token[0]
-    signal._aborted = True
-    if signal._deps:
-        with _LOCK:
-            reason = _resolved_reason_locked(signal)
-            won, batches = _mark_dependents_locked(signal, reason)
-        _finish(won, batches)
-        return
-    event = signal._event
-    if event is not None:
-        event.set()
-    if len(listeners) > 1:
-        interrupt = _dispatch(signal, _pending_keys(listeners))
-        if interrupt is not None:
-            raise interrupt
+def _won_plain_with_deps(signal: _SignalState) -> None:
+    # The rest of a plain signal's abort that won, once `_aborted` is
+    # stored, when it has dependents.
+    with _LOCK:
+        reason = _resolved_reason_locked(signal)
+        won, batches = _mark_dependents_locked(signal, reason)
+    _finish(won, batches, signal._listeners)
+
+
+def _dep_links(deps: Any) -> Any:
+    """A source's links to its dependents, each ``(weak reference, anchor)``:
+    ``_deps`` is None, one derived signal's ``_link`` (a source's first
+    dependent costs one attribute write), or a dict weak reference ->
+    anchor in derivation order (from the second; its prune point in
+    ``_deps_prune_at``)."""
+    return (deps,) if type(deps) is tuple else deps.items()
+
+
+def _live(ref: Any, anchor: list[_SignalState]) -> _SignalState | None:
+    # The dependent behind a link, if it can still abort.
+    dep = anchor[0] if anchor else ref()
+    if dep is not None and not dep._aborted and dep._sources:
+        return dep
+    return None
+
+
+def _add_dep_locked(root: _SignalState, deps: Any, link: tuple[Any, list[_SignalState]]) -> None:
+    # A link to one more dependent of `root`, whose `_deps` is `deps` (not None).
+    if type(deps) is tuple:
+        if _live(*deps) is None:
+            root._deps = link  # the one link there was is spent
+            return
+        deps = root._deps = {deps[0]: deps[1]}
+        root._deps_prune_at = 32
+    deps[link[0]] = link[1]
+    if len(deps) >= root._deps_prune_at:
+        _prune_deps_locked(root)
+
+
+def _close_linked(self: _SignalState) -> None:
+    with _LOCK:
+        timer = self._timer
+        sources = self._sources
+        if self._closed and timer is None and not sources:
+            return
+        # Each strong link goes in one step, first: the timer entry's (a
+        # timeout signal), every source's at once through the anchor (a
+        # derived signal). So an interrupt (Ctrl-C) at any point of this
+        # block leaves either the signal untouched or no strong link to it -
+        # at most weak entries, pruned once it is gone - and close() again
+        # finishes the job.
+        if timer is not None:
+            timer.strong = None
+        _release_sources_locked(self)
+        self._closed = True
+        self._timer = None
+        for source in sources:
+            deps = source._deps
+            if deps is self._link:
+                source._deps = None
+            elif type(deps) is dict:
+                deps.pop(self._ref, None)
+    if timer is not None:
+        _timer.cancel(timer)
 
 
 def _born_aborted(derived: _SignalState, source: _SignalState) -> None:
-    # Under _LOCK. `source` aborted (possibly still settling, if plain):
-    # `derived`, not yet linked to anything, reads aborted with its reason.
-    if not source._aborted:
-        _settle(source, source._listeners)
+    # Under _LOCK. `source` aborted: `derived`, not yet linked to anything,
+    # reads aborted with its reason.
     reason = _resolved_reason_locked(source)
-    derived._listeners[_ABORTED] = (reason,)
     derived._reason = reason
     derived._aborted = True
 
@@ -238,8 +292,7 @@ def _prune_deps_locked(signal: _SignalState) -> None:
     assert deps is not None
     live = {}
     for ref, anchor in deps.items():
-        dep = anchor[0] if anchor else ref()
-        if dep is not None and not dep._aborted and dep._sources:
+        if _live(ref, anchor) is not None:
             live[ref] = anchor
     signal._deps = live
     signal._deps_prune_at = max(32, 2 * len(live))
