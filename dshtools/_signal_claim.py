@@ -102,9 +102,20 @@ _ABORTED: Final = _Marker()
 # was two thirds of the cost of such an abort, and most aborts are never
 # asked why: abort stores this marker, and the first read of `reason`
 # replaces it, under `_LOCK`, with the one `AbortError` every later read
-# returns. Paths that copy a reason to other signals (dependents, a derived signal of an
-# aborted input) resolve it first, so they all hold the same object.
+# returns. Paths that copy such a reason to other signals (dependents, a
+# derived signal of an aborted input) first replace it with a
+# `_DefaultReason` they all share, so that they all read the same object.
 _DEFAULT_REASON: Final = object()
+
+
+class _DefaultReason:
+    """A default reason shared by several signals: the one ``AbortError``
+    they all read, made (under ``_LOCK``) when the first of them is asked."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: AbortError | None = None
 
 
 class _SignalState(Protocol):
@@ -153,18 +164,31 @@ class _SignalState(Protocol):
 
 def _reason_of(signal: _SignalState) -> object:
     reason = signal._reason
-    if reason is _DEFAULT_REASON:
+    if reason is _DEFAULT_REASON or type(reason) is _DefaultReason:
         with _LOCK:
             reason = _resolved_reason_locked(signal)
     return reason
 
 
 def _resolved_reason_locked(signal: _SignalState) -> object:
+    # Each replacement happens once, under `_LOCK`, after the abort stored
+    # the marker (the reader saw it), so no write undoes another.
     reason = signal._reason
     if reason is _DEFAULT_REASON:
-        # Once: the winner stored the marker before `_aborted`, and this
-        # runs only after (readers hold `_LOCK`), so no write undoes it.
         reason = signal._reason = AbortError()
+    elif type(reason) is _DefaultReason:
+        if reason.error is None:
+            reason.error = AbortError()
+        reason = signal._reason = reason.error
+    return reason
+
+
+def _shared_reason_locked(signal: _SignalState) -> object:
+    """``signal``'s reason (it aborted), as other signals copy it: a
+    default reason not yet made becomes one they share."""
+    reason = signal._reason
+    if reason is _DEFAULT_REASON:
+        reason = signal._reason = _DefaultReason()
     return reason
 
 

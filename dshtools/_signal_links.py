@@ -33,17 +33,18 @@ from __future__ import annotations
 from typing import Any
 
 from . import _timer
-from ._errors import AbortError, TimeoutReason
+from ._errors import TimeoutReason
 from ._signal_claim import (
     _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _Callback,
+    _DefaultReason,
     _dispatch_plain,
     _new_handle,
     _refused,
     _removed,
-    _resolved_reason_locked,
+    _shared_reason_locked,
     _SignalState,
 )
 
@@ -119,7 +120,7 @@ def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = Fals
             # the signal never aborts" hold for that interleaving too.
             return
         if reason is _DEFAULT_REASON and self._deps:
-            reason = AbortError()  # shared with dependents: made now
+            reason = _DefaultReason()  # shared with dependents
         _mark_aborted_locked(self, reason)
         won, batches = _mark_dependents_locked(self, reason)
     _finish(won, batches, None)
@@ -140,7 +141,10 @@ def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
         # The entry may be the one firing now; a late cancel is harmless.
         timer.cancelled = True
         self._timer = None
-    _release_sources_locked(self)
+    if self._anchor:
+        _release_sources_locked(self)
+    else:
+        self._sources = ()
 
 
 def _release_sources_locked(self: _SignalState) -> None:
@@ -173,15 +177,15 @@ def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[
     deps = signal._deps
     if deps:
         signal._deps = None
-        for ref, anchor in _dep_links(deps):
-            dep = _live(ref, anchor)
-            if dep is not None:
+        for ref, anchor in (deps,) if type(deps) is tuple else deps.items():
+            dep = anchor[0] if anchor else ref()
+            if dep is not None and not dep._aborted and dep._sources:
                 _mark_aborted_locked(dep, reason)
                 won.append(dep)
     batches = []
     for s in won:
         listeners = s._listeners
-        if s._linked and listeners:
+        if listeners and s._linked:
             s._listeners = None
             # Frozen from here: removers and adders see `_listeners` None.
             pending = s._pending = iter(listeners)
@@ -213,8 +217,13 @@ def _won_plain_with_deps(signal: _SignalState) -> None:
     # The rest of a plain signal's abort that won, once `_aborted` is
     # stored, when it has dependents.
     with _LOCK:
-        reason = _resolved_reason_locked(signal)
-        won, batches = _mark_dependents_locked(signal, reason)
+        won, batches = _mark_dependents_locked(signal, _shared_reason_locked(signal))
+    if len(won) == 1 and not batches and signal._event is None:
+        listeners = signal._listeners  # no live dependent: the plain abort
+        first = _dispatch_plain(signal, listeners) if listeners else None
+        if first is not None:
+            raise first
+        return
     _finish(won, batches, signal._listeners)
 
 
@@ -276,10 +285,8 @@ def _close_linked(self: _SignalState) -> None:
 
 
 def _born_aborted(derived: _SignalState, source: _SignalState) -> None:
-    # Under _LOCK. `source` aborted: `derived`, not yet linked to anything,
-    # reads aborted with its reason.
-    reason = _resolved_reason_locked(source)
-    derived._reason = reason
+    # Under _LOCK. `source` aborted: `derived` reads aborted with its reason.
+    derived._reason = _shared_reason_locked(source)
     derived._aborted = True
 
 

@@ -92,7 +92,6 @@ from ._signal_claim import (
     _pending_count,
     _reason_of,
     _refused,
-    _resolved_reason_locked,
     _SignalState,
 )
 from ._signal_links import (
@@ -119,8 +118,6 @@ Listener = Callable[["AbortSignal"], object]
 _WAIT_SLICE: Final = 0.25
 
 _new_signal: Final = object.__new__
-_aborted_of: Final = attrgetter("_aborted")
-_linked_of: Final = attrgetter("_linked")
 
 
 class AbortSignal:
@@ -363,7 +360,7 @@ class AbortSignal:
         are flattened onto their original sources. Raises ``TypeError`` for a
         non-signal element (every element is checked)."""
         items = list(signals)
-        if not all(map(isinstance, items, repeat(AbortSignal))):
+        if not all(map(isinstance, items, _SIGNAL_TYPES)):
             for s in items:
                 if not isinstance(s, AbortSignal):
                     raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
@@ -395,6 +392,10 @@ class AbortSignal:
             return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
         kind = "derived" if self._linked and self._derived else "source"
         return f"<AbortSignal {kind} pending>"
+
+
+# The second argument of every isinstance() in any_of's C pass over its inputs.
+_SIGNAL_TYPES: Final = repeat(AbortSignal)
 
 
 class _LinkedSignal(AbortSignal):
@@ -481,7 +482,23 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     (``abort_owned``); signals later derived from it then link to it as well
     as to its sources. Package-internal (the registry's and ``deadline``'s
     seam into this module)."""
-    derived = _LinkedSignal()
+    # `_LinkedSignal()`, inlined (a derive is on every registry call).
+    derived = _new_signal(_LinkedSignal)
+    derived._linked = True
+    derived._aborted = False
+    derived._reason = None
+    derived._event = None
+    derived._listeners = None
+    derived._deps = None
+    derived._pending = None
+    derived._sources = ()
+    ref = derived._ref = weakref.ref(derived)
+    anchor: list[_SignalState] = []
+    derived._anchor = anchor
+    derived._strong_deps = 0
+    derived._timer = None
+    derived._closed = False
+    derived._derived = True
     derived._aborts_directly = aborts_directly
     with _LOCK:
         # Already-aborted inputs win in iteration order (a derived input
@@ -492,15 +509,16 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
         # way: input D is closed while its root R is still pending; without
         # the lock (or if close() left `_sources` in place) the new signal
         # would link to R and abort when R does, although D - its only
-        # input - never aborts. The common case (pending controller
-        # signals) costs one C pass over the inputs per question.
-        if any(map(_aborted_of, items)):
-            for s in items:
-                if s._aborted:
-                    _born_aborted(derived, s)
-                    return derived
+        # input - never aborts.
+        flat = True
+        for s in items:
+            if s._aborted:
+                _born_aborted(derived, s)
+                return derived
+            if s._linked:
+                flat = False
         roots: list[_SignalState] = items  # type: ignore[assignment]
-        if any(map(_linked_of, items)):
+        if not flat:
             roots = []
             for s in items:
                 if s._linked and s._derived:
@@ -514,23 +532,21 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
         sources = derived._sources = tuple(roots)
         # One link object per derived signal; a source's first dependent is
         # that object itself (one attribute write), later ones a dict.
-        link = derived._link = (derived._ref, derived._anchor)
+        link = derived._link = (ref, anchor)
         for root in sources:
             deps = root._deps
             if deps is None:
                 root._deps = link
             else:
                 _add_dep_locked(root, deps, link)
-        # A plain root's abort takes no lock: it may have stored `_aborted`
-        # before our link went in and then found no dependents. Linked,
-        # then checked (module docstring), so such an abort is seen here.
-        if any(map(_aborted_of, sources)):
-            for root in sources:
-                if root._aborted:
-                    derived._release_sources_locked()
-                    derived._reason = _resolved_reason_locked(root)
-                    derived._aborted = True
-                    return derived
+            # A plain root's abort takes no lock: it may have stored
+            # `_aborted` before our link went in and then found no
+            # dependents. Linked, then checked (module docstring), so such
+            # an abort is seen here.
+            if root._aborted:
+                derived._release_sources_locked()
+                _born_aborted(derived, root)
+                return derived
         if listener is not None:
             handle = _new_handle(ListenerHandle)
             handle._signal = derived
