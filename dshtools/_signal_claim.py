@@ -163,6 +163,8 @@ class _SignalState(Protocol):
 
 
 def _reason_of(signal: _SignalState) -> object:
+    if not signal._aborted:
+        return None  # `_reason` may not even be written yet
     reason = signal._reason
     if reason is _DEFAULT_REASON or type(reason) is _DefaultReason:
         with _LOCK:
@@ -226,9 +228,10 @@ class ListenerHandle:
         # A class attribute: creating a handle is on the add_listener path.
         registered = True
 
-    def __init__(self, signal: _SignalState, callback: _Callback) -> None:
-        self._signal = signal
-        self._cb = callback
+    # No __init__: `ListenerHandle()` then two slot writes is the cheapest
+    # way to make one (add_listener is a hot path).
+    _signal: _SignalState
+    _cb: _Callback
 
     def remove(self) -> None:
         signal = self._signal
@@ -241,7 +244,10 @@ class ListenerHandle:
         self._cb = _removed
         listeners = signal._listeners
         if listeners is not None:
-            listeners.pop(self, None)
+            try:
+                del listeners[self]
+            except KeyError:
+                pass  # removed before, or claimed by a dispatch
 
     def __enter__(self) -> ListenerHandle:
         return self
@@ -270,9 +276,6 @@ class _RefusedHandle(ListenerHandle):
 
     def remove(self) -> None:
         pass
-
-
-_new_handle: Final = object.__new__
 
 
 def _dispatch(signal: _SignalState, handles: Iterable[Any]) -> BaseException | None:
@@ -365,7 +368,7 @@ def _added_late(
 
 
 def _refused(signal: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
-    handle = _new_handle(_RefusedHandle)
+    handle = _RefusedHandle()
     handle._signal = signal
     handle._cb = _removed
     if run_if_aborted:

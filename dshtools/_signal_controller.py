@@ -24,7 +24,7 @@ from typing import Final
 from ._errors import report_unraisable, safe_repr
 from ._signal_claim import _ABORTED, _DEFAULT_REASON, _dispatch_split, _pending
 from ._signal_links import _won_plain_with_deps
-from ._signal_surface import AbortSignal, _new_signal
+from ._signal_surface import _PlainSignal
 
 __all__ = ["AbortController"]
 
@@ -42,11 +42,10 @@ class AbortController:
 
     def __init__(self) -> None:
         # `AbortSignal()`, inlined (creating a controller is a hot path).
-        signal = _new_signal(AbortSignal)
+        signal = _PlainSignal()
         signal._linked = False
         signal._aborted = False
         signal._armed = True
-        signal._reason = None
         signal._event = None
         signal._listeners = None
         signal._deps = None

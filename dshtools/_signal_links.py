@@ -41,7 +41,6 @@ from ._signal_claim import (
     _Callback,
     _DefaultReason,
     _dispatch_plain,
-    _new_handle,
     _refused,
     _removed,
     _shared_reason_locked,
@@ -54,7 +53,7 @@ __all__: list[str] = []
 def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
     with _LOCK:
         if not self._aborted:
-            handle = _new_handle(ListenerHandle)
+            handle = ListenerHandle()
             handle._signal = self
             handle._cb = callback
             listeners = self._listeners

@@ -88,7 +88,6 @@ from ._signal_claim import (
     _dispatch,
     _dispatch_plain,
     _listener_dict,
-    _new_handle,
     _pending_count,
     _reason_of,
     _refused,
@@ -130,7 +129,7 @@ class AbortSignal:
 
     # The slots every signal has; `_LinkedSignal` adds those of its links.
     # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`,
-    # `_linked`, `_listeners` and `_reason` when made; `_deps_prune_at` and
+    # `_linked` and `_listeners` when made, `_reason` when aborted; `_deps_prune_at` and
     # `_pending` later, if ever (a slot costs every signal's creation and
     # deallocation a step, written or not).
     __slots__ = (
@@ -164,7 +163,7 @@ class AbortSignal:
         self._linked = False  # True for `_LinkedSignal` (derived and timeout)
         self._aborted = False
         self._armed = True  # deleted by the abort that wins (`_signal_claim`)
-        self._reason: object = None
+        self._reason: object  # written by the abort (read only once aborted)
         self._event: threading.Event | None = None  # created by the first wait()
         # handle -> callback, registration order; None until the first listener.
         self._listeners: dict[Any, Any] | None = None
@@ -290,7 +289,7 @@ class AbortSignal:
             return self._add_linked(callback, run_if_aborted)
         if self._aborted:
             return _refused(self, callback, run_if_aborted)
-        handle = _new_handle(ListenerHandle)
+        handle = ListenerHandle()
         handle._signal = self
         handle._cb = callback
         listeners = self._listeners
@@ -392,6 +391,15 @@ class AbortSignal:
             return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
         kind = "derived" if self._linked and self._derived else "source"
         return f"<AbortSignal {kind} pending>"
+
+
+class _PlainSignal(AbortSignal):
+    """A controller's signal: an ``AbortSignal`` whose slots
+    ``AbortController`` writes itself, so that making one runs no Python
+    ``__init__`` (creating a controller is a hot path)."""
+
+    __slots__ = ()
+    __init__ = object.__init__
 
 
 # The second argument of every isinstance() in any_of's C pass over its inputs.
@@ -548,7 +556,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 _born_aborted(derived, root)
                 return derived
         if listener is not None:
-            handle = _new_handle(ListenerHandle)
+            handle = ListenerHandle()
             handle._signal = derived
             handle._cb = listener
             derived._listeners = {handle: listener}
