@@ -27,16 +27,16 @@ check and the store are one step: C code, no Python code runs inside it).
 A linked signal decides under ``_LOCK``.
 
 Dispatch without a claim per listener. The winner of a plain signal's abort
-first inserts the key ``_ABORTED`` into its listener dict, if that holds
-more than one listener: the *boundary*. Then it stores ``_reason`` and
+first inserts the key ``_ABORTED`` into its listener dict, if that holds a
+listener: the *boundary*. Then it stores ``_reason`` and
 ``_aborted`` (in that order), and only then snapshots the dict. Every
 handle before the boundary is the dispatch's: it runs ``handle._cb(signal)``
 for each, reading the callback right before the call, so a ``remove()``
 that replaced it first wins and one that comes later finds the listener
-started. A handle after the boundary, or in a dict without one (a single
-listener, or one added while the abort was being decided), is claimed by
-an atomic ``dict.pop`` that the dispatch, ``remove()`` and a late adder
-all make: the one that pops it owns it. An adder that reads ``_aborted`` and finds its
+started. A handle after the boundary, or in a dict without one (added
+while the abort was being decided), is claimed by an atomic ``dict.pop``
+that the dispatch, ``remove()`` and a late adder all make: the one that
+pops it owns it. An adder that reads ``_aborted`` and finds its
 handle before the boundary leaves it to the dispatch. A plain signal keeps
 its dict after the abort (the callbacks go with the signal or with their
 handle's ``remove()``): the abort frees nothing.
@@ -318,8 +318,7 @@ def _pending(signal: _SignalState, handles: list[Any]) -> Any:
 def _dispatch_plain(signal: _SignalState, listeners: dict[Any, Any]) -> BaseException | None:
     """Run an aborted plain signal's listeners (the module docstring's
     boundary rule); called once, by the abort that won, after it stored
-    ``_aborted``. Its abort inserted the boundary only if the dict held
-    more than one listener then: one listener is claimed by a pop."""
+    ``_aborted``."""
     handles = list(listeners)
     if handles and handles[-1] is _ABORTED:
         del handles[-1]

@@ -60,7 +60,7 @@ class AbortController:
         except AttributeError:
             return  # an abort won before: this call does nothing
         listeners = signal._listeners
-        if listeners is not None and len(listeners) > 1:
+        if listeners is not None:
             listeners[_ABORTED] = None  # the boundary
         signal._reason = _DEFAULT_REASON if reason is None else reason  # the AbortError is made when first read
         signal._aborted = True
@@ -73,21 +73,26 @@ class AbortController:
         listeners = signal._listeners  # again: the first adder may have made it
         if not listeners:
             return
+        if len(listeners) == 2:
+            # The boundary and one handle? If that handle comes first, it is
+            # the one listener before the boundary (anything added from here
+            # on was added after `_aborted` and is claimed by its adder): no
+            # snapshot. An interrupt it raises propagates as it is.
+            try:
+                handle = next(iter(listeners))
+            except (RuntimeError, StopIteration):  # changed meanwhile
+                handle = _ABORTED
+            if handle is not _ABORTED and _ABORTED in listeners:
+                callback = handle._cb
+                try:
+                    callback(signal)
+                except Exception as exc:
+                    report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+                return
         # One atomic copy: the dict may change size under us (late adders,
         # removers on other threads), so it is never iterated directly.
         handles = list(listeners)
         if handles[-1] is not _ABORTED:
-            if len(handles) == 1:
-                # One listener and no boundary: claimed by the pop a late
-                # adder or remove() would make. An interrupt it raises is
-                # re-raised as it is: no other listener is left to run.
-                callback = listeners.pop(handles[0], None)
-                if callback is not None:
-                    try:
-                        callback(signal)
-                    except Exception as exc:
-                        report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-                return
             interrupt = _dispatch_split(signal, listeners, handles)
         else:
             # `_dispatch`, inlined.

@@ -454,7 +454,7 @@ def _abort_plain(signal: AbortSignal, reason: object) -> None:
     except AttributeError:
         return  # an abort won before: this one does nothing
     listeners = signal._listeners
-    if listeners is not None and len(listeners) > 1:
+    if listeners is not None:
         listeners[_ABORTED] = None  # the boundary
     signal._reason = _DEFAULT_REASON if reason is None else reason
     signal._aborted = True
