@@ -100,7 +100,8 @@ _ABORTED: Final = _Marker()
 
 # The reason of an `abort()` given none. Creating the default `AbortError`
 # was two thirds of the cost of such an abort, and most aborts are never
-# asked why: abort stores this marker, and the first read of `reason`
+# asked why: a plain signal's abort leaves `_reason` unwritten (read as this
+# marker), a linked one's stores the marker, and the first read of `reason`
 # replaces it, under `_LOCK`, with the one `AbortError` every later read
 # returns. Paths that copy such a reason to other signals (dependents, a
 # derived signal of an aborted input) first replace it with a
@@ -164,8 +165,8 @@ class _SignalState(Protocol):
 
 def _reason_of(signal: _SignalState) -> object:
     if not signal._aborted:
-        return None  # `_reason` may not even be written yet
-    reason = signal._reason
+        return None
+    reason = getattr(signal, "_reason", _DEFAULT_REASON)
     if reason is _DEFAULT_REASON or type(reason) is _DefaultReason:
         with _LOCK:
             reason = _resolved_reason_locked(signal)
@@ -175,7 +176,7 @@ def _reason_of(signal: _SignalState) -> object:
 def _resolved_reason_locked(signal: _SignalState) -> object:
     # Each replacement happens once, under `_LOCK`, after the abort stored
     # the marker (the reader saw it), so no write undoes another.
-    reason = signal._reason
+    reason = getattr(signal, "_reason", _DEFAULT_REASON)
     if reason is _DEFAULT_REASON:
         reason = signal._reason = AbortError()
     elif type(reason) is _DefaultReason:
@@ -188,7 +189,7 @@ def _resolved_reason_locked(signal: _SignalState) -> object:
 def _shared_reason_locked(signal: _SignalState) -> object:
     """``signal``'s reason (it aborted), as other signals copy it: a
     default reason not yet made becomes one they share."""
-    reason = signal._reason
+    reason = getattr(signal, "_reason", _DEFAULT_REASON)
     if reason is _DEFAULT_REASON:
         reason = signal._reason = _DefaultReason()
     return reason
@@ -242,12 +243,10 @@ class ListenerHandle:
         # that has not read it yet never runs it), then the entry; a
         # dispatch's claiming pop of a late entry and this pop: one wins.
         self._cb = _removed
-        listeners = signal._listeners
-        if listeners is not None:
-            try:
-                del listeners[self]
-            except KeyError:
-                pass  # removed before, or claimed by a dispatch
+        try:
+            del signal._listeners[self]  # type: ignore[union-attr]  # made before this handle went in
+        except KeyError:
+            pass  # removed before, or claimed by a dispatch
 
     def __enter__(self) -> ListenerHandle:
         return self
