@@ -24,7 +24,7 @@ from typing import Final
 from ._errors import report_unraisable, safe_repr
 from ._signal_claim import _ABORTED, _dispatch_split, _pending
 from ._signal_links import _won_plain_with_deps
-from ._signal_surface import _PlainSignal
+from ._signal_surface import AbortSignal, _PlainSignal
 
 __all__ = ["AbortController"]
 
@@ -49,7 +49,7 @@ class AbortController:
         signal._event = None
         signal._listeners = None
         signal._deps = None
-        self.signal: Final = signal
+        self.signal: Final[AbortSignal] = signal
 
     def abort(self, reason: object = None) -> None:
         # `_abort_plain` and `_dispatch_plain`, inlined: this is the abort of

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,6 +42,13 @@ class _AbortOnInsert(dict[Any, Any]):
             controller.abort("stop")
 
 
+def _appender(log: list[Any], item: object) -> Callable[[AbortSignal], None]:
+    def listener(_s: AbortSignal) -> None:
+        log.append(item)
+
+    return listener
+
+
 def _with_hook(c: AbortController, *, before: bool) -> None:
     signal = c.signal
     listeners = signal._listeners
@@ -53,7 +61,7 @@ def test_a_listener_inserted_before_the_abort_decided_runs_once_in_the_dispatch(
     c = AbortController()
     log: list[str] = []
     for i in range(others):
-        c.signal.add_listener(lambda s, i=i: log.append(f"early{i}"))
+        c.signal.add_listener(_appender(log, f"early{i}"))
     _with_hook(c, before=False)
     handle = c.signal.add_listener(lambda s: log.append(f"late@{threading.get_ident()}"))
     # The abort ran inside the insertion, after it: the late handle sits
@@ -73,7 +81,7 @@ def test_a_listener_inserted_after_the_boundary_is_the_adders_to_run_or_refuse(
     c = AbortController()
     log: list[str] = []
     for i in range(others):
-        c.signal.add_listener(lambda s, i=i: log.append(f"early{i}"))
+        c.signal.add_listener(_appender(log, f"early{i}"))
     _with_hook(c, before=True)
     handle = c.signal.add_listener(lambda s: log.append("late"), run_if_aborted=run_if_aborted)
     # The abort ran (and dispatched) before the insertion: the late handle
@@ -138,7 +146,7 @@ def test_remove_during_the_dispatch_stops_every_listener_not_yet_started() -> No
 
     handles.append(c.signal.add_listener(first))
     for i in range(1, 6):
-        handles.append(c.signal.add_listener(lambda s, i=i: log.append(i)))
+        handles.append(c.signal.add_listener(_appender(log, i)))
     c.abort()
     assert log == [0, 1, 3, 5]
     assert c.signal.listener_count == 0
