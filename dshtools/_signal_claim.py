@@ -100,8 +100,7 @@ _ABORTED: Final = _Marker()
 
 # The reason of an `abort()` given none. Creating the default `AbortError`
 # was two thirds of the cost of such an abort, and most aborts are never
-# asked why: a plain signal's abort leaves `_reason` unwritten (read as this
-# marker), a linked one's stores the marker, and the first read of `reason`
+# asked why: abort stores this marker, and the first read of `reason`
 # replaces it, under `_LOCK`, with the one `AbortError` every later read
 # returns. Paths that copy such a reason to other signals (dependents, a
 # derived signal of an aborted input) first replace it with a
@@ -165,8 +164,8 @@ class _SignalState(Protocol):
 
 def _reason_of(signal: _SignalState) -> object:
     if not signal._aborted:
-        return None
-    reason = getattr(signal, "_reason", _DEFAULT_REASON)
+        return None  # `_reason` is written by the abort, before `_aborted`
+    reason = signal._reason
     if reason is _DEFAULT_REASON or type(reason) is _DefaultReason:
         with _LOCK:
             reason = _resolved_reason_locked(signal)
@@ -176,7 +175,7 @@ def _reason_of(signal: _SignalState) -> object:
 def _resolved_reason_locked(signal: _SignalState) -> object:
     # Each replacement happens once, under `_LOCK`, after the abort stored
     # the marker (the reader saw it), so no write undoes another.
-    reason = getattr(signal, "_reason", _DEFAULT_REASON)
+    reason = signal._reason
     if reason is _DEFAULT_REASON:
         reason = signal._reason = AbortError()
     elif type(reason) is _DefaultReason:
@@ -189,7 +188,7 @@ def _resolved_reason_locked(signal: _SignalState) -> object:
 def _shared_reason_locked(signal: _SignalState) -> object:
     """``signal``'s reason (it aborted), as other signals copy it: a
     default reason not yet made becomes one they share."""
-    reason = getattr(signal, "_reason", _DEFAULT_REASON)
+    reason = signal._reason
     if reason is _DEFAULT_REASON:
         reason = signal._reason = _DefaultReason()
     return reason

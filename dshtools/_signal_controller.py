@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._errors import report_unraisable, safe_repr
-from ._signal_claim import _ABORTED, _dispatch_split, _pending
+from ._signal_claim import _ABORTED, _DEFAULT_REASON, _dispatch_split, _pending
 from ._signal_links import _won_plain_with_deps
 from ._signal_surface import AbortSignal, _PlainSignal
 
@@ -62,8 +62,7 @@ class AbortController:
         listeners = signal._listeners
         if listeners is not None:
             listeners[_ABORTED] = None  # the boundary
-        if reason is not None:
-            signal._reason = reason  # else unwritten: the AbortError is made when first read
+        signal._reason = _DEFAULT_REASON if reason is None else reason  # the AbortError is made when first read
         signal._aborted = True
         if signal._deps:
             _won_plain_with_deps(signal)

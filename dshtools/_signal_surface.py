@@ -81,6 +81,7 @@ from ._errors import AbortError, check_seconds, safe_repr
 from ._signal_budget import _deadline_of
 from ._signal_claim import (
     _ABORTED,
+    _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _added_late,
@@ -162,7 +163,7 @@ class AbortSignal:
         self._linked = False  # True for `_LinkedSignal` (derived and timeout)
         self._aborted = False
         self._armed = True  # deleted by the abort that wins (`_signal_claim`)
-        self._reason: object  # written by an abort given a reason (read only once aborted)
+        self._reason: object  # written by the abort (read only once aborted)
         self._event: threading.Event | None = None  # created by the first wait()
         # handle -> callback, registration order; None until the first listener.
         self._listeners: dict[Any, Any] | None = None
@@ -455,8 +456,7 @@ def _abort_plain(signal: AbortSignal, reason: object) -> None:
     listeners = signal._listeners
     if listeners is not None:
         listeners[_ABORTED] = None  # the boundary
-    if reason is not None:
-        signal._reason = reason  # else unwritten: the default, made when first read
+    signal._reason = _DEFAULT_REASON if reason is None else reason
     signal._aborted = True
     if signal._deps:
         _won_plain_with_deps(signal)
