@@ -127,6 +127,7 @@ class _SignalState(Protocol):
     _aborted: bool
     _reason: object
     _event: threading.Event | None  # created by the first wait()
+    _watched: bool  # plain signals: set once `_event` or `_deps` was written
     # Plain signals: set until the abort that deletes it wins.
     _armed: bool
     # handle -> callback, registration order (plus `_ABORTED` on a plain

@@ -49,6 +49,7 @@ class AbortController:
         signal._event = None
         signal._listeners = None
         signal._deps = None
+        signal._watched = False
         self.signal: Final[AbortSignal] = signal
 
     def abort(self, reason: object = None) -> None:
@@ -64,12 +65,13 @@ class AbortController:
             listeners[_ABORTED] = None  # the boundary
         signal._reason = _DEFAULT_REASON if reason is None else reason  # the AbortError is made when first read
         signal._aborted = True
-        if signal._deps:
-            _won_plain_with_deps(signal)
-            return
-        event = signal._event
-        if event is not None:
-            event.set()
+        if signal._watched:  # a waiter or a dependent came: one read for both
+            if signal._deps:
+                _won_plain_with_deps(signal)
+                return
+            event = signal._event
+            if event is not None:
+                event.set()
         listeners = signal._listeners  # again: the first adder may have made it
         if not listeners:
             return

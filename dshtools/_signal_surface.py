@@ -56,11 +56,13 @@ which CPython's free-threaded dict operations are):
   finds its handle before the boundary (the dispatch runs it) or after it
   (it and the dispatch both claim it with ``dict.pop``: one wins), see
   ``_signal_claim``.
-* abort vs ``wait()``: the waiter stores the ``Event`` and then reads
-  ``_aborted``; the aborter stores ``_aborted`` and then reads ``_event``.
+* abort vs ``wait()``: the waiter stores the ``Event`` (then ``_watched``)
+  and then reads ``_aborted``; the aborter stores ``_aborted`` and then
+  reads ``_watched`` and ``_event``.
 * abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
-  then reads ``_aborted``; a plain source's aborter stores ``_reason``,
-  then ``_aborted``, and then reads its dependents, propagating under
+  (and sets ``_watched``) then reads ``_aborted``; a plain source's
+  aborter stores ``_reason``, then ``_aborted``, and then reads
+  ``_watched`` and its dependents, propagating under
   ``_LOCK``. Marking a dependent aborted is itself under ``_LOCK`` and
   checked first, so a dependent both sides reach is marked once.
 """
@@ -128,7 +130,7 @@ class AbortSignal:
     """
 
     # The slots every signal has; `_LinkedSignal` adds those of its links.
-    # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`,
+    # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`, `_watched`,
     # `_linked` and `_listeners` when made, `_reason` when aborted; `_deps_prune_at` and
     # `_pending` later, if ever (a slot costs every signal's creation and
     # deallocation a step, written or not).
@@ -143,6 +145,7 @@ class AbortSignal:
         "_listeners",
         "_pending",
         "_reason",
+        "_watched",
     )
     # Only on `_LinkedSignal` (`_linked` True). Links are typed as the lower
     # layers see signals (`_SignalState`).
@@ -169,6 +172,12 @@ class AbortSignal:
         self._listeners: dict[Any, Any] | None = None
         # As a source: its links to derived signals (`_signal_links`).
         self._deps: Any = None
+        # Set (under `_LOCK`) right after `_event` or `_deps` is first
+        # written, and never cleared: a plain abort reads this one slot
+        # after storing `_aborted`, and `_event` and `_deps` only if it is
+        # set. The writer reads `_aborted` after it: one of them sees the
+        # other (module docstring).
+        self._watched = False
         self._pending: Any
 
     # ------------------------------------------------------------------ state
@@ -214,6 +223,7 @@ class AbortSignal:
                 event = self._event
                 if event is None:
                     event = self._event = threading.Event()
+                    self._watched = True  # after `_event`: see `_watched`
             # Read after the store above; an abort stores `_aborted` before
             # it reads `_event` (module docstring): one of us sees the other.
             if self._aborted:
@@ -458,12 +468,13 @@ def _abort_plain(signal: AbortSignal, reason: object) -> None:
         listeners[_ABORTED] = None  # the boundary
     signal._reason = _DEFAULT_REASON if reason is None else reason
     signal._aborted = True
-    if signal._deps:
-        _won_plain_with_deps(signal)
-        return
-    event = signal._event
-    if event is not None:
-        event.set()
+    if signal._watched:
+        if signal._deps:
+            _won_plain_with_deps(signal)
+            return
+        event = signal._event
+        if event is not None:
+            event.set()
     listeners = signal._listeners  # again: the first adder may have made it
     if listeners:
         interrupt = _dispatch_plain(signal, listeners)
@@ -545,6 +556,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
             deps = root._deps
             if deps is None:
                 root._deps = link
+                root._watched = True  # after `_deps` (set from then on): see `_watched`
             else:
                 _add_dep_locked(root, deps, link)
             # A plain root's abort takes no lock: it may have stored
