@@ -1,15 +1,12 @@
-"""Listener storage, the abort decision and the listener claim: the layer
+"""Listener storage, the abort decision and listener dispatch: the layer
 every signal is built on (docs/contract.md §1; the public surface is
 ``dshtools._signal``).
 
 Guarantees:
 
-* Of any number of concurrent aborts of one signal exactly one wins: the
-  one whose ``dict.setdefault`` inserts ``_ABORTED`` into the listener dict.
-* Each listener runs at most once: the dispatch loop, ``remove()`` and a
-  late adder all claim it with the same atomic ``dict.pop`` of its key, and
-  only the claimer runs it (or, for ``remove()``, makes sure it never
-  starts).
+* Of any number of concurrent aborts of one signal exactly one wins.
+* Each listener runs at most once, and exactly once unless it was removed
+  before it started.
 * ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
   had not started never will; one that already started on another thread
   may still be running.
@@ -18,39 +15,49 @@ Guarantees:
   handed back to the caller of the dispatch, which re-raises it after every
   listener ran (decision 0011).
 
-Storage. A signal's listeners live in one dict (an ``int`` key, held by the
-listener's handle -> callback, registration order). Aborting inserts the
-key ``_ABORTED`` into that dict with ``dict.setdefault``: one atomic step
-(the key's hash and equality are C code, no Python code runs inside it), so
-of any number of concurrent aborts exactly one inserts it and wins; its
-value, a 1-tuple holding the reason, is what every later reader copies. The
-winner then stores ``_reason`` and ``_aborted`` (in that order; anyone who
-finds the key before ``_aborted`` is set stores the same two values through
-``_settle``, so they never disagree) and only then looks at listeners,
-dependents and the waiters' ``Event``.
+Storage (docs/decisions/0040). A signal's listeners live in one dict, made
+by the first ``add_listener``: the listener's handle -> its callback, in
+registration order; the handle also holds the callback (``_cb``). Removing
+a listener replaces the handle's callback with ``_removed`` (a no-op) and
+pops the handle from the dict: O(1), no lock on a plain signal.
 
-Claiming a listener: the dispatch loop and ``remove()`` both claim a
-listener by popping its key from the dict (``dict.pop``, atomic as above).
-Whoever pops it owns it: the loop runs it, ``remove()`` makes sure it never
-starts. The loop's pops run in C (``map`` over the snapshot), one per
-listener, with no lock.
+The abort decision. A plain signal is born with its ``_armed`` slot set;
+the abort that deletes it wins (``del`` of an empty slot raises, and the
+check and the store are one step: C code, no Python code runs inside it).
+A linked signal decides under ``_LOCK``.
 
-Relies on: ``dict.setdefault`` and ``dict.pop`` being atomic and
-sequentially consistent per dict (true with the GIL, and for CPython's
-free-threaded dict operations), and on linked signals (``_linked`` True,
-defined in ``dshtools._signal``) providing ``_remove_linked`` and
-``_on_timer``.
+Dispatch without a claim per listener. The winner of a plain signal's abort
+first inserts the key ``_ABORTED`` into its listener dict, if that holds a
+listener: the *boundary*. Then it stores ``_reason`` and
+``_aborted`` (in that order), and only then snapshots the dict. Every
+handle before the boundary is the dispatch's: it runs ``handle._cb(signal)``
+for each, reading the callback right before the call, so a ``remove()``
+that replaced it first wins and one that comes later finds the listener
+started. A handle after the boundary, or in a dict without one (added
+while the abort was being decided), is claimed by an atomic ``dict.pop``
+that the dispatch, ``remove()`` and a late adder all make: the one that
+pops it owns it. An adder that reads ``_aborted`` and finds its
+handle before the boundary leaves it to the dispatch. A plain signal keeps
+its dict after the abort (the callbacks go with the signal or with their
+handle's ``remove()``): the abort frees nothing.
+
+Relies on: the slot deletion, ``dict.pop`` and ``list(dict)`` being atomic
+and sequentially consistent per object (true with the GIL; CPython's
+free-threaded build makes the dict steps atomic too), and on linked signals
+(``_linked`` True, defined in ``dshtools._signal_surface``) providing
+``_remove_linked``, ``_dispatch`` and ``_on_timer``.
 
 ``_LOCK``, the one module lock, is defined here because every layer takes
 it: it guards every change to links between signals (dependents, sources,
 keep-alive strength), a linked signal's listeners and abort, the creation of
-a signal's ``Event``, and the default reason's creation. Why one lock rather
-than one per signal: linking a derived signal to N sources and propagating
-an abort to M dependents must each be atomic across several signals; one
-lock makes those steps atomic and deadlock-free (no lock order to get
-wrong), and its critical sections are a few attribute writes - user code
-never runs under it. Weakref callbacks never take it (dead links are pruned
-lazily), so garbage collection inside a critical section cannot deadlock.
+a signal's ``Event`` and listener dict, and the default reason's creation.
+Why one lock rather than one per signal: linking a derived signal to N
+sources and propagating an abort to M dependents must each be atomic across
+several signals; one lock makes those steps atomic and deadlock-free (no
+lock order to get wrong), and its critical sections are a few attribute
+writes - user code never runs under it. Weakref callbacks never take it
+(dead links are pruned lazily), so garbage collection inside a critical
+section cannot deadlock.
 """
 
 from __future__ import annotations
@@ -58,8 +65,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
-from itertools import count, repeat
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -87,47 +93,53 @@ class _Marker:
         return "<aborted>"
 
 
-# The key that marks a listener dict as aborted (see the module docstring).
+# The boundary key a plain signal's abort inserts into its listener dict
+# (see the module docstring).
 _ABORTED: Final = _Marker()
-# The second argument of every claiming pop in the dispatch loop.
-_NONES: Final = repeat(None)
-# Listener keys: unique ints (one process-wide counter), so the listener
-# dict holds no per-listener object besides the callback; the handle holds
-# the key.
-_next_key: Final = count().__next__
 
 
 # The reason of an `abort()` given none. Creating the default `AbortError`
 # was two thirds of the cost of such an abort, and most aborts are never
 # asked why: abort stores this marker, and the first read of `reason`
-# creates, under `_LOCK`, the one `AbortError` (kept in `_error`) that every
-# later read returns. `_reason` itself never changes once written, so the
-# winner and a helper that both store it cannot undo each other. Paths that
-# copy a reason to other signals (dependents, a derived signal of an aborted
-# input) resolve it first, so they all hold the same object.
+# replaces it, under `_LOCK`, with the one `AbortError` every later read
+# returns. Paths that copy such a reason to other signals (dependents, a
+# derived signal of an aborted input) first replace it with a
+# `_DefaultReason` they all share, so that they all read the same object.
 _DEFAULT_REASON: Final = object()
+
+
+class _DefaultReason:
+    """A default reason shared by several signals: the one ``AbortError``
+    they all read, made (under ``_LOCK``) when the first of them is asked."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: AbortError | None = None
 
 
 class _SignalState(Protocol):
     """What this layer and the link layer read and write on a signal: the
-    slots of ``AbortSignal`` (``dshtools._signal``, the only implementation).
-    A protocol rather than a base class, so a signal's type stays one level
-    deep (each level costs every signal's deallocation a step)."""
+    slots of ``AbortSignal`` and ``_LinkedSignal``
+    (``dshtools._signal_surface``, the only implementations)."""
 
     _linked: bool  # True for a linked signal (derived and timeout)
     _aborted: bool
     _reason: object
     _event: threading.Event | None  # created by the first wait()
-    # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
-    _listeners: dict[Any, Any]
-    # As a source: weak reference to a derived signal -> that signal's
-    # anchor; derivation order. None until the first derivation (which also
-    # sets `_deps_prune_at`).
-    _deps: dict[weakref.ref[_SignalState], list[_SignalState]] | None
-    _error: AbortError | None
-    # Read only where `_linked` is True (set by `_LinkedSignal.__init__`).
+    _watched: bool  # plain signals: set once `_event` or `_deps` was written
+    # Plain signals: set until the abort that deletes it wins.
+    _armed: bool
+    # handle -> callback, registration order (plus `_ABORTED` on a plain
+    # signal whose abort began); None until the first listener.
+    _listeners: dict[Any, Any] | None
+    # As a source: its links to derived signals (`_signal_links._dep_links`).
+    _deps: Any
+    _deps_prune_at: int
+    # Only on linked signals (`_linked` True, `_LinkedSignal.__init__`).
     _sources: tuple[_SignalState, ...]
     _ref: weakref.ref[_SignalState]
+    _link: tuple[weakref.ref[_SignalState], list[_SignalState]]
     _anchor: list[_SignalState]
     _strong_deps: int
     _timer: _timer.TimerEntry | None
@@ -136,52 +148,65 @@ class _SignalState(Protocol):
     _closed: bool
     _derived: bool
     _aborts_directly: bool
-    _deps_prune_at: int
+    # The dispatch of an aborted signal's listeners: the iterator of handles
+    # it draws from (for a linked signal each dispatch draws from it, so
+    # that one cut short by an interrupt can be finished by `abort_owned`
+    # and no listener runs twice). Unset (plain) or None (linked) before.
+    _pending: Any
 
     # A linked signal's listener dispatch (`_dispatch` below, as a method).
-    def _dispatch(self, keys: list[Any]) -> BaseException | None: ...
+    def _dispatch(self, handles: Iterable[Any]) -> BaseException | None: ...
 
     # Linked signals only (`_linked` True): see `dshtools._signal_links`.
-    def _remove_linked(self, key: int | None) -> None: ...
+    def _remove_linked(self, handle: ListenerHandle) -> None: ...
 
     def _on_timer(self) -> None: ...
 
 
 def _reason_of(signal: _SignalState) -> object:
+    if not signal._aborted:
+        return None  # `_reason` is written by the abort, before `_aborted`
     reason = signal._reason
-    if reason is _DEFAULT_REASON:
+    if reason is _DEFAULT_REASON or type(reason) is _DefaultReason:
         with _LOCK:
             reason = _resolved_reason_locked(signal)
     return reason
 
 
 def _resolved_reason_locked(signal: _SignalState) -> object:
+    # Each replacement happens once, under `_LOCK`, after the abort stored
+    # the marker (the reader saw it), so no write undoes another.
     reason = signal._reason
     if reason is _DEFAULT_REASON:
-        error: object = getattr(signal, "_error", None)
-        if error is None:
-            error = signal._error = AbortError()
-        return error
+        reason = signal._reason = AbortError()
+    elif type(reason) is _DefaultReason:
+        if reason.error is None:
+            reason.error = AbortError()
+        reason = signal._reason = reason.error
     return reason
 
 
-def _settle(signal: _SignalState, listeners: dict[Any, Any]) -> object:
-    """Make ``signal`` read aborted with the reason recorded under
-    ``_ABORTED`` (idempotent: every writer stores the same two values)."""
-    reason: object = listeners[_ABORTED][0]
-    signal._reason = reason
-    signal._aborted = True
+def _shared_reason_locked(signal: _SignalState) -> object:
+    """``signal``'s reason (it aborted), as other signals copy it: a
+    default reason not yet made becomes one they share."""
+    reason = signal._reason
+    if reason is _DEFAULT_REASON:
+        reason = signal._reason = _DefaultReason()
     return reason
 
 
-def _pending_keys(listeners: dict[Any, Any]) -> list[Any]:
-    """The handles of an aborted signal's listeners, registration order."""
-    keys = list(listeners)
-    if keys[-1] is _ABORTED:
-        del keys[-1]
-    else:  # an adder inserted after the abort (it claims its own back)
-        keys.remove(_ABORTED)
-    return keys
+def _removed(_signal: object) -> None:
+    """The callback of a removed handle: a dispatch that reads it does nothing."""
+
+
+def _listener_dict(signal: _SignalState) -> dict[Any, Any]:
+    """``signal``'s listener dict, made by the first caller (under
+    ``_LOCK``: two first adders must not make two)."""
+    with _LOCK:
+        listeners = signal._listeners
+        if listeners is None:
+            listeners = signal._listeners = {}
+    return listeners
 
 
 class ListenerHandle:
@@ -193,7 +218,7 @@ class ListenerHandle:
     blocks, and is also what leaving a ``with`` block does.
     """
 
-    __slots__ = ("_key", "_signal")
+    __slots__ = ("_cb", "_signal")
     if TYPE_CHECKING:
 
         @property
@@ -204,17 +229,24 @@ class ListenerHandle:
         # A class attribute: creating a handle is on the add_listener path.
         registered = True
 
-    def __init__(self, signal: _SignalState, key: int | None) -> None:
-        self._signal = signal
-        self._key = key
+    # No __init__: `ListenerHandle()` then two slot writes is the cheapest
+    # way to make one (add_listener is a hot path).
+    _signal: _SignalState
+    _cb: _Callback
 
     def remove(self) -> None:
         signal = self._signal
         if signal._linked:
-            signal._remove_linked(self._key)
-        else:
-            # A plain signal keeps nothing alive: the claiming pop is all.
-            signal._listeners.pop(self._key, None)
+            signal._remove_linked(self)
+            return
+        # A plain signal keeps nothing alive. First the callback (a dispatch
+        # that has not read it yet never runs it), then the entry; a
+        # dispatch's claiming pop of a late entry and this pop: one wins.
+        self._cb = _removed
+        try:
+            del signal._listeners[self]  # type: ignore[union-attr]  # made before this handle went in
+        except KeyError:
+            pass  # removed before, or claimed by a dispatch
 
     def __enter__(self) -> ListenerHandle:
         return self
@@ -228,8 +260,10 @@ class ListenerHandle:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "active" if self._key in self._signal._listeners else "detached"
-        return f"<ListenerHandle {state} registered={self.registered}>"
+        signal = self._signal
+        listeners = signal._listeners
+        active = not signal._aborted and listeners is not None and self in listeners
+        return f"<ListenerHandle {'active' if active else 'detached'} registered={self.registered}>"
 
 
 class _RefusedHandle(ListenerHandle):
@@ -243,20 +277,15 @@ class _RefusedHandle(ListenerHandle):
         pass
 
 
-_new_handle: Final = object.__new__
-
-
-def _dispatch(signal: _SignalState, keys: list[Any]) -> BaseException | None:
-    # Each listener is claimed by popping its key, right before it runs;
-    # remove() (and a late adder) claim with the same pop. Exactly one pop
-    # finds it, so a concurrent remove() either wins (the listener never
-    # starts) or loses (it has started) - never both, and it never waits.
-    # Returns the first non-Exception BaseException a listener raised (the
-    # caller re-raises it once every listener ran), else None.
+def _dispatch(signal: _SignalState, handles: Iterable[Any]) -> BaseException | None:
+    # Each handle's callback is read right before it runs; remove() replaces
+    # it with `_removed` first, so it either wins (the listener never
+    # starts) or finds it started - and never waits. Returns the first
+    # non-Exception BaseException a listener raised (the caller re-raises it
+    # once every listener ran), else None.
     interrupt: BaseException | None = None
-    for callback in map(signal._listeners.pop, keys, _NONES):
-        if callback is None:
-            continue  # removed, or claimed by another dispatch
+    for handle in handles:
+        callback = handle._cb
         try:
             callback(signal)
         except Exception as exc:
@@ -267,10 +296,79 @@ def _dispatch(signal: _SignalState, keys: list[Any]) -> BaseException | None:
     return interrupt
 
 
+def _pending_count(pending: Any) -> int:
+    """How many listeners a dispatch (its iterator of handles) has yet to
+    start, less the removed ones. Read through the iterator's pickle state,
+    which copies nothing it would not copy anyway: diagnostics only."""
+    state = pending.__reduce__()
+    rest = state[1][0]
+    if len(state) > 2:
+        rest = rest[state[2] :]
+    return sum(1 for handle in rest if handle._cb is not _removed)
+
+
+def _pending(signal: _SignalState, handles: list[Any]) -> Any:
+    """The iterator a plain signal's dispatch draws ``handles`` from, kept
+    for ``listener_count``."""
+    pending = signal._pending = iter(handles)
+    return pending
+
+
+def _dispatch_plain(signal: _SignalState, listeners: dict[Any, Any]) -> BaseException | None:
+    """Run an aborted plain signal's listeners (the module docstring's
+    boundary rule); called once, by the abort that won, after it stored
+    ``_aborted``."""
+    handles = list(listeners)
+    if handles and handles[-1] is _ABORTED:
+        del handles[-1]
+        return _dispatch(signal, _pending(signal, handles))
+    return _dispatch_split(signal, listeners, handles)
+
+
+def _dispatch_split(signal: _SignalState, listeners: dict[Any, Any], handles: list[Any]) -> BaseException | None:
+    # Some handles were added while the abort was being decided (after the
+    # boundary, or into a dict that had none): each is claimed by the pop
+    # its adder makes too.
+    if _ABORTED in handles:
+        at = handles.index(_ABORTED)
+        late = handles[at + 1 :]
+        del handles[at:]
+    else:
+        late, handles = handles, []
+    first = _dispatch(signal, _pending(signal, handles))
+    for handle in late:
+        callback = listeners.pop(handle, None)
+        if callback is None:
+            continue  # removed, or claimed by its adder
+        try:
+            callback(signal)
+        except Exception as exc:
+            report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    return first
+
+
+def _added_late(
+    signal: _SignalState, listeners: dict[Any, Any], handle: ListenerHandle, callback: _Callback, run_if_aborted: bool
+) -> ListenerHandle:
+    """``handle`` went into a plain signal's ``listeners``, then the adder
+    read ``_aborted``: decide who runs it (module docstring)."""
+    if _ABORTED in listeners:  # inserted before `_aborted` was stored
+        handles = list(listeners)
+        if handle in handles and handles.index(handle) < handles.index(_ABORTED):
+            return handle  # before the boundary: the dispatch runs it
+    if listeners.pop(handle, None) is None:
+        return handle  # the dispatch claimed it
+    handle._cb = _removed
+    return _refused(signal, callback, run_if_aborted)
+
+
 def _refused(signal: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
-    handle = _new_handle(_RefusedHandle)
+    handle = _RefusedHandle()
     handle._signal = signal
-    handle._key = None
+    handle._cb = _removed
     if run_if_aborted:
         _call(callback, signal)
     return handle

@@ -4,17 +4,17 @@
 Guarantees: of many concurrent ``abort()`` calls exactly one wins and the
 rest return at once; the winner makes the signal (and, through
 ``_signal_links``, every signal derived from it) read aborted before any
-listener runs, then runs the listeners in the calling thread, each claimed
-by one atomic pop; a ``KeyboardInterrupt``/``SystemExit`` from a listener
-is re-raised after every listener ran.
+listener runs, then runs the listeners in the calling thread, each once; a
+``KeyboardInterrupt``/``SystemExit`` from a listener is re-raised after
+every listener ran.
 
-Relies on: the abort decision and claim of ``_signal_claim`` (one
-``dict.setdefault`` of ``_ABORTED`` wins; one ``dict.pop`` claims each
-listener) and the "abort vs add_listener / wait / derive" atomicity
-assumptions listed in ``_signal_surface``: ``abort()`` stores ``_ABORTED``,
-then ``_reason`` and ``_aborted``, and only then reads the dependents, the
-``Event`` and the listener keys. ``abort()`` is ``_abort_plain`` and the
-common case of ``_won_plain``, inlined: keep them in step.
+Relies on: the abort decision and dispatch of ``_signal_claim`` (deleting
+``_armed`` wins; the boundary ``_ABORTED`` splits the listeners between the
+dispatch and late adders) and the "abort vs add_listener / wait / derive"
+atomicity assumptions listed in ``_signal_surface``: ``abort()`` inserts
+the boundary, stores ``_reason`` and ``_aborted``, and only then reads the
+dependents, the ``Event`` and the listeners. ``abort()`` is
+``_signal_surface._abort_plain`` inlined: keep them in step.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Final
 
 from ._errors import report_unraisable, safe_repr
-from ._signal_claim import _ABORTED, _DEFAULT_REASON, _NONES
-from ._signal_links import _won_plain
-from ._signal_surface import AbortSignal, _new_signal
+from ._signal_claim import _ABORTED, _DEFAULT_REASON, _dispatch_split, _pending
+from ._signal_links import _won_plain_with_deps
+from ._signal_surface import AbortSignal, _PlainSignal
 
 __all__ = ["AbortController"]
 
@@ -42,62 +42,73 @@ class AbortController:
 
     def __init__(self) -> None:
         # `AbortSignal()`, inlined (creating a controller is a hot path).
-        signal = _new_signal(AbortSignal)
+        signal = _PlainSignal()
         signal._linked = False
         signal._aborted = False
-        signal._reason = None
+        signal._armed = True
         signal._event = None
-        signal._listeners = {}
+        signal._listeners = None
         signal._deps = None
-        self.signal: Final = signal
+        signal._watched = False
+        self.signal: Final[AbortSignal] = signal
 
     def abort(self, reason: object = None) -> None:
-        # `_abort_plain` and the common case of `_won_plain`, inlined: this
-        # is the abort of almost every signal.
+        # `_abort_plain` and `_dispatch_plain`, inlined: this is the abort of
+        # almost every signal.
         signal = self.signal
+        try:
+            del signal._armed
+        except AttributeError:
+            return  # an abort won before: this call does nothing
         listeners = signal._listeners
-        if reason is None:
-            reason = _DEFAULT_REASON  # the AbortError is made when first read
-        token = (reason,)
-        if listeners.setdefault(_ABORTED, token) is not token:
-            return  # aborted before: this call does nothing
-        signal._reason = reason
+        if listeners is not None:
+            listeners[_ABORTED] = None  # the boundary
+        signal._reason = _DEFAULT_REASON if reason is None else reason  # the AbortError is made when first read
         signal._aborted = True
-        if signal._deps:
-            _won_plain(signal, listeners, token)
+        if signal._watched:  # a waiter or a dependent came: one read for both
+            if signal._deps:
+                _won_plain_with_deps(signal)
+                return
+            event = signal._event
+            if event is not None:
+                event.set()
+        listeners = signal._listeners  # again: the first adder may have made it
+        if not listeners:
             return
-        event = signal._event
-        if event is not None:
-            event.set()
-        if len(listeners) == 1:
-            return
-        # One atomic copy: the dict may change size under us (late adders,
-        # removers on other threads), so it is never iterated directly.
-        keys = list(listeners)
-        if len(keys) == 2 and keys[1] is _ABORTED:
-            # One listener: no iterator.
-            callback = listeners.pop(keys[0], None)
-            if callback is not None:
+        if len(listeners) == 2:
+            # The boundary and one handle? If that handle comes first, it is
+            # the one listener before the boundary (anything added from here
+            # on was added after `_aborted` and is claimed by its adder): no
+            # snapshot. An interrupt it raises propagates as it is.
+            try:
+                handle = next(iter(listeners))
+            except (RuntimeError, StopIteration):  # changed meanwhile
+                handle = _ABORTED
+            if handle is not _ABORTED and _ABORTED in listeners:
+                callback = handle._cb
                 try:
                     callback(signal)
                 except Exception as exc:
                     report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-            return
-        if keys[-1] is _ABORTED:
-            del keys[-1]
+                return
+        # One atomic copy: the dict may change size under us (late adders,
+        # removers on other threads), so it is never iterated directly.
+        handles = list(listeners)
+        if handles[-1] is not _ABORTED:
+            interrupt = _dispatch_split(signal, listeners, handles)
         else:
-            keys.remove(_ABORTED)
-        interrupt: BaseException | None = None
-        for callback in map(listeners.pop, keys, _NONES):  # `_dispatch`, inlined
-            if callback is None:
-                continue
-            try:
-                callback(signal)
-            except Exception as exc:
-                report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-            except BaseException as exc:
-                if interrupt is None:
-                    interrupt = exc
+            # `_dispatch`, inlined.
+            del handles[-1]
+            interrupt = None
+            for handle in _pending(signal, handles):
+                callback = handle._cb
+                try:
+                    callback(signal)
+                except Exception as exc:
+                    report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
+                except BaseException as exc:
+                    if interrupt is None:
+                        interrupt = exc
         if interrupt is not None:
             raise interrupt
 

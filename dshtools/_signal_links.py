@@ -32,20 +32,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import AbortError, TimeoutReason
+from . import _timer
+from ._errors import TimeoutReason
 from ._signal_claim import (
-    _ABORTED,
     _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _Callback,
-    _dispatch,
-    _new_handle,
-    _next_key,
-    _pending_keys,
+    _DefaultReason,
+    _dispatch_plain,
     _refused,
-    _resolved_reason_locked,
-    _settle,
+    _removed,
+    _shared_reason_locked,
     _SignalState,
 )
 
@@ -55,22 +53,25 @@ __all__: list[str] = []
 def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
     with _LOCK:
         if not self._aborted:
-            handle = _new_handle(ListenerHandle)
+            handle = ListenerHandle()
             handle._signal = self
-            handle._key = key = _next_key()
+            handle._cb = callback
             listeners = self._listeners
-            listeners[key] = callback
+            if listeners is None:
+                listeners = self._listeners = {}
+            listeners[handle] = callback
             if len(listeners) == 1:
                 _keepalive_changed_locked(self)
             return handle
     return _refused(self, callback, run_if_aborted)
 
 
-def _remove_linked(self: _SignalState, key: int | None) -> None:
-    listeners = self._listeners
+def _remove_linked(self: _SignalState, handle: ListenerHandle) -> None:
+    handle._cb = _removed  # a dispatch that has not read it never runs it
     with _LOCK:
-        if listeners.pop(key, None) is None:
-            return  # removed before, or claimed by a dispatch loop
+        listeners = self._listeners
+        if listeners is None or listeners.pop(handle, None) is None:
+            return  # removed before, or the signal aborted
         if not listeners:
             _keepalive_changed_locked(self)
 
@@ -118,10 +119,10 @@ def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = Fals
             # the signal never aborts" hold for that interleaving too.
             return
         if reason is _DEFAULT_REASON and self._deps:
-            reason = AbortError()  # shared with dependents: made now
+            reason = _DefaultReason()  # shared with dependents
         _mark_aborted_locked(self, reason)
         won, batches = _mark_dependents_locked(self, reason)
-    _finish(won, batches)
+    _finish(won, batches, None)
 
 
 def _on_timer(self: _SignalState) -> None:
@@ -130,7 +131,6 @@ def _on_timer(self: _SignalState) -> None:
 
 def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
     # Linked signals only (their every abort path holds _LOCK).
-    self._listeners[_ABORTED] = (reason,)
     self._reason = reason
     self._aborted = True
     self._strong_deps = 0
@@ -140,7 +140,10 @@ def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
         # The entry may be the one firing now; a late cancel is harmless.
         timer.cancelled = True
         self._timer = None
-    _release_sources_locked(self)
+    if self._anchor:
+        _release_sources_locked(self)
+    else:
+        self._sources = ()
 
 
 def _release_sources_locked(self: _SignalState) -> None:
@@ -164,32 +167,42 @@ def _release_sources_locked(self: _SignalState) -> None:
 
 def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[_SignalState], list[Any]]:
     """Mark every live dependent of ``signal`` aborted with ``reason``;
-    return the signals to wake (``signal`` first) and the listener batches to
-    run, in order. Snapshots are taken under the lock that set ``aborted``:
-    from then on a linked signal's add_listener sees it and runs inline."""
+    return the signals to wake (``signal`` first) and the listener batches
+    of the linked ones to run, in order: ``(signal, iterator of handles)``,
+    the iterator also stored as the signal's ``_pending``. Snapshots are
+    taken under the lock that set ``aborted``: from then on a linked
+    signal's add_listener sees it and runs inline."""
     won = [signal]
     deps = signal._deps
     if deps:
         signal._deps = None
-        for ref, anchor in deps.items():
+        for ref, anchor in (deps,) if type(deps) is tuple else deps.items():
             dep = anchor[0] if anchor else ref()
             if dep is not None and not dep._aborted and dep._sources:
                 _mark_aborted_locked(dep, reason)
                 won.append(dep)
-    batches = [(s, _pending_keys(s._listeners)) for s in won if len(s._listeners) > 1]
+    batches = []
+    for s in won:
+        listeners = s._listeners
+        if listeners and s._linked:
+            s._listeners = None
+            # Frozen from here: removers and adders see `_listeners` None.
+            pending = s._pending = iter(listeners)
+            batches.append((s, pending))
     return won, batches
 
 
-def _finish(won: list[_SignalState], batches: list[Any]) -> None:
+def _finish(won: list[_SignalState], batches: list[Any], plain: dict[Any, Any] | None) -> None:
     # Every affected signal now reads aborted. Wake waiters, then run
-    # listeners: own first, dependents in derivation order.
+    # listeners: own first (`plain`: the listener dict of a plain signal,
+    # `won[0]`), dependents in derivation order.
     for signal in won:
         event = signal._event
         if event is not None:
             event.set()
-    first: BaseException | None = None
-    for signal, keys in batches:
-        interrupt = signal._dispatch(keys) if signal._linked else _dispatch(signal, keys)
+    first = _dispatch_plain(won[0], plain) if plain else None
+    for signal, pending in batches:
+        interrupt = signal._dispatch(pending)
         if first is None:
             first = interrupt
     if first is not None:
@@ -199,33 +212,80 @@ def _finish(won: list[_SignalState], batches: list[Any]) -> None:
         raise first
 
 
-def _won_plain(signal: _SignalState, listeners: dict[Any, Any], token: tuple[object]) -> None:
-    # The rest of a plain signal's abort, once its `setdefault` won.
-    signal._reason = token[0]
-    signal._aborted = True
-    if signal._deps:
-        with _LOCK:
-            reason = _resolved_reason_locked(signal)
-            won, batches = _mark_dependents_locked(signal, reason)
-        _finish(won, batches)
+def _won_plain_with_deps(signal: _SignalState) -> None:
+    # The rest of a plain signal's abort that won, once `_aborted` is
+    # stored, when it has dependents.
+    with _LOCK:
+        won, batches = _mark_dependents_locked(signal, _shared_reason_locked(signal))
+    if len(won) == 1 and not batches and signal._event is None:
+        listeners = signal._listeners  # no live dependent: the plain abort
+        first = _dispatch_plain(signal, listeners) if listeners else None
+        if first is not None:
+            raise first
         return
-    event = signal._event
-    if event is not None:
-        event.set()
-    if len(listeners) > 1:
-        interrupt = _dispatch(signal, _pending_keys(listeners))
-        if interrupt is not None:
-            raise interrupt
+    _finish(won, batches, signal._listeners)
+
+
+def _dep_links(deps: Any) -> Any:
+    """A source's links to its dependents, each ``(weak reference, anchor)``:
+    ``_deps`` is None, one derived signal's ``_link`` (a source's first
+    dependent costs one attribute write), or a dict weak reference ->
+    anchor in derivation order (from the second; its prune point in
+    ``_deps_prune_at``)."""
+    return (deps,) if type(deps) is tuple else deps.items()
+
+
+def _live(ref: Any, anchor: list[_SignalState]) -> _SignalState | None:
+    # The dependent behind a link, if it can still abort.
+    dep = anchor[0] if anchor else ref()
+    if dep is not None and not dep._aborted and dep._sources:
+        return dep
+    return None
+
+
+def _add_dep_locked(root: _SignalState, deps: Any, link: tuple[Any, list[_SignalState]]) -> None:
+    # A link to one more dependent of `root`, whose `_deps` is `deps` (not None).
+    if type(deps) is tuple:
+        if _live(*deps) is None:
+            root._deps = link  # the one link there was is spent
+            return
+        deps = root._deps = {deps[0]: deps[1]}
+        root._deps_prune_at = 32
+    deps[link[0]] = link[1]
+    if len(deps) >= root._deps_prune_at:
+        _prune_deps_locked(root)
+
+
+def _close_linked(self: _SignalState) -> None:
+    with _LOCK:
+        timer = self._timer
+        sources = self._sources
+        if self._closed and timer is None and not sources:
+            return
+        # Each strong link goes in one step, first: the timer entry's (a
+        # timeout signal), every source's at once through the anchor (a
+        # derived signal). So an interrupt (Ctrl-C) at any point of this
+        # block leaves either the signal untouched or no strong link to it -
+        # at most weak entries, pruned once it is gone - and close() again
+        # finishes the job.
+        if timer is not None:
+            timer.strong = None
+        _release_sources_locked(self)
+        self._closed = True
+        self._timer = None
+        for source in sources:
+            deps = source._deps
+            if deps is self._link:
+                source._deps = None
+            elif type(deps) is dict:
+                deps.pop(self._ref, None)
+    if timer is not None:
+        _timer.cancel(timer)
 
 
 def _born_aborted(derived: _SignalState, source: _SignalState) -> None:
-    # Under _LOCK. `source` aborted (possibly still settling, if plain):
-    # `derived`, not yet linked to anything, reads aborted with its reason.
-    if not source._aborted:
-        _settle(source, source._listeners)
-    reason = _resolved_reason_locked(source)
-    derived._listeners[_ABORTED] = (reason,)
-    derived._reason = reason
+    # Under _LOCK. `source` aborted: `derived` reads aborted with its reason.
+    derived._reason = _shared_reason_locked(source)
     derived._aborted = True
 
 
@@ -238,8 +298,7 @@ def _prune_deps_locked(signal: _SignalState) -> None:
     assert deps is not None
     live = {}
     for ref, anchor in deps.items():
-        dep = anchor[0] if anchor else ref()
-        if dep is not None and not dep._aborted and dep._sources:
+        if _live(ref, anchor) is not None:
             live[ref] = anchor
     signal._deps = live
     signal._deps_prune_at = max(32, 2 * len(live))

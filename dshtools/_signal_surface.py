@@ -29,8 +29,8 @@ This module is ``AbortSignal`` and the paths that must stay one frame deep
 abort are in ``_signal_controller``, and ``_signal`` re-exports both. The
 layers under it, each with its own guarantees and invariants:
 
-* ``_signal_claim``: listener storage, the abort decision (``_ABORTED``),
-  the listener claim and dispatch, ``ListenerHandle``, the module lock
+* ``_signal_claim``: listener storage, the abort decision, listener
+  dispatch (the boundary ``_ABORTED``), ``ListenerHandle``, the module lock
   ``_LOCK``;
 * ``_signal_links``: keep-alive links, abort propagation to dependents,
   release and pruning;
@@ -49,19 +49,22 @@ every C call on one object is sequentially consistent; a build without the
 GIL would need these stores and loads to be sequentially consistent atomics,
 which CPython's free-threaded dict operations are):
 
-* abort vs ``add_listener`` on a plain signal: the adder inserts its key
-  and then looks for ``_ABORTED``; the aborter inserts ``_ABORTED`` and then
-  snapshots the keys. If the adder finds ``_ABORTED`` it claims its own
-  key back with ``dict.pop`` and runs (or refuses) the callback itself;
-  the aborter's dispatch claims with the same pop, so whichever pop finds
-  the key owns it and the callback runs exactly once.
-* abort vs ``wait()``: the waiter stores the ``Event`` and then reads
-  ``_aborted``; the aborter stores ``_aborted`` and then reads ``_event``.
+* abort vs ``add_listener`` on a plain signal: the adder inserts its
+  handle and then reads ``_aborted``; the aborter inserts the boundary
+  ``_ABORTED``, stores ``_aborted`` and then snapshots the handles. An
+  adder that reads ``False`` is in the snapshot; one that reads ``True``
+  finds its handle before the boundary (the dispatch runs it) or after it
+  (it and the dispatch both claim it with ``dict.pop``: one wins), see
+  ``_signal_claim``.
+* abort vs ``wait()``: the waiter stores the ``Event`` (then ``_watched``)
+  and then reads ``_aborted``; the aborter stores ``_aborted`` and then
+  reads ``_watched`` and ``_event``.
 * abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
-  then reads whether it aborted; a plain source's aborter sets ``_ABORTED``
-  and then reads its dependents, propagating under ``_LOCK``. Marking a
-  dependent aborted is itself under ``_LOCK`` and checked first, so a
-  dependent both sides reach is marked once.
+  (and sets ``_watched``) then reads ``_aborted``; a plain source's
+  aborter stores ``_reason``, then ``_aborted``, and then reads
+  ``_watched`` and its dependents, propagating under
+  ``_LOCK``. Marking a dependent aborted is itself under ``_LOCK`` and
+  checked first, so a dependent both sides reach is marked once.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -82,27 +86,28 @@ from ._signal_claim import (
     _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
+    _added_late,
     _dispatch,
-    _new_handle,
-    _next_key,
-    _pending_keys,
+    _dispatch_plain,
+    _listener_dict,
+    _pending_count,
     _reason_of,
     _refused,
-    _resolved_reason_locked,
-    _settle,
     _SignalState,
 )
 from ._signal_links import (
     _abort_linked,
+    _add_dep_locked,
     _add_linked,
     _born_aborted,
+    _close_linked,
+    _dep_links,
     _keepalive_changed_locked,
     _mark_aborted_locked,
     _on_timer,
-    _prune_deps_locked,
     _release_sources_locked,
     _remove_linked,
-    _won_plain,
+    _won_plain_with_deps,
 )
 
 __all__ = ["AbortSignal", "Listener", "ListenerHandle"]
@@ -124,35 +129,29 @@ class AbortSignal:
     never aborts. Every method is thread-safe. Source: docs/contract.md §1.
     """
 
-    # A plain signal writes `_aborted`, `_deps`, `_event`, `_linked`,
-    # `_listeners` and `_reason`; the others are written only on linked
-    # signals (and `_error` when a default reason is first read): a slot
-    # never written costs a plain signal nothing to create.
+    # The slots every signal has; `_LinkedSignal` adds those of its links.
+    # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`, `_watched`,
+    # `_linked` and `_listeners` when made, `_reason` when aborted; `_deps_prune_at` and
+    # `_pending` later, if ever (a slot costs every signal's creation and
+    # deallocation a step, written or not).
     __slots__ = (
         "__weakref__",
         "_aborted",
-        "_aborts_directly",
-        "_anchor",
-        "_closed",
+        "_armed",
         "_deps",
         "_deps_prune_at",
-        "_derived",
-        "_error",
         "_event",
         "_linked",
         "_listeners",
+        "_pending",
         "_reason",
-        "_ref",
-        "_sources",
-        "_strong_deps",
-        "_timer",
-        "_timer_code",
-        "_timer_seconds",
+        "_watched",
     )
-    # Read only where `_linked` is True (set by `_LinkedSignal.__init__`).
-    # Links are typed as the lower layers see signals (`_SignalState`).
+    # Only on `_LinkedSignal` (`_linked` True). Links are typed as the lower
+    # layers see signals (`_SignalState`).
     _sources: tuple[_SignalState, ...]
     _ref: weakref.ref[_SignalState]
+    _link: tuple[weakref.ref[_SignalState], list[_SignalState]]
     _anchor: list[_SignalState]
     _strong_deps: int
     _timer: _timer.TimerEntry | None
@@ -166,15 +165,20 @@ class AbortSignal:
     def __init__(self) -> None:
         self._linked = False  # True for `_LinkedSignal` (derived and timeout)
         self._aborted = False
-        self._reason: object = None
+        self._armed = True  # deleted by the abort that wins (`_signal_claim`)
+        self._reason: object  # written by the abort (read only once aborted)
         self._event: threading.Event | None = None  # created by the first wait()
-        # listener key (an int) -> callback, registration order; `_ABORTED` once aborted.
-        self._listeners: dict[Any, Any] = {}
-        # As a source: weak reference to a derived signal -> that signal's
-        # anchor; derivation order. None until the first derivation (which
-        # also sets `_deps_prune_at`).
-        self._deps: dict[weakref.ref[_SignalState], list[_SignalState]] | None = None
-        self._error: AbortError | None
+        # handle -> callback, registration order; None until the first listener.
+        self._listeners: dict[Any, Any] | None = None
+        # As a source: its links to derived signals (`_signal_links`).
+        self._deps: Any = None
+        # Set (under `_LOCK`) right after `_event` or `_deps` is first
+        # written, and never cleared: a plain abort reads this one slot
+        # after storing `_aborted`, and `_event` and `_deps` only if it is
+        # set. The writer reads `_aborted` after it: one of them sees the
+        # other (module docstring).
+        self._watched = False
+        self._pending: Any
 
     # ------------------------------------------------------------------ state
 
@@ -219,12 +223,10 @@ class AbortSignal:
                 event = self._event
                 if event is None:
                     event = self._event = threading.Event()
+                    self._watched = True  # after `_event`: see `_watched`
             # Read after the store above; an abort stores `_aborted` before
             # it reads `_event` (module docstring): one of us sees the other.
             if self._aborted:
-                return True
-            if _ABORTED in self._listeners:  # won, not yet settled: settle it
-                _settle(self, self._listeners)
                 return True
         if timeout is not None:
             # Clamp: Event.wait() raises OverflowError past
@@ -240,10 +242,14 @@ class AbortSignal:
         live dependents. Diagnostics and leak tests."""
         with _LOCK:
             listeners = self._listeners
-            n = len(listeners) - (_ABORTED in listeners)
+            if self._aborted:
+                pending = getattr(self, "_pending", None)
+                n = 0 if pending is None else _pending_count(pending)
+            else:
+                n = 0 if listeners is None else len(listeners) - (_ABORTED in listeners)
             deps = self._deps
             if deps:
-                for ref, anchor in deps.items():
+                for ref, anchor in _dep_links(deps):
                     dep = anchor[0] if anchor else ref()
                     if dep is not None and not dep._aborted and dep._sources:
                         n += 1
@@ -291,19 +297,19 @@ class AbortSignal:
             raise TypeError(f"listener must be callable, not {type(callback).__name__}")
         if self._linked:
             return self._add_linked(callback, run_if_aborted)
-        handle = _new_handle(ListenerHandle)
+        if self._aborted:
+            return _refused(self, callback, run_if_aborted)
+        handle = ListenerHandle()
         handle._signal = self
-        handle._key = key = _next_key()
+        handle._cb = callback
         listeners = self._listeners
-        listeners[key] = callback
-        if _ABORTED not in listeners:
-            return handle
-        # Aborted before or while we inserted. Claim the key back; if the
-        # aborting thread's dispatch claimed it first, it runs there.
-        if listeners.pop(key, None) is None:
-            return handle
-        _settle(self, listeners)
-        return _refused(self, callback, run_if_aborted)
+        if listeners is None:
+            listeners = _listener_dict(self)
+        listeners[handle] = callback
+        if not self._aborted:
+            return handle  # the abort, when it comes, snapshots it
+        # Aborted while we inserted: the dispatch or this thread runs it.
+        return _added_late(self, listeners, handle, callback, run_if_aborted)
 
     # ------------------------------------------------- linked-signal methods
 
@@ -316,6 +322,7 @@ class AbortSignal:
     _mark_aborted_locked = _mark_aborted_locked
     _release_sources_locked = _release_sources_locked
     _on_timer = _on_timer
+    _close_linked = _close_linked
 
     # ------------------------------------------------------------------ abort
 
@@ -333,31 +340,8 @@ class AbortSignal:
         """Detach a derived signal from its sources and cancel a pending
         timer; afterwards it never aborts. Never aborts, idempotent, and a
         no-op for controller signals. ``with signal:`` closes on exit."""
-        if not self._linked:
-            return
-        with _LOCK:
-            timer = self._timer
-            sources = self._sources
-            if self._closed and timer is None and not sources:
-                return
-            # Each strong link goes in one step, first: the timer entry's
-            # (a timeout signal), every source's at once through the anchor
-            # (a derived signal). So an interrupt (Ctrl-C) at any point of
-            # this block leaves either the signal untouched or no strong
-            # link to it - at most weak entries, pruned once it is gone -
-            # and close() again finishes the job.
-            if timer is not None:
-                timer.strong = None
-            self._release_sources_locked()
-            self._closed = True
-            self._timer = None
-            ref = self._ref
-            for source in sources:
-                deps = source._deps
-                if deps is not None:
-                    deps.pop(ref, None)
-        if timer is not None:
-            _timer.cancel(timer)
+        if self._linked:
+            self._close_linked()
 
     def __enter__(self) -> AbortSignal:
         return self
@@ -370,10 +354,10 @@ class AbortSignal:
     ) -> None:
         self.close()
 
-    def _dispatch(self, keys: list[Any]) -> BaseException | None:
+    def _dispatch(self, handles: Iterable[Any]) -> BaseException | None:
         # A linked signal's listener dispatch, as a method: the one step
         # tests probe to land an interrupt at its entry.
-        return _dispatch(self, keys)
+        return _dispatch(self, handles)
 
     # -------------------------------------------------------------- factories
 
@@ -385,9 +369,10 @@ class AbortSignal:
         are flattened onto their original sources. Raises ``TypeError`` for a
         non-signal element (every element is checked)."""
         items = list(signals)
-        for s in items:
-            if not isinstance(s, AbortSignal):
-                raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
+        if not all(map(isinstance, items, _SIGNAL_TYPES)):
+            for s in items:
+                if not isinstance(s, AbortSignal):
+                    raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
         return derive(items)
 
     @staticmethod
@@ -406,10 +391,8 @@ class AbortSignal:
         """A signal that is aborted from the start (``None`` reason: a
         default ``AbortError``)."""
         signal = AbortSignal()
-        if reason is None:
-            reason = AbortError()
-        signal._listeners[_ABORTED] = (reason,)
-        signal._reason = reason
+        del signal._armed  # no abort can win
+        signal._reason = AbortError() if reason is None else reason
         signal._aborted = True
         return signal
 
@@ -420,19 +403,45 @@ class AbortSignal:
         return f"<AbortSignal {kind} pending>"
 
 
+class _PlainSignal(AbortSignal):
+    """A controller's signal: an ``AbortSignal`` whose slots
+    ``AbortController`` writes itself, so that making one runs no Python
+    ``__init__`` (creating a controller is a hot path)."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
+# The second argument of every isinstance() in any_of's C pass over its inputs.
+_SIGNAL_TYPES: Final = repeat(AbortSignal)
+
+
 class _LinkedSignal(AbortSignal):
     """A derived or timeout signal: it owns keep-alive links to its sources
     (weak until it has listeners or strong dependents) or a timer entry."""
 
-    __slots__ = ()
+    __slots__ = (
+        "_aborts_directly",
+        "_anchor",
+        "_closed",
+        "_derived",
+        "_link",
+        "_ref",
+        "_sources",
+        "_strong_deps",
+        "_timer",
+        "_timer_code",
+        "_timer_seconds",
+    )
 
     def __init__(self) -> None:
         self._linked = True
-        self._aborted = False
+        self._aborted = False  # decided under _LOCK: no `_armed`
         self._reason = None
         self._event = None
-        self._listeners = {}
+        self._listeners = None
         self._deps = None
+        self._pending = None
         self._sources = ()
         self._ref = weakref.ref(self)
         self._anchor = []
@@ -448,13 +457,29 @@ class _LinkedSignal(AbortSignal):
 
 def _abort_plain(signal: AbortSignal, reason: object) -> None:
     # AbortController.abort (`_signal_controller`) is this function,
-    # inlined (one frame fewer on the most common abort); keep the two in step.
+    # inlined (one frame fewer on the most common abort); keep the two in
+    # step. The order of the steps is the one `_signal_claim` relies on.
+    try:
+        del signal._armed
+    except AttributeError:
+        return  # an abort won before: this one does nothing
     listeners = signal._listeners
-    if reason is None:
-        reason = _DEFAULT_REASON
-    token = (reason,)
-    if listeners.setdefault(_ABORTED, token) is token:
-        _won_plain(signal, listeners, token)
+    if listeners is not None:
+        listeners[_ABORTED] = None  # the boundary
+    signal._reason = _DEFAULT_REASON if reason is None else reason
+    signal._aborted = True
+    if signal._watched:
+        if signal._deps:
+            _won_plain_with_deps(signal)
+            return
+        event = signal._event
+        if event is not None:
+            event.set()
+    listeners = signal._listeners  # again: the first adder may have made it
+    if listeners:
+        interrupt = _dispatch_plain(signal, listeners)
+        if interrupt is not None:
+            raise interrupt
 
 
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:
@@ -476,54 +501,77 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     (``abort_owned``); signals later derived from it then link to it as well
     as to its sources. Package-internal (the registry's and ``deadline``'s
     seam into this module)."""
-    derived = _LinkedSignal()
+    # `_LinkedSignal()`, inlined (a derive is on every registry call).
+    derived = _new_signal(_LinkedSignal)
+    derived._linked = True
+    derived._aborted = False
+    derived._reason = None
+    derived._event = None
+    derived._listeners = None
+    derived._deps = None
+    derived._pending = None
+    derived._sources = ()
+    ref = derived._ref = weakref.ref(derived)
+    anchor: list[_SignalState] = []
+    derived._anchor = anchor
+    derived._strong_deps = 0
+    derived._timer = None
+    derived._closed = False
+    derived._derived = True
     derived._aborts_directly = aborts_directly
     with _LOCK:
-        # One pass: already-aborted inputs win in iteration order (a derived
-        # input that aborted counts as itself, before its sources are
-        # consulted); the others are flattened onto their original sources,
-        # each once, in first-seen order. `_sources` is read under the lock:
-        # a concurrent close() of a derived input empties it. Race closed
-        # this way: input D is closed while its root R is still pending;
-        # without the lock (or if close() left `_sources` in place) the new
-        # signal would link to R and abort when R does, although D - its
-        # only input - never aborts.
-        roots: dict[_SignalState, None] = {}
+        # Already-aborted inputs win in iteration order (a derived input
+        # that aborted counts as itself, before its sources are consulted);
+        # the others are flattened onto their original sources, each once,
+        # in first-seen order. `_sources` is read under the lock: a
+        # concurrent close() of a derived input empties it. Race closed this
+        # way: input D is closed while its root R is still pending; without
+        # the lock (or if close() left `_sources` in place) the new signal
+        # would link to R and abort when R does, although D - its only
+        # input - never aborts.
+        flat = True
         for s in items:
-            if s._aborted or _ABORTED in s._listeners:
+            if s._aborted:
                 _born_aborted(derived, s)
                 return derived
-            if s._linked and s._derived:
-                for root in s._sources:
-                    roots[root] = None
-                if s._aborts_directly and s._sources:
-                    roots[s] = None  # its direct abort must reach us too
-            else:
-                roots[s] = None
+            if s._linked:
+                flat = False
+        roots: list[_SignalState] = items  # type: ignore[assignment]
+        if not flat:
+            roots = []
+            for s in items:
+                if s._linked and s._derived:
+                    roots.extend(s._sources)
+                    if s._aborts_directly and s._sources:
+                        roots.append(s)  # its direct abort must reach us too
+                else:
+                    roots.append(s)
+        if len(roots) > 1 and len(set(roots)) != len(roots):
+            roots = list(dict.fromkeys(roots))
         sources = derived._sources = tuple(roots)
-        ref = derived._ref
-        anchor = derived._anchor
+        # One link object per derived signal; a source's first dependent is
+        # that object itself (one attribute write), later ones a dict.
+        link = derived._link = (ref, anchor)
         for root in sources:
             deps = root._deps
             if deps is None:
-                deps = root._deps = {}
-                root._deps_prune_at = 32
-            deps[ref] = anchor
-            if len(deps) >= root._deps_prune_at:
-                _prune_deps_locked(root)
-        # A plain root's abort takes no lock: it may have inserted _ABORTED
-        # before our link went in and then found no dependents. Linked,
-        # then checked (module docstring), so such an abort is seen here.
-        for root in sources:
-            if _ABORTED in root._listeners:
+                root._deps = link
+                root._watched = True  # after `_deps` (set from then on): see `_watched`
+            else:
+                _add_dep_locked(root, deps, link)
+            # A plain root's abort takes no lock: it may have stored
+            # `_aborted` before our link went in and then found no
+            # dependents. Linked, then checked (module docstring), so such
+            # an abort is seen here.
+            if root._aborted:
                 derived._release_sources_locked()
-                _settle(root, root._listeners)
-                derived._listeners[_ABORTED] = (_resolved_reason_locked(root),)
-                derived._reason = derived._listeners[_ABORTED][0]
-                derived._aborted = True
+                _born_aborted(derived, root)
                 return derived
         if listener is not None:
-            derived._listeners[_next_key()] = listener
+            handle = ListenerHandle()
+            handle._signal = derived
+            handle._cb = listener
+            derived._listeners = {handle: listener}
             derived._keepalive_changed_locked()
     return derived
 
@@ -534,12 +582,15 @@ def abort_owned(signal: AbortSignal, reason: object) -> None:
     ``KeyboardInterrupt``). If it is already aborted, run the listeners it
     still has pending: a second interrupt may have landed inside the first
     abort, after the signal was marked but before its listeners ran, and a
-    body woken only by a listener would then never wake. Each listener is
-    claimed by one atomic pop, so none runs twice. Package-internal."""
+    body woken only by a listener would then never wake. Both dispatches
+    draw from the one iterator the abort made (``_pending``), so none runs
+    twice. Package-internal."""
     if not signal._aborted:
         signal._abort(reason)
-    elif len(signal._listeners) > 1:
-        interrupt = signal._dispatch(_pending_keys(signal._listeners))
+        return
+    pending = signal._pending
+    if pending is not None:
+        interrupt = signal._dispatch(pending)
         if interrupt is not None:
             raise interrupt
 
