@@ -568,8 +568,10 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 _born_aborted(derived, root)
                 return derived
         if listener is not None:
+            # Never returned, so never removed: it needs no `_signal`, and
+            # without one the signal and its handle form no reference cycle
+            # (a finished call's dispatch signal is freed at once).
             handle = ListenerHandle()
-            handle._signal = derived
             handle._cb = listener
             derived._listeners = {handle: listener}
             derived._keepalive_changed_locked()
