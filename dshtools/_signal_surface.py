@@ -557,6 +557,8 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
             if deps is None:
                 root._deps = link
                 root._watched = True  # after `_deps` (set from then on): see `_watched`
+            elif type(deps) is dict and len(deps) + 1 < root._deps_prune_at:
+                deps[ref] = anchor  # a source that had dependents before (no prune due)
             else:
                 _add_dep_locked(root, deps, link)
             # A plain root's abort takes no lock: it may have stored
