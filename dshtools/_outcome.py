@@ -16,6 +16,7 @@ import attrs
 
 from ._freeze import FreezeError, FrozenDict, dumps, freeze_with_height
 from ._hooks import Accept, Block, ToolDefinition
+from ._trusted import trusted_success
 from ._types import (
     DENIED,
     INVALID_TOOL_OUTPUT,
@@ -30,7 +31,6 @@ from ._types import (
     failure,
     output_problems,
     text_content,
-    trusted_success,
 )
 
 __all__ = [

@@ -55,6 +55,7 @@ from ._outcome import NULL_SUCCESS, apply_post_decision, check_result, check_suc
 from ._run import Hooks, Run, trusted_run_context
 from ._signal import AbortSignal, abort_owned, derive
 from ._thread_backend import ThreadBackend, WithdrawalSlot, worker_owners
+from ._trusted import trusted_dispatch_view
 from ._types import (
     ANY_OBJECT,
     INVALID_ARGS,
@@ -71,7 +72,6 @@ from ._types import (
     argument_problems,
     exception_failure,
     failure,
-    trusted_dispatch_view,
 )
 
 __all__ = ["Pipeline", "begin", "check_open", "complete", "dispatch", "on_worker_of", "run_marked"]

@@ -22,6 +22,7 @@ from ._freeze import FrozenDict, freeze_with_height
 from ._hooks import AroundDispatch, Guard, PostExecuteHook, PreExecuteHook, ResultObserver, ToolDefinition
 from ._signal import AbortSignal
 from ._thread_backend import enter_worker, leave_worker
+from ._trusted import trusted_view
 from ._twin import twin
 from ._types import (
     ExecutionToken,
@@ -32,7 +33,6 @@ from ._types import (
     ToolFailure,
     ToolRunContext,
     ToolSuccess,
-    trusted_view,
 )
 
 __all__ = ["Hooks", "Run", "trusted_run_context"]

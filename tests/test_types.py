@@ -300,7 +300,8 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
 
 
 def test_trusted_success_sets_every_field_like_the_class() -> None:
-    from dshtools._types import text_content, trusted_success
+    from dshtools._trusted import trusted_success
+    from dshtools._types import text_content
 
     content = text_content("hi")
     built, fast = ToolSuccess("v", content), trusted_success("v", content)
@@ -311,7 +312,8 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
 
 
 def test_trusted_views_set_every_field_like_the_classes() -> None:
-    from dshtools._types import SignalSlot, ToolDispatchExecution, ToolExecution, trusted_dispatch_view, trusted_view
+    from dshtools._trusted import trusted_dispatch_view, trusted_view
+    from dshtools._types import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
     values: dict[str, Any] = {
