@@ -499,6 +499,10 @@ class RayBackend:
         if actor is not None:
             return actor
         with self._lock:
+            if self._closed:
+                # close() ran since submit()'s check: an actor made now
+                # would outlive the closed backend.
+                raise RuntimeError("RayBackend is closed")
             if self._actor is None:
                 if not ray.is_initialized():
                     ray.init()

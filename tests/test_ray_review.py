@@ -1,0 +1,247 @@
+"""RayBackend under interleavings the cluster produces only by chance
+(docs/contract.md §9, §10; decision 0042): each test forces one with a
+probe actor the bodies report to, never with a sleep.
+
+Uses the Ray this process is connected to (test_ray_backend.py's session
+cluster when it ran first), else starts a local one of its own for this
+module and shuts it down after.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
+
+from dshtools import (  # noqa: E402
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    AbortController,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolRegistry,
+    ToolRunContext,
+)
+from dshtools.ray import RayBackend  # noqa: E402
+
+OBJECT: dict[str, Any] = {"type": "object"}
+PROBE = "dshtools-review-probe"
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class _Probe:
+    """Named events and counters the bodies report to (a threaded actor)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._values: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
+
+    def set(self, name: str, value: Any = True) -> None:
+        with self._cond:
+            self._values[name] = value
+            self._cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: name in self._values, timeout)
+            return self._values.get(name)
+
+    def incr(self, name: str) -> None:
+        with self._cond:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def count(self, name: str) -> int:
+        with self._cond:
+            return self._counts.get(name, 0)
+
+
+def _probe() -> Any:
+    return ray.get_actor(PROBE)
+
+
+def _announce(tag: str) -> None:
+    # .future().result(), not ray.get(): a body keeps its CPU slot.
+    _probe().set.remote(tag).future().result()
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[Any]:
+    started = False
+    if not ray.is_initialized():
+        # Workers import this module (its bodies are pickled by reference).
+        here = os.path.dirname(os.path.abspath(__file__))
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
+        try:
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                _temp_dir=tempfile.mkdtemp(prefix="dshray", dir="/tmp"),
+            )
+        finally:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
+        started = True
+    handle = _Probe.options(name=PROBE).remote()  # type: ignore[attr-defined]
+    ray.get(handle.count.remote("warm-up"))
+    yield handle
+    ray.kill(handle)
+    if started:
+        ray.shutdown()
+
+
+def _call(name: str, call_id: str, signal: Any) -> ToolExecutionInput:
+    return ToolExecutionInput(call_id, name, {}, signal)
+
+
+def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
+    seen: list[ToolExecutionResult] = []
+
+    def observe(_execution: ToolExecution, result: ToolExecutionResult) -> None:
+        seen.append(result)
+
+    registry.add_result_observer(observe)
+    return seen
+
+
+# ------------------------------------------------------------------ bodies
+
+
+def _waits_for_its_abort(args: Any, run: ToolRunContext) -> object:
+    _announce(f"{run.call_id}-started")
+    run.signal.wait(30)
+    return "ran"
+
+
+def _load_slowly(driver_pid: int, tag: str) -> _SlowToLoad:
+    # In a worker: block the task before its claim (as a tool module that is
+    # slow to import does on a fresh worker) until the test releases it.
+    if os.getpid() != driver_pid:
+        _announce(f"{tag}-loading")
+        _probe().wait.remote(f"{tag}-release", 20).future().result()
+    return _SlowToLoad(driver_pid, tag)
+
+
+class _SlowToLoad:
+    """A body whose unpickling in a worker blocks (not in the driver, where
+    ``validate`` round-trips it)."""
+
+    def __init__(self, driver_pid: int, tag: str) -> None:
+        self.driver_pid = driver_pid
+        self.tag = tag
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str]]:
+        return (_load_slowly, (self.driver_pid, self.tag))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        _probe().incr.remote(f"{self.tag}-ran").future().result()
+        return "ran"
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.timeout(60)
+def test_a_submit_that_close_overtakes_starts_no_signal_actor(probe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # close() (another thread, another registry sharing the backend) lands
+    # after submit()'s closed check and before the signal actor is made:
+    # the call is refused and no actor outlives the closed backend.
+    backend = RayBackend(kill_after=None)
+    real = backend._actor_handle
+
+    def closed_meanwhile() -> Any:
+        backend.close()
+        return real()
+
+    monkeypatch.setattr(backend, "_actor_handle", closed_meanwhile)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        result = registry.execute(_call("t", "close-race", AbortController().signal))
+        assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        assert "closed" in str((result.meta or {})["reason"])
+        # Checked before the registry's own close() (which would close the
+        # backend a second time): the first close() is the one that counts.
+        assert backend._actor is None
+        with pytest.raises(ValueError):
+            ray.get_actor(backend._actor_name[0], namespace=backend._actor_name[1])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision 0042: the forced stop cannot tell a task that has not claimed its call yet from a "
+    "running body, so a task still loading its body when kill_after falls due is killed and reported "
+    "ABORTED (invoked, killed) although its body never started",
+)
+def test_a_task_aborted_before_its_claim_is_withdrawn_not_killed(probe: Any) -> None:
+    tag = "slow-load"
+    backend = RayBackend(kill_after=0.0)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "s1", controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
+            controller.abort("stop")
+            runner.join(40)
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    assert ray.get(probe.count.remote(f"{tag}-ran")) == 0  # the body never started ...
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result  # ... so it was withdrawn
+    assert backend.tasks_killed == 0
+
+
+class _InterruptedAfterSubmit:
+    """``.remote()`` of the backend's task that is interrupted after Ray took
+    the task: a Ctrl-C landing in Ray's ``.remote()`` after the submission,
+    while the worker claims the call before the abort reaches it."""
+
+    def __init__(self, task: Any, probe: Any, started: str) -> None:
+        self._task = task
+        self._probe = probe
+        self._started = started
+
+    def remote(self, packed: Any) -> Any:
+        self._task.remote(packed)
+        assert ray.get(self._probe.wait.remote(self._started, 30)) is True
+        raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a Ctrl-C inside Ray's .remote() after the task was submitted loses its ObjectRef: the registry "
+    "reports ABORTED_BEFORE_DISPATCH and never joins the task, whose body may have claimed the call "
+    "before the abort reached its worker (the claim is in the worker since decision 0042)",
+)
+def test_a_ctrl_c_inside_submit_never_reports_a_started_body_as_not_dispatched(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = RayBackend(kill_after=None)
+    monkeypatch.setattr(backend, "_task", _InterruptedAfterSubmit(backend._task, probe, "ki-submit-started"))
+    with ToolRegistry(backend=backend) as registry:
+        published = _published(registry)
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        with pytest.raises(KeyboardInterrupt):
+            registry.execute(_call("t", "ki-submit", AbortController().signal))
+        (result,) = published
+        # The body started (the fake .remote() waited for it): the call was
+        # dispatched, so it must not read as never dispatched.
+        assert result.code != TOOL_ABORTED_BEFORE_DISPATCH, result
