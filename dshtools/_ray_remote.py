@@ -225,7 +225,6 @@ _interrupted_task: str | None = None
 read by its claim."""
 
 _previous_handler: Callable[[int, FrameType | None], Any] | int | None = None
-_guard_installed = False
 
 
 def _guard(signum: int, frame: FrameType | None) -> Any:
@@ -252,19 +251,21 @@ def _guard(signum: int, frame: FrameType | None) -> Any:
 
 
 def _install_guard() -> None:
-    """Once per worker process, on the main thread; raises ``RuntimeError``
-    off the main thread (Ray would then interrupt a thread that is not the
-    task's)."""
-    global _guard_installed, _previous_handler
-    if _guard_installed:
+    """Make the guard the worker's ``SIGINT`` handler, on the main thread,
+    before each task of this module: other code of the worker (a plain Ray
+    task, a library it imported) may have installed its own handler since
+    the last one, which then becomes the handler the guard hands other
+    tasks' interrupts to. Raises ``RuntimeError`` when the guard is not in
+    place and this is not the main thread (Ray would then interrupt a
+    thread that is not the task's)."""
+    global _previous_handler
+    current = signal.getsignal(signal.SIGINT)
+    if current is _guard:
         return
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("a RayBackend task must run on its Ray worker's main thread")
-    current = signal.getsignal(signal.SIGINT)
-    if current is not _guard:  # (an interrupt may have cut an earlier install short)
-        _previous_handler = current
-        signal.signal(signal.SIGINT, _guard)
-    _guard_installed = True
+    _previous_handler = current
+    signal.signal(signal.SIGINT, _guard)
 
 
 # ------------------------------------------------------------ the remote side

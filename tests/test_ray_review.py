@@ -10,6 +10,7 @@ module and shuts it down after.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from dshtools import (  # noqa: E402
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
+    _ray_remote,
 )
 from dshtools.ray import RayBackend  # noqa: E402
 
@@ -245,3 +247,29 @@ def test_a_ctrl_c_inside_submit_never_reports_a_started_body_as_not_dispatched(
         # The body started (the fake .remote() waited for it): the call was
         # dispatched, so it must not read as never dispatched.
         assert result.code != TOOL_ABORTED_BEFORE_DISPATCH, result
+
+
+def _another_handler(_signum: int, _frame: Any) -> None:
+    """A SIGINT handler some other code of the worker installs."""
+
+
+@pytest.mark.timeout(10)
+def test_the_guard_is_put_back_for_each_task_when_other_code_replaced_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain Ray task of the same worker process (or a library it imports)
+    # may install its own SIGINT handler after a RayBackend task installed
+    # the guard. The next RayBackend task must run behind the guard again,
+    # else Ray's cancel of its started body raises KeyboardInterrupt in it
+    # (docs/contract.md §9: nothing is raised into a body).
+    original = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(_ray_remote, "_guard_installed", False, raising=False)
+    monkeypatch.setattr(_ray_remote, "_previous_handler", None)
+    try:
+        _ray_remote._install_guard()  # a first task of ours (this is the main thread)
+        assert signal.getsignal(signal.SIGINT) is _ray_remote._guard
+        signal.signal(signal.SIGINT, _another_handler)  # a plain task of the same worker
+        _ray_remote._install_guard()  # the next task of ours
+        assert signal.getsignal(signal.SIGINT) is _ray_remote._guard
+        # Plain tasks keep what was installed for them.
+        assert _ray_remote._previous_handler is _another_handler
+    finally:
+        signal.signal(signal.SIGINT, original)
