@@ -10,6 +10,7 @@ module and shuts it down after.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -76,32 +77,33 @@ def _announce(tag: str) -> None:
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[Any]:
-    started = False
+    temp_dir: str | None = None
     if not ray.is_initialized():
         # Workers import this module (its bodies are pickled by reference).
         here = os.path.dirname(os.path.abspath(__file__))
         old = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
+        temp_dir = tempfile.mkdtemp(prefix="dshray", dir="/tmp")  # short: Ray's socket paths
         try:
             ray.init(
                 address="local",
                 num_cpus=2,
                 include_dashboard=False,
                 log_to_driver=False,
-                _temp_dir=tempfile.mkdtemp(prefix="dshray", dir="/tmp"),
+                _temp_dir=temp_dir,
             )
         finally:
             if old is None:
                 del os.environ["PYTHONPATH"]
             else:
                 os.environ["PYTHONPATH"] = old
-        started = True
     handle = _Probe.options(name=PROBE).remote()  # type: ignore[attr-defined]
     ray.get(handle.count.remote("warm-up"))
     yield handle
     ray.kill(handle)
-    if started:
+    if temp_dir is not None:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _call(name: str, call_id: str, signal: Any) -> ToolExecutionInput:
