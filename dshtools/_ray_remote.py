@@ -282,9 +282,11 @@ class _NotJSON:
 
 
 def _load_reason(data: bytes) -> object:
+    # On the watcher thread, the only way aborts reach this process: what
+    # the foreign unpickling raises (SystemExit included) must not end it.
     try:
         return _loads(data)
-    except Exception as exc:
+    except _CONTAINED as exc:
         return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
 
 

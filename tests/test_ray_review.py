@@ -275,3 +275,35 @@ def test_the_guard_is_put_back_for_each_task_when_other_code_replaced_it(monkeyp
         assert _ray_remote._previous_handler is _another_handler
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+class _ExitsWhenLoaded:
+    """An abort reason whose unpickling raises ``SystemExit`` (as a module
+    that parses ``sys.argv`` at import time does in a worker)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        import sys
+
+        return (sys.exit, (3,))
+
+
+@pytest.mark.timeout(10)
+def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher() -> None:
+    # deliver() runs on the worker's watcher thread, the only way aborts
+    # reach this process: a reason's unpickling is foreign code, and what it
+    # raises must not end the thread (every later abort would be lost).
+    channel = object.__new__(_ray_remote._Channel)
+    channel.lock = threading.Lock()
+    channel.running = {}
+    channel.withdrawn = {}
+    controller = channel.claim("k1", "task-1")
+    assert controller is not None
+    data = _ray_remote._dumps(_ExitsWhenLoaded())
+    try:
+        delivered = channel.deliver([("k1", data), ("k2", _ray_remote._dumps("stop"))])
+    except BaseException as exc:
+        pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
+    assert delivered == ["k1"]
+    assert controller.signal.aborted
+    assert "did not unpickle" in str(controller.signal.reason)
+    assert "k2" in channel.withdrawn  # the abort after it still reached the process
