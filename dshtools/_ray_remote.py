@@ -45,7 +45,7 @@ from ray import cloudpickle
 
 from . import _ray_reap
 from ._backend import Body
-from ._errors import safe_str
+from ._errors import report_unraisable, safe_str
 from ._remote_run import RemoteRun
 from ._signal import AbortController
 from ._types import ExecutionToken, ToolRunContext
@@ -371,7 +371,13 @@ class _Channel:
                     self._note_withdrawn(key)
             if target is not None:
                 running.append(key)
-                target.abort(_load_reason(data))
+                try:
+                    target.abort(_load_reason(data))
+                except BaseException as exc:
+                    # A SystemExit/KeyboardInterrupt from one of the body's
+                    # listeners: nobody on this thread to hand it to, and
+                    # the thread must go on carrying aborts.
+                    report_unraisable(exc, f"abort listener of the RayBackend call {key}", target.signal)
         return running
 
 

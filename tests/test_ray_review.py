@@ -307,3 +307,32 @@ def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher(
     assert controller.signal.aborted
     assert "did not unpickle" in str(controller.signal.reason)
     assert "k2" in channel.withdrawn  # the abort after it still reached the process
+
+
+@pytest.mark.timeout(10)
+def test_a_body_listener_that_exits_spares_the_watcher() -> None:
+    # A body's own listener on run.signal runs on the watcher thread when
+    # the abort arrives; a SystemExit it raises has nobody to go to there
+    # and must not end the thread either.
+    channel = object.__new__(_ray_remote._Channel)
+    channel.lock = threading.Lock()
+    channel.running = {}
+    channel.withdrawn = {}
+    controller = channel.claim("k1", "task-1")
+    assert controller is not None
+
+    def exits(_signal: object) -> None:
+        raise SystemExit(3)
+
+    controller.signal.add_listener(exits)
+    reported: list[BaseException] = []
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("sys.unraisablehook", lambda args: reported.append(args.exc_value))
+            delivered = channel.deliver([("k1", _ray_remote._dumps("stop")), ("k2", _ray_remote._dumps("stop"))])
+    except BaseException as exc:
+        pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
+    assert delivered == ["k1"]
+    assert controller.signal.aborted and controller.signal.reason == "stop"
+    assert "k2" in channel.withdrawn
+    assert [type(e) for e in reported] == [SystemExit]  # reported, not lost
