@@ -275,7 +275,10 @@ class _RayDispatch:
         self._stop_weighed = True
 
     def _ended(self) -> bool:
-        ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
+        try:
+            ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
+        except Exception:
+            return True  # Ray no longer knows the task (shut down): the next ray.get settles it
         return bool(ready)
 
     def _settle(self, result: Any, exc: BaseException | None) -> None:
@@ -543,9 +546,15 @@ class RayBackend:
         return body_key, payload
 
     def _forget(self, key: str) -> None:
+        # Bookkeeping after the call settled (the waiting thread): Ray
+        # refusing it (shut down meanwhile) must not fail the call or leave
+        # it in flight, where close() would wait for it forever.
         actor = self._actor
         if actor is not None:
-            actor.forget.remote(key)
+            try:
+                actor.forget.remote(key)
+            except Exception as exc:
+                logger.warning("the settled call could not be forgotten by the signal actor: %s", safe_str(exc))
 
     def _settled(self, dispatch: _RayDispatch, killed: bool) -> None:
         with self._idle:

@@ -22,6 +22,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
 
 from dshtools import (  # noqa: E402
+    TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
     ToolDefinition,
@@ -126,6 +127,13 @@ def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
 def _waits_for_its_abort(args: Any, run: ToolRunContext) -> object:
     _announce(f"{run.call_id}-started")
     run.signal.wait(30)
+    return "ran"
+
+
+def _waits_for_its_release(args: Any, run: ToolRunContext) -> object:
+    # Ignores its abort: it returns when the test releases it.
+    _announce(f"{run.call_id}-started")
+    _probe().wait.remote(f"{run.call_id}-release", 30).future().result()
     return "ran"
 
 
@@ -336,3 +344,79 @@ def test_a_body_listener_that_exits_spares_the_watcher() -> None:
     assert controller.signal.aborted and controller.signal.reason == "stop"
     assert "k2" in channel.withdrawn
     assert [type(e) for e in reported] == [SystemExit]  # reported, not lost
+
+
+class _RefusingActor:
+    """The signal actor's handle once Ray refuses to submit to it (as after
+    ``ray.shutdown()``): every ``.remote()`` raises."""
+
+    class _Method:
+        def remote(self, *_args: Any) -> Any:
+            raise Exception("Failed to submit task to actor: Can't find actor")  # what Ray raises
+
+    forget = _Method()
+
+
+@pytest.mark.timeout(60)
+def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None:
+    # The forget after an aborted call settled is bookkeeping: Ray refusing
+    # it must neither fail the call nor leave it in flight (close() would
+    # then wait forever).
+    backend = RayBackend(kill_after=None)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "refused", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote("refused-started", 30)) is True
+        actor = backend._actor
+        backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
+        try:
+            controller.abort("stop")
+            runner.join(30)
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._actor = actor
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kill_after=0: the forced stop is weighed at the abort and first asks
+    # Ray whether the task ended. Ray refusing to answer (shut down
+    # meanwhile: ray.wait raises) must not fail the call or leave it in
+    # flight; the task's own end settles it.
+    backend = RayBackend(kill_after=0.0)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_release))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "no-wait", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
+
+        asked = threading.Event()
+
+        def refuses(*_args: Any, **_kw: Any) -> Any:
+            asked.set()
+            raise ValueError("You are trying to access Ray objects whose owner is unknown")  # what Ray raises
+
+        try:
+            with monkeypatch.context() as patch:
+                patch.setattr(ray, "wait", refuses)
+                controller.abort("stop")
+                assert asked.wait(30)  # the forced stop asked Ray, and was refused
+                probe.set.remote("no-wait-release")
+                runner.join(30)
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert in_flight == 0
