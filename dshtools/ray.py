@@ -341,7 +341,14 @@ class _RayDispatch:
                 return NotInvoked(RuntimeError("the Ray task was cancelled before its body started")), False
             return NotInvoked(), False
         if kind == "not_invoked":
-            return NotInvoked(_loads(payload)), False
+            try:
+                refusal = _loads(payload)
+            except _CONTAINED as exc:
+                refusal = _stand_in(
+                    type(exc).__name__,
+                    f"the task's error before its claim cannot be deserialized here: {safe_str(exc)}",
+                )
+            return NotInvoked(refusal), False
         if kind == "not_invoked_stub":
             return NotInvoked(_stand_in(*payload)), False
         if kind == "value":

@@ -162,6 +162,44 @@ class _SlowToLoad:
         return "ran"
 
 
+class _LoadsOnlyInTheWorker(Exception):
+    """What a body's unpickling raises in a worker; unpickling it in the
+    driver raises in turn (as a class the driver cannot rebuild does)."""
+
+    def __init__(self, driver_pid: int) -> None:
+        super().__init__(f"body refused in the worker (driver {driver_pid})")
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_rebuild_refusal, (self.driver_pid,))
+
+
+def _rebuild_refusal(driver_pid: int) -> _LoadsOnlyInTheWorker:
+    if os.getpid() == driver_pid:
+        raise RuntimeError("this exception cannot be rebuilt in the driver")
+    return _LoadsOnlyInTheWorker(driver_pid)
+
+
+def _refuse_in_the_worker(driver_pid: int) -> _RefusedInTheWorker:
+    if os.getpid() != driver_pid:
+        raise _LoadsOnlyInTheWorker(driver_pid)
+    return _RefusedInTheWorker(driver_pid)
+
+
+class _RefusedInTheWorker:
+    """A body that loads in the driver (``validate``) and fails to load in
+    a worker, before the claim."""
+
+    def __init__(self, driver_pid: int) -> None:
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_refuse_in_the_worker, (self.driver_pid,))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        return "ran"
+
+
 # ------------------------------------------------------------------ tests
 
 
@@ -419,4 +457,23 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
             backend._in_flight.clear()  # so that a failure here does not hang close()
     (result,) = out
     assert result.code == TOOL_ABORTED, result
+    assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call(probe: Any) -> None:
+    # The task failed before its claim with an exception that round-trips
+    # in the worker but not in the driver: foreign code, like a value or an
+    # exception the body sent back, it fails only its own call - never the
+    # wait, which would leave the call in flight for close() to wait on.
+    backend = RayBackend(kill_after=None)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
+        try:
+            result = registry.execute(_call("t", "refused-here", AbortController().signal))
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "cannot be rebuilt" in str((result.meta or {})["reason"])
     assert in_flight == 0
