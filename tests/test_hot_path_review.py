@@ -74,3 +74,55 @@ def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
         registry.register(ToolDefinition("parent", "parent", OBJECT, _parent))
         found, kinds = _garbage_of(lambda i: path(registry, signal, i))
     assert found == 0, kinds
+
+
+def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
+    """The registry's frozen objects (built through a twin and retyped)
+    against the same objects built by their classes: type, equality,
+    repr, copies, pickling, ``attrs.evolve``/``asdict``, weak references,
+    frozenness, and no way back to the mutable twin."""
+    import copy
+    import pickle
+    import weakref
+
+    import attrs
+
+    from dshtools import ToolExecution, ToolSuccess
+    from dshtools._freeze import freeze
+    from dshtools._run import trusted_run_context
+    from dshtools._types import ExecutionToken, text_content, trusted_success, trusted_view
+
+    success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7")
+    assert type(success) is ToolSuccess and success == built
+    assert repr(success) == repr(built)
+    assert pickle.loads(pickle.dumps(success)) == built
+    assert copy.copy(success) == built and copy.deepcopy(success) == built
+    assert attrs.evolve(success, value=8) == ToolSuccess(8, "7")
+    assert attrs.asdict(success) == attrs.asdict(built)
+    assert weakref.ref(success)() is success
+
+    signal = AbortController().signal
+    fields: dict[str, Any] = {
+        "token": ExecutionToken(),
+        "call_id": "c",
+        "root_call_id": "c",
+        "name": "n",
+        "arguments": freeze({"a": 1}),
+        "agent": None,
+        "parent": None,
+        "definition": None,
+    }
+    view = trusted_view(**fields, signal=signal)
+    context = trusted_run_context(**fields, signal=signal, run=None)  # type: ignore[arg-type]
+    assert type(view) is ToolExecution and type(context) is ToolRunContext
+    assert repr(view) == repr(ToolExecution(**fields, signal=signal))
+    assert repr(context) == repr(ToolRunContext(**fields, signal=signal, run=None))  # type: ignore[arg-type]
+    assert attrs.evolve(view, name="m").name == "m" and attrs.evolve(context, name="m").signal is signal
+    for obj in (success, view, context):
+        twin = next(c for c in type(obj).__subclasses__() if c.__qualname__.endswith(".<twin>"))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(obj, "content" if obj is success else "name", "other")
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            obj.__class__ = twin
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            delattr(obj, "value" if obj is success else "call_id")
