@@ -450,7 +450,7 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
         actor_name, namespace, key, body_key, body_data, args, fields = pickle.loads(head)
         body = _load_body(body_key, body_data if body_ref is None else body_ref)
         channel = _channel(actor_name, namespace)
-    except Exception as exc:
+    except _CONTAINED as exc:  # loading the body is foreign code: SystemExit too
         kind, payload = _pack_error(exc)
         return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
     controller = channel.claim(key, task_id)

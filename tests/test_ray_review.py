@@ -200,6 +200,26 @@ class _RefusedInTheWorker:
         return "ran"
 
 
+def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
+    if os.getpid() != driver_pid:
+        raise SystemExit(2)  # as a tool module that parses sys.argv at import time does there
+    return _ExitsInTheWorker(driver_pid)
+
+
+class _ExitsInTheWorker:
+    """A body that loads in the driver and raises ``SystemExit`` when a
+    worker loads it, before the claim."""
+
+    def __init__(self, driver_pid: int) -> None:
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_exit_in_the_worker, (self.driver_pid,))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        return "ran"
+
+
 # ------------------------------------------------------------------ tests
 
 
@@ -477,3 +497,17 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "cannot be rebuilt" in str((result.meta or {})["reason"])
     assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any) -> None:
+    # Loading the body is foreign code (docs/contract.md §8 A4): its
+    # SystemExit fails the call before dispatch, as any other fault there;
+    # it must not end the Ray worker and read as a worker lost under a body
+    # that never started.
+    backend = RayBackend(kill_after=None)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ExitsInTheWorker(os.getpid())))
+        result = registry.execute(_call("t", "exits-loading", AbortController().signal))
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "SystemExit" in repr((result.meta or {})["reason"])
