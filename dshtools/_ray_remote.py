@@ -45,7 +45,7 @@ from ray import cloudpickle
 
 from . import _ray_reap
 from ._backend import Body
-from ._errors import safe_str
+from ._errors import report_unraisable, safe_str
 from ._remote_run import RemoteRun
 from ._signal import AbortController
 from ._types import ExecutionToken, ToolRunContext
@@ -225,7 +225,6 @@ _interrupted_task: str | None = None
 read by its claim."""
 
 _previous_handler: Callable[[int, FrameType | None], Any] | int | None = None
-_guard_installed = False
 
 
 def _guard(signum: int, frame: FrameType | None) -> Any:
@@ -252,19 +251,21 @@ def _guard(signum: int, frame: FrameType | None) -> Any:
 
 
 def _install_guard() -> None:
-    """Once per worker process, on the main thread; raises ``RuntimeError``
-    off the main thread (Ray would then interrupt a thread that is not the
-    task's)."""
-    global _guard_installed, _previous_handler
-    if _guard_installed:
+    """Make the guard the worker's ``SIGINT`` handler, on the main thread,
+    before each task of this module: other code of the worker (a plain Ray
+    task, a library it imported) may have installed its own handler since
+    the last one, which then becomes the handler the guard hands other
+    tasks' interrupts to. Raises ``RuntimeError`` when the guard is not in
+    place and this is not the main thread (Ray would then interrupt a
+    thread that is not the task's)."""
+    global _previous_handler
+    current = signal.getsignal(signal.SIGINT)
+    if current is _guard:
         return
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("a RayBackend task must run on its Ray worker's main thread")
-    current = signal.getsignal(signal.SIGINT)
-    if current is not _guard:  # (an interrupt may have cut an earlier install short)
-        _previous_handler = current
-        signal.signal(signal.SIGINT, _guard)
-    _guard_installed = True
+    _previous_handler = current
+    signal.signal(signal.SIGINT, _guard)
 
 
 # ------------------------------------------------------------ the remote side
@@ -281,9 +282,11 @@ class _NotJSON:
 
 
 def _load_reason(data: bytes) -> object:
+    # On the watcher thread, the only way aborts reach this process: what
+    # the foreign unpickling raises (SystemExit included) must not end it.
     try:
         return _loads(data)
-    except Exception as exc:
+    except _CONTAINED as exc:
         return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
 
 
@@ -368,7 +371,13 @@ class _Channel:
                     self._note_withdrawn(key)
             if target is not None:
                 running.append(key)
-                target.abort(_load_reason(data))
+                try:
+                    target.abort(_load_reason(data))
+                except BaseException as exc:
+                    # A SystemExit/KeyboardInterrupt from one of the body's
+                    # listeners: nobody on this thread to hand it to, and
+                    # the thread must go on carrying aborts.
+                    report_unraisable(exc, f"abort listener of the RayBackend call {key}", target.signal)
         return running
 
 
@@ -441,7 +450,7 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
         actor_name, namespace, key, body_key, body_data, args, fields = pickle.loads(head)
         body = _load_body(body_key, body_data if body_ref is None else body_ref)
         channel = _channel(actor_name, namespace)
-    except Exception as exc:
+    except _CONTAINED as exc:  # loading the body is foreign code: SystemExit too
         kind, payload = _pack_error(exc)
         return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
     controller = channel.claim(key, task_id)

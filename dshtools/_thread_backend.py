@@ -463,6 +463,9 @@ class ThreadBackend:
             # backend's pool queues here like any call. Nothing is queued,
             # so there is nothing to withdraw.
             handoff.run(context, body, args, run)
+            # As report() does: the withdrawal listening on the signal refers
+            # to this hand-off, so drop the way back (no reference cycle).
+            handoff.signal = None
             return _Settled(BodyReport(outcome=handoff.outcome))
         if withdrawal is None:
             signal.add_listener(handoff.withdraw)

@@ -275,7 +275,10 @@ class _RayDispatch:
         self._stop_weighed = True
 
     def _ended(self) -> bool:
-        ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
+        try:
+            ready, _pending = ray.wait([self._ref], timeout=0, fetch_local=False)
+        except Exception:
+            return True  # Ray no longer knows the task (shut down): the next ray.get settles it
         return bool(ready)
 
     def _settle(self, result: Any, exc: BaseException | None) -> None:
@@ -338,7 +341,14 @@ class _RayDispatch:
                 return NotInvoked(RuntimeError("the Ray task was cancelled before its body started")), False
             return NotInvoked(), False
         if kind == "not_invoked":
-            return NotInvoked(_loads(payload)), False
+            try:
+                refusal = _loads(payload)
+            except _CONTAINED as exc:
+                refusal = _stand_in(
+                    type(exc).__name__,
+                    f"the task's error before its claim cannot be deserialized here: {safe_str(exc)}",
+                )
+            return NotInvoked(refusal), False
         if kind == "not_invoked_stub":
             return NotInvoked(_stand_in(*payload)), False
         if kind == "value":
@@ -499,6 +509,10 @@ class RayBackend:
         if actor is not None:
             return actor
         with self._lock:
+            if self._closed:
+                # close() ran since submit()'s check: an actor made now
+                # would outlive the closed backend.
+                raise RuntimeError("RayBackend is closed")
             if self._actor is None:
                 if not ray.is_initialized():
                     ray.init()
@@ -539,9 +553,15 @@ class RayBackend:
         return body_key, payload
 
     def _forget(self, key: str) -> None:
+        # Bookkeeping after the call settled (the waiting thread): Ray
+        # refusing it (shut down meanwhile) must not fail the call or leave
+        # it in flight, where close() would wait for it forever.
         actor = self._actor
         if actor is not None:
-            actor.forget.remote(key)
+            try:
+                actor.forget.remote(key)
+            except Exception as exc:
+                logger.warning("the settled call could not be forgotten by the signal actor: %s", safe_str(exc))
 
     def _settled(self, dispatch: _RayDispatch, killed: bool) -> None:
         with self._idle:

@@ -1,0 +1,128 @@
+"""The hot path's reference-cycle guarantee on the paths that run a body
+inline (a nested ``run.dispatch``, a batch's dispatch on its own pool):
+every object of a finished call is freed by reference counting, none waits
+for the cyclic garbage collector."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dshtools import (
+    AbortController,
+    AbortSignal,
+    ToolDefinition,
+    ToolExecutionInput,
+    ToolRegistry,
+    ToolRunContext,
+    execute_batch,
+)
+
+OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _child(_args: Any, _run: ToolRunContext) -> object:
+    return {"n": 1}
+
+
+def _parent(_args: Any, run: ToolRunContext) -> object:
+    result = run.dispatch("child", {})
+    assert not result.is_error
+    return None
+
+
+def _nested(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
+    assert not registry.execute(ToolExecutionInput(f"p{i}", "parent", {}, signal)).is_error
+
+
+def _batch(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
+    calls = [ToolExecutionInput(f"b{i}-{j}", "child", {}, signal) for j in range(3)]
+    assert not any(r.is_error for r in execute_batch(registry, calls, signal=signal))
+
+
+def _garbage_of(run: Callable[[int], None]) -> tuple[int, list[str]]:
+    """What the cyclic collector finds after ``run(i)`` for ten ``i`` (with
+    ``gc.DEBUG_SAVEALL``, which keeps whatever it finds unreachable)."""
+    run(-1)  # warm-up: pools and caches made once
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for i in range(10):
+            run(i)
+        found = gc.collect()
+        return found, sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("path", [_nested, _batch], ids=["nested-dispatch", "batch-on-own-pool"])
+def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
+    path: Callable[[ToolRegistry, AbortSignal, int], None],
+) -> None:
+    signal = AbortController().signal
+    with ToolRegistry(max_workers=2) as registry:
+        registry.register(ToolDefinition("child", "child", OBJECT, _child, is_concurrency_safe=lambda _a: True))
+        registry.register(ToolDefinition("parent", "parent", OBJECT, _parent))
+        found, kinds = _garbage_of(lambda i: path(registry, signal, i))
+    assert found == 0, kinds
+
+
+def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
+    """The registry's frozen objects (built through a twin and retyped)
+    against the same objects built by their classes: type, equality,
+    repr, copies, pickling, ``attrs.evolve``/``asdict``, weak references,
+    frozenness, and no way back to the mutable twin."""
+    import copy
+    import pickle
+    import weakref
+
+    import attrs
+
+    from dshtools import ToolExecution, ToolSuccess
+    from dshtools._freeze import freeze
+    from dshtools._run import trusted_run_context
+    from dshtools._types import ExecutionToken, text_content, trusted_success, trusted_view
+
+    success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7")
+    assert type(success) is ToolSuccess and success == built
+    assert repr(success) == repr(built)
+    assert pickle.loads(pickle.dumps(success)) == built
+    assert copy.copy(success) == built and copy.deepcopy(success) == built
+    assert attrs.evolve(success, value=8) == ToolSuccess(8, "7")
+    assert attrs.asdict(success) == attrs.asdict(built)
+    assert weakref.ref(success)() is success
+
+    signal = AbortController().signal
+    fields: dict[str, Any] = {
+        "token": ExecutionToken(),
+        "call_id": "c",
+        "root_call_id": "c",
+        "name": "n",
+        "arguments": freeze({"a": 1}),
+        "agent": None,
+        "parent": None,
+        "definition": None,
+    }
+    view = trusted_view(**fields, signal=signal)
+    context = trusted_run_context(**fields, signal=signal, run=None)  # type: ignore[arg-type]
+    assert type(view) is ToolExecution and type(context) is ToolRunContext
+    assert repr(view) == repr(ToolExecution(**fields, signal=signal))
+    assert repr(context) == repr(ToolRunContext(**fields, signal=signal, run=None))  # type: ignore[arg-type]
+    assert attrs.evolve(view, name="m").name == "m" and attrs.evolve(context, name="m").signal is signal
+    for obj in (success, view, context):
+        twin = next(c for c in type(obj).__subclasses__() if c.__qualname__.endswith(".<twin>"))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(obj, "content" if obj is success else "name", "other")
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            obj.__class__ = twin
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            delattr(obj, "value" if obj is success else "call_id")

@@ -1,0 +1,512 @@
+"""RayBackend under interleavings the cluster produces only by chance
+(docs/contract.md §9, §10; decision 0042): each test forces one with a
+probe actor the bodies report to, never with a sleep.
+
+Uses the Ray this process is connected to (test_ray_backend.py's session
+cluster when it ran first), else starts a local one of its own for this
+module and shuts it down after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
+
+from dshtools import (  # noqa: E402
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    AbortController,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolRegistry,
+    ToolRunContext,
+    _ray_remote,
+)
+from dshtools.ray import RayBackend  # noqa: E402
+
+OBJECT: dict[str, Any] = {"type": "object"}
+PROBE = "dshtools-review-probe"
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class _Probe:
+    """Named events and counters the bodies report to (a threaded actor)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._values: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
+
+    def set(self, name: str, value: Any = True) -> None:
+        with self._cond:
+            self._values[name] = value
+            self._cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: name in self._values, timeout)
+            return self._values.get(name)
+
+    def incr(self, name: str) -> None:
+        with self._cond:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def count(self, name: str) -> int:
+        with self._cond:
+            return self._counts.get(name, 0)
+
+
+def _probe() -> Any:
+    return ray.get_actor(PROBE)
+
+
+def _announce(tag: str) -> None:
+    # .future().result(), not ray.get(): a body keeps its CPU slot.
+    _probe().set.remote(tag).future().result()
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[Any]:
+    temp_dir: str | None = None
+    if not ray.is_initialized():
+        # Workers import this module (its bodies are pickled by reference).
+        here = os.path.dirname(os.path.abspath(__file__))
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
+        temp_dir = tempfile.mkdtemp(prefix="dshray", dir="/tmp")  # short: Ray's socket paths
+        try:
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                _temp_dir=temp_dir,
+            )
+        finally:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
+    handle = _Probe.options(name=PROBE).remote()  # type: ignore[attr-defined]
+    ray.get(handle.count.remote("warm-up"))
+    yield handle
+    ray.kill(handle)
+    if temp_dir is not None:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _call(name: str, call_id: str, signal: Any) -> ToolExecutionInput:
+    return ToolExecutionInput(call_id, name, {}, signal)
+
+
+def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
+    seen: list[ToolExecutionResult] = []
+
+    def observe(_execution: ToolExecution, result: ToolExecutionResult) -> None:
+        seen.append(result)
+
+    registry.add_result_observer(observe)
+    return seen
+
+
+# ------------------------------------------------------------------ bodies
+
+
+def _waits_for_its_abort(args: Any, run: ToolRunContext) -> object:
+    _announce(f"{run.call_id}-started")
+    run.signal.wait(30)
+    return "ran"
+
+
+def _waits_for_its_release(args: Any, run: ToolRunContext) -> object:
+    # Ignores its abort: it returns when the test releases it.
+    _announce(f"{run.call_id}-started")
+    _probe().wait.remote(f"{run.call_id}-release", 30).future().result()
+    return "ran"
+
+
+def _load_slowly(driver_pid: int, tag: str) -> _SlowToLoad:
+    # In a worker: block the task before its claim (as a tool module that is
+    # slow to import does on a fresh worker) until the test releases it.
+    if os.getpid() != driver_pid:
+        _announce(f"{tag}-loading")
+        _probe().wait.remote(f"{tag}-release", 20).future().result()
+    return _SlowToLoad(driver_pid, tag)
+
+
+class _SlowToLoad:
+    """A body whose unpickling in a worker blocks (not in the driver, where
+    ``validate`` round-trips it)."""
+
+    def __init__(self, driver_pid: int, tag: str) -> None:
+        self.driver_pid = driver_pid
+        self.tag = tag
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str]]:
+        return (_load_slowly, (self.driver_pid, self.tag))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        _probe().incr.remote(f"{self.tag}-ran").future().result()
+        return "ran"
+
+
+class _LoadsOnlyInTheWorker(Exception):
+    """What a body's unpickling raises in a worker; unpickling it in the
+    driver raises in turn (as a class the driver cannot rebuild does)."""
+
+    def __init__(self, driver_pid: int) -> None:
+        super().__init__(f"body refused in the worker (driver {driver_pid})")
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_rebuild_refusal, (self.driver_pid,))
+
+
+def _rebuild_refusal(driver_pid: int) -> _LoadsOnlyInTheWorker:
+    if os.getpid() == driver_pid:
+        raise RuntimeError("this exception cannot be rebuilt in the driver")
+    return _LoadsOnlyInTheWorker(driver_pid)
+
+
+def _refuse_in_the_worker(driver_pid: int) -> _RefusedInTheWorker:
+    if os.getpid() != driver_pid:
+        raise _LoadsOnlyInTheWorker(driver_pid)
+    return _RefusedInTheWorker(driver_pid)
+
+
+class _RefusedInTheWorker:
+    """A body that loads in the driver (``validate``) and fails to load in
+    a worker, before the claim."""
+
+    def __init__(self, driver_pid: int) -> None:
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_refuse_in_the_worker, (self.driver_pid,))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        return "ran"
+
+
+def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
+    if os.getpid() != driver_pid:
+        raise SystemExit(2)  # as a tool module that parses sys.argv at import time does there
+    return _ExitsInTheWorker(driver_pid)
+
+
+class _ExitsInTheWorker:
+    """A body that loads in the driver and raises ``SystemExit`` when a
+    worker loads it, before the claim."""
+
+    def __init__(self, driver_pid: int) -> None:
+        self.driver_pid = driver_pid
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_exit_in_the_worker, (self.driver_pid,))
+
+    def __call__(self, args: Any, run: ToolRunContext) -> object:
+        return "ran"
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.timeout(60)
+def test_a_submit_that_close_overtakes_starts_no_signal_actor(probe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # close() (another thread, another registry sharing the backend) lands
+    # after submit()'s closed check and before the signal actor is made:
+    # the call is refused and no actor outlives the closed backend.
+    backend = RayBackend(kill_after=None)
+    real = backend._actor_handle
+
+    def closed_meanwhile() -> Any:
+        backend.close()
+        return real()
+
+    monkeypatch.setattr(backend, "_actor_handle", closed_meanwhile)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        result = registry.execute(_call("t", "close-race", AbortController().signal))
+        assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        assert "closed" in str((result.meta or {})["reason"])
+        # Checked before the registry's own close() (which would close the
+        # backend a second time): the first close() is the one that counts.
+        # (Not asked of Ray by name: a named-actor lookup has no timeout.)
+        assert backend._actor is None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision 0042: the forced stop cannot tell a task that has not claimed its call yet from a "
+    "running body, so a task still loading its body when kill_after falls due is killed and reported "
+    "ABORTED (invoked, killed) although its body never started",
+)
+def test_a_task_aborted_before_its_claim_is_withdrawn_not_killed(probe: Any) -> None:
+    tag = "slow-load"
+    backend = RayBackend(kill_after=0.0)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "s1", controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
+            controller.abort("stop")
+            runner.join(40)
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    assert ray.get(probe.count.remote(f"{tag}-ran")) == 0  # the body never started ...
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result  # ... so it was withdrawn
+    assert backend.tasks_killed == 0
+
+
+class _InterruptedAfterSubmit:
+    """``.remote()`` of the backend's task that is interrupted after Ray took
+    the task: a Ctrl-C landing in Ray's ``.remote()`` after the submission,
+    while the worker claims the call before the abort reaches it."""
+
+    def __init__(self, task: Any, probe: Any, started: str) -> None:
+        self._task = task
+        self._probe = probe
+        self._started = started
+
+    def remote(self, packed: Any) -> Any:
+        self._task.remote(packed)
+        assert ray.get(self._probe.wait.remote(self._started, 30)) is True
+        raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a Ctrl-C inside Ray's .remote() after the task was submitted loses its ObjectRef: the registry "
+    "reports ABORTED_BEFORE_DISPATCH and never joins the task, whose body may have claimed the call "
+    "before the abort reached its worker (the claim is in the worker since decision 0042)",
+)
+def test_a_ctrl_c_inside_submit_never_reports_a_started_body_as_not_dispatched(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = RayBackend(kill_after=None)
+    monkeypatch.setattr(backend, "_task", _InterruptedAfterSubmit(backend._task, probe, "ki-submit-started"))
+    with ToolRegistry(backend=backend) as registry:
+        published = _published(registry)
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        with pytest.raises(KeyboardInterrupt):
+            registry.execute(_call("t", "ki-submit", AbortController().signal))
+        (result,) = published
+        # The body started (the fake .remote() waited for it): the call was
+        # dispatched, so it must not read as never dispatched.
+        assert result.code != TOOL_ABORTED_BEFORE_DISPATCH, result
+
+
+def _another_handler(_signum: int, _frame: Any) -> None:
+    """A SIGINT handler some other code of the worker installs."""
+
+
+@pytest.mark.timeout(10)
+def test_the_guard_is_put_back_for_each_task_when_other_code_replaced_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain Ray task of the same worker process (or a library it imports)
+    # may install its own SIGINT handler after a RayBackend task installed
+    # the guard. The next RayBackend task must run behind the guard again,
+    # else Ray's cancel of its started body raises KeyboardInterrupt in it
+    # (docs/contract.md §9: nothing is raised into a body).
+    original = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(_ray_remote, "_guard_installed", False, raising=False)
+    monkeypatch.setattr(_ray_remote, "_previous_handler", None)
+    try:
+        _ray_remote._install_guard()  # a first task of ours (this is the main thread)
+        assert signal.getsignal(signal.SIGINT) is _ray_remote._guard
+        signal.signal(signal.SIGINT, _another_handler)  # a plain task of the same worker
+        _ray_remote._install_guard()  # the next task of ours
+        assert signal.getsignal(signal.SIGINT) is _ray_remote._guard
+        # Plain tasks keep what was installed for them.
+        assert _ray_remote._previous_handler is _another_handler
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+class _ExitsWhenLoaded:
+    """An abort reason whose unpickling raises ``SystemExit`` (as a module
+    that parses ``sys.argv`` at import time does in a worker)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        import sys
+
+        return (sys.exit, (3,))
+
+
+@pytest.mark.timeout(10)
+def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher() -> None:
+    # deliver() runs on the worker's watcher thread, the only way aborts
+    # reach this process: a reason's unpickling is foreign code, and what it
+    # raises must not end the thread (every later abort would be lost).
+    channel = object.__new__(_ray_remote._Channel)
+    channel.lock = threading.Lock()
+    channel.running = {}
+    channel.withdrawn = {}
+    controller = channel.claim("k1", "task-1")
+    assert controller is not None
+    data = _ray_remote._dumps(_ExitsWhenLoaded())
+    try:
+        delivered = channel.deliver([("k1", data), ("k2", _ray_remote._dumps("stop"))])
+    except BaseException as exc:
+        pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
+    assert delivered == ["k1"]
+    assert controller.signal.aborted
+    assert "did not unpickle" in str(controller.signal.reason)
+    assert "k2" in channel.withdrawn  # the abort after it still reached the process
+
+
+@pytest.mark.timeout(10)
+def test_a_body_listener_that_exits_spares_the_watcher() -> None:
+    # A body's own listener on run.signal runs on the watcher thread when
+    # the abort arrives; a SystemExit it raises has nobody to go to there
+    # and must not end the thread either.
+    channel = object.__new__(_ray_remote._Channel)
+    channel.lock = threading.Lock()
+    channel.running = {}
+    channel.withdrawn = {}
+    controller = channel.claim("k1", "task-1")
+    assert controller is not None
+
+    def exits(_signal: object) -> None:
+        raise SystemExit(3)
+
+    controller.signal.add_listener(exits)
+    reported: list[BaseException] = []
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("sys.unraisablehook", lambda args: reported.append(args.exc_value))
+            delivered = channel.deliver([("k1", _ray_remote._dumps("stop")), ("k2", _ray_remote._dumps("stop"))])
+    except BaseException as exc:
+        pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
+    assert delivered == ["k1"]
+    assert controller.signal.aborted and controller.signal.reason == "stop"
+    assert "k2" in channel.withdrawn
+    assert [type(e) for e in reported] == [SystemExit]  # reported, not lost
+
+
+class _RefusingActor:
+    """The signal actor's handle once Ray refuses to submit to it (as after
+    ``ray.shutdown()``): every ``.remote()`` raises."""
+
+    class _Method:
+        def remote(self, *_args: Any) -> Any:
+            raise Exception("Failed to submit task to actor: Can't find actor")  # what Ray raises
+
+    forget = _Method()
+
+
+@pytest.mark.timeout(60)
+def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None:
+    # The forget after an aborted call settled is bookkeeping: Ray refusing
+    # it must neither fail the call nor leave it in flight (close() would
+    # then wait forever).
+    backend = RayBackend(kill_after=None)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "refused", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote("refused-started", 30)) is True
+        actor = backend._actor
+        backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
+        try:
+            controller.abort("stop")
+            runner.join(30)
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._actor = actor
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kill_after=0: the forced stop is weighed at the abort and first asks
+    # Ray whether the task ended. Ray refusing to answer (shut down
+    # meanwhile: ray.wait raises) must not fail the call or leave it in
+    # flight; the task's own end settles it.
+    backend = RayBackend(kill_after=0.0)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_release))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "no-wait", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
+
+        asked = threading.Event()
+
+        def refuses(*_args: Any, **_kw: Any) -> Any:
+            asked.set()
+            raise ValueError("You are trying to access Ray objects whose owner is unknown")  # what Ray raises
+
+        try:
+            with monkeypatch.context() as patch:
+                patch.setattr(ray, "wait", refuses)
+                controller.abort("stop")
+                assert asked.wait(30)  # the forced stop asked Ray, and was refused
+                probe.set.remote("no-wait-release")
+                runner.join(30)
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call(probe: Any) -> None:
+    # The task failed before its claim with an exception that round-trips
+    # in the worker but not in the driver: foreign code, like a value or an
+    # exception the body sent back, it fails only its own call - never the
+    # wait, which would leave the call in flight for close() to wait on.
+    backend = RayBackend(kill_after=None)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
+        try:
+            result = registry.execute(_call("t", "refused-here", AbortController().signal))
+            in_flight = len(backend._in_flight)
+        finally:
+            backend._in_flight.clear()  # so that a failure here does not hang close()
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "cannot be rebuilt" in str((result.meta or {})["reason"])
+    assert in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any) -> None:
+    # Loading the body is foreign code (docs/contract.md §8 A4): its
+    # SystemExit fails the call before dispatch, as any other fault there;
+    # it must not end the Ray worker and read as a worker lost under a body
+    # that never started.
+    backend = RayBackend(kill_after=None)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ExitsInTheWorker(os.getpid())))
+        result = registry.execute(_call("t", "exits-loading", AbortController().signal))
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "SystemExit" in repr((result.meta or {})["reason"])
