@@ -161,3 +161,58 @@ class abort_on_signals:
                 self.received.append(signum)
                 if len(self.received) == 1:
                     self._controller.abort(SignalReason(signum))
+
+
+class sigint_deferred:
+    """``with sigint_deferred() as deferred:`` holds back a SIGINT (Ctrl-C)
+    that arrives inside the block, so a step that must not be cut in half
+    (handing work to a scheduler and keeping its handle) completes; on exit
+    the previous handler is put back, and ``deferred.interrupt()`` then runs
+    it for the held-back signal, returning what it raised (the
+    ``KeyboardInterrupt`` of the default handler) or ``None``.
+
+    Only the main thread receives signals, so elsewhere (and where the
+    SIGINT handler was not installed from Python) this does nothing.
+    Package-internal: the Ray backend's submit (docs/contract.md §9)."""
+
+    __slots__ = ("_frame", "_previous", "_signum")
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._signum: int | None = None
+        self._frame: FrameType | None = None
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        self._signum = signum
+        self._frame = frame
+
+    def __enter__(self) -> sigint_deferred:
+        if threading.current_thread() is threading.main_thread():
+            previous = _os_signal.getsignal(_os_signal.SIGINT)
+            if callable(previous):
+                self._previous = previous
+                _os_signal.signal(_os_signal.SIGINT, self._hold)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._previous is not None:
+            _os_signal.signal(_os_signal.SIGINT, self._previous)
+
+    def interrupt(self) -> BaseException | None:
+        """Run the previous handler for a SIGINT held back (once); what it
+        raised, else ``None``."""
+        signum, self._signum = self._signum, None
+        if signum is None or self._previous is None:
+            return None
+        try:
+            self._previous(signum, self._frame)
+        except BaseException as exc:
+            return exc
+        finally:
+            self._frame = None
+        return None

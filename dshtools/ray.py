@@ -73,6 +73,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from . import _ray_reap
 from ._backend import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
 from ._errors import AbortError, safe_repr, safe_str
+from ._lifecycle import sigint_deferred
 from ._ray_remote import (
     _CONTAINED,
     ProcessId,
@@ -161,6 +162,7 @@ class _RayDispatch:
         self._stop_weighed = False
         self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
         self._report: BodyReport | None = None
+        self._pending: BaseException | None = None  # a Ctrl-C held back in submit()
         self._signal = signal
         # The listener goes first: an abort from here on withdraws the call
         # even if the task is never started (a Ctrl-C inside submit()).
@@ -212,6 +214,12 @@ class _RayDispatch:
     # -- the waiting thread
 
     def wait(self, timeout: float) -> bool:
+        pending = self._pending
+        if pending is not None:
+            # Held back inside submit(): the registry aborts the dispatch
+            # signal and keeps joining the task.
+            self._pending = None
+            raise pending
         if self._report is not None:
             return True
         deadline = time.monotonic() + timeout
@@ -461,15 +469,25 @@ class RayBackend:
             # In flight before the task exists: close() waits for it.
             self._in_flight.add(dispatch)
             self.tasks_started += 1
+        # A Ctrl-C is held back while Ray takes the task and the dispatch
+        # keeps its ObjectRef: landing after Ray accepted the task, it would
+        # lose the handle of a task that may claim the call and run (the
+        # claim is made in the worker), which then could be neither joined
+        # nor reported as dispatched. It is handed back through the first
+        # wait(), as the thread backend does.
+        deferred = sigint_deferred()
         try:
-            dispatch._started(self._task.remote(packed))
+            with deferred:
+                dispatch._started(self._task.remote(packed))
         except BaseException as exc:
             self._settled(dispatch, False)
             if isinstance(exc, Exception):
                 dispatch._handle_remove()
-            # else (a Ctrl-C) the listener stays: the registry's abort then
-            # withdraws the call in the actor, whether or not Ray got the task.
+            # else (a Ctrl-C from outside the held-back window) the listener
+            # stays: the registry's abort then withdraws the call in the
+            # actor, whether or not Ray got the task.
             raise
+        dispatch._pending = deferred.interrupt()
         return dispatch
 
     def close(self) -> None:

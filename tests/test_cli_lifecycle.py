@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ TOOLS = r"""
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from dshtools import ToolDefinition, ToolRegistry
@@ -233,3 +235,35 @@ def test_sighup_after_the_terminal_closed_still_joins_and_exits_129(tmp_path: Pa
             proc.kill()
             proc.wait()
     assert alive(family) == []
+
+
+@pytest.mark.timeout(10)
+def test_sigint_deferred_holds_a_ctrl_c_back_until_asked() -> None:
+    """Inside the block a SIGINT is held back (the step completes); the
+    previous handler is back afterwards, and ``interrupt()`` runs it once
+    for the held-back signal, returning its ``KeyboardInterrupt``. On
+    another thread it changes nothing."""
+    import signal as os_signal
+
+    from dshtools._lifecycle import sigint_deferred
+
+    previous = os_signal.getsignal(os_signal.SIGINT)
+    completed = False
+    with sigint_deferred() as deferred:
+        os_signal.raise_signal(os_signal.SIGINT)
+        completed = True
+    assert completed
+    assert os_signal.getsignal(os_signal.SIGINT) is previous
+    assert isinstance(deferred.interrupt(), KeyboardInterrupt)
+    assert deferred.interrupt() is None  # once
+
+    seen: list[object] = []
+
+    def elsewhere() -> None:
+        with sigint_deferred():
+            seen.append(os_signal.getsignal(os_signal.SIGINT))
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join(5)
+    assert seen == [previous]

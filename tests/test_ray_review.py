@@ -288,18 +288,13 @@ class _InterruptedAfterSubmit:
         self._started = started
 
     def remote(self, packed: Any) -> Any:
-        self._task.remote(packed)
+        ref = self._task.remote(packed)
         assert ray.get(self._probe.wait.remote(self._started, 30)) is True
-        raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)  # the Ctrl-C lands here, after Ray took the task
+        return ref
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Ctrl-C inside Ray's .remote() after the task was submitted loses its ObjectRef: the registry "
-    "reports ABORTED_BEFORE_DISPATCH and never joins the task, whose body may have claimed the call "
-    "before the abort reached its worker (the claim is in the worker since decision 0042)",
-)
 def test_a_ctrl_c_inside_submit_never_reports_a_started_body_as_not_dispatched(
     probe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
