@@ -90,7 +90,8 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     from dshtools import ToolExecution, ToolSuccess
     from dshtools._freeze import freeze
     from dshtools._run import trusted_run_context
-    from dshtools._types import ExecutionToken, text_content, trusted_success, trusted_view
+    from dshtools._trusted import trusted_success, trusted_view
+    from dshtools._types import ExecutionToken, text_content
 
     success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7")
     assert type(success) is ToolSuccess and success == built
