@@ -198,7 +198,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         left = backend.left_behind()
         checks.append(
             (
-                f"no worker process runs a tool body (bodies running: {running}; workers started: "
+                f"no worker process runs a tool body (bodies running: {running}; worker pids: "
                 f"{', '.join(map(str, backend.workers_started)) or 'none'}; stopped by force: {backend.kills})",
                 running == 0,
             )
