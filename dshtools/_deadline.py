@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from ._errors import AbortError, TimeoutReason, check_seconds
-from ._signal import AbortSignal, _timeout_signal, derive
+from ._signal import AbortSignal, _timeout_signal, deadline_signal, timer_fired
 
 __all__ = ["Deadline", "deadline", "timeout_of"]
 
@@ -28,7 +28,7 @@ class Deadline:
     ``seconds`` (the budget, or ``None`` when no timer was armed), ``code``.
     """
 
-    __slots__ = ("_owns_signal", "_timer_signal", "code", "seconds", "signal")
+    __slots__ = ("_owns_signal", "code", "seconds", "signal")
 
     def __init__(self, upstream: AbortSignal | None, seconds: float | None, code: str) -> None:
         if not isinstance(code, str):
@@ -37,7 +37,6 @@ class Deadline:
             raise TypeError(f"upstream must be an AbortSignal or None, not {type(upstream).__name__}")
         value = None if seconds is None else check_seconds(seconds)
         self.code = code
-        self._timer_signal: AbortSignal | None = None
         if value is None or value <= 0:
             # No timer: the upstream itself (never closed by us), or a signal
             # that never aborts.
@@ -46,23 +45,20 @@ class Deadline:
             self._owns_signal = False
             return
         self.seconds = value
-        timer = _timeout_signal(value, code)
-        self._timer_signal = timer
-        self.signal = derive([upstream, timer] if upstream is not None else [timer])
+        # One signal: the upstream's aborts and this deadline's own timer.
+        self.signal = _timeout_signal(value, code) if upstream is None else deadline_signal(upstream, value, code)
         self._owns_signal = True
 
     @property
     def timed_out(self) -> bool:
-        """``True`` when this deadline's own timer aborted its signal."""
-        timer = self._timer_signal
-        return timer is not None and timer.aborted and self.signal.reason is timer.reason
+        """``True`` when this deadline's own timer aborted its signal (not
+        the upstream, whatever its reason)."""
+        return self._owns_signal and timer_fired(self.signal)
 
     def close(self) -> None:
         """Cancel the timer and detach from the upstream. Idempotent."""
         if self._owns_signal:
             self.signal.close()
-        if self._timer_signal is not None:
-            self._timer_signal.close()
 
     def __enter__(self) -> Deadline:
         return self

@@ -575,14 +575,17 @@ class Pipeline:
             result = _with_backend_meta(run, result)
         run.result = result
         run.published = True
-        for observer in run.hooks.observers:
-            try:
-                observer(run.view, result)
-            except KeyboardInterrupt as ki:
-                if run.interrupt is None:
-                    run.interrupt = ki
-            except BaseException as exc:
-                report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
+        observers = run.hooks.observers
+        if observers:
+            view = run.view
+            for observer in observers:
+                try:
+                    observer(view, result)
+                except KeyboardInterrupt as ki:
+                    if run.interrupt is None:
+                        run.interrupt = ki
+                except BaseException as exc:
+                    report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
         return result
 
     def _post_execute(self, run: Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:

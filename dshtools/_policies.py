@@ -1,7 +1,8 @@
 """Around-dispatch policies (docs/contract.md §4).
 
 ``TimeoutPolicy`` is the *classification* half of a tool timeout: it arms a
-``Deadline`` over the dispatch signal, hands the deadline's signal to the
+deadline over the dispatch signal (what ``deadline()`` makes: one signal
+derived from the upstream, carrying its own timer), hands that signal to the
 inner wrappers and the body, and afterwards says whether **its own** timer
 fired. Termination stays with the body (cooperative) and quiescence with the
 registry, which joins the body however long it takes.
@@ -14,8 +15,9 @@ Guarantees:
   the timer is cancelled as soon as the inner waterfall settles (no pending
   timer outlives a fast call).
 * The outcome is ``TOOL_TIMEOUT`` exactly when this wrapper's timer aborted
-  the deadline signal *before* anything upstream did. The check is by
-  identity of the reason object (``Deadline.timed_out``), not by code, so
+  the deadline signal *before* anything upstream did. The check asks the
+  signal whether its own timer decided its abort (``Deadline.timed_out``
+  asks the same), not which code the reason carries, so
   nested timeout wrappers each report only their own budget and a caller
   abort that won the race stays a cancellation (field cases B28, B31).
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._deadline import deadline
+from ._signal import deadline_signal, timer_fired
 from ._types import TOOL_TIMEOUT, ToolDispatchExecution, ToolExecutionResult, failure
 
 __all__ = ["TimeoutPolicy"]
@@ -60,25 +62,30 @@ class TimeoutPolicy:
         if seconds is None:
             return next()
         upstream = execution.signal
-        with deadline(upstream, seconds, TOOL_TIMEOUT) as dl:
-            execution.signal = dl.signal
+        # `definition.timeout` was checked when the definition was made
+        # (positive, finite): the deadline is armed without a Deadline.
+        signal = deadline_signal(upstream, seconds if type(seconds) is float else float(seconds), TOOL_TIMEOUT)
+        try:
+            execution.signal = signal
             try:
                 result = next()
             except Exception:
-                if not dl.timed_out:
+                if not timer_fired(signal):
                     raise
                 result = None
             finally:
                 execution.signal = upstream
-            if dl.timed_out:
+            if timer_fired(signal):
                 return failure(
                     f"tool call timed out after {_format_ms(seconds)}ms",
                     name="ToolTimeoutError",
                     code=TOOL_TIMEOUT,
-                    meta={"reason": dl.signal.reason},
+                    meta={"reason": signal.reason},
                 )
             assert result is not None
             return result
+        finally:
+            signal.close()
 
     def __repr__(self) -> str:
         return "TimeoutPolicy()"

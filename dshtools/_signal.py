@@ -20,7 +20,9 @@ from ._signal_surface import (
     _ensure_signal,
     _timeout_signal,
     abort_owned,
+    deadline_signal,
     derive,
+    timer_fired,
 )
 
 # The public names and the package-internal ones other modules import from
@@ -33,5 +35,7 @@ __all__ = [
     "_ensure_signal",
     "_timeout_signal",
     "abort_owned",
+    "deadline_signal",
     "derive",
+    "timer_fired",
 ]

@@ -145,6 +145,7 @@ class _SignalState(Protocol):
     _timer: _timer.TimerEntry | None
     _timer_code: str
     _timer_seconds: float
+    _fired: bool  # aborted by its own timer (set only then)
     _closed: bool
     _derived: bool
     _aborts_directly: bool

@@ -120,6 +120,8 @@ def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = Fals
             return
         if reason is _DEFAULT_REASON and self._deps:
             reason = _DefaultReason()  # shared with dependents
+        if from_timer:
+            self._fired = True  # before any listener runs (Deadline.timed_out)
         _mark_aborted_locked(self, reason)
         won, batches = _mark_dependents_locked(self, reason)
     _finish(won, batches, None)

@@ -157,6 +157,7 @@ class AbortSignal:
     _timer: _timer.TimerEntry | None
     _timer_code: str
     _timer_seconds: float
+    _fired: bool
     _closed: bool
     _derived: bool
     _aborts_directly: bool
@@ -425,6 +426,7 @@ class _LinkedSignal(AbortSignal):
         "_anchor",
         "_closed",
         "_derived",
+        "_fired",
         "_link",
         "_ref",
         "_sources",
@@ -488,6 +490,33 @@ def _timeout_signal(seconds: float, code: str) -> AbortSignal:
     signal._timer_code = code
     signal._timer_seconds = seconds
     signal._timer = _timer.schedule(seconds, signal)
+    return signal
+
+
+def timer_fired(signal: AbortSignal) -> bool:
+    """``signal`` (a timeout or deadline signal) was aborted by its own
+    timer, decided under the lock that decided the abort, before any
+    listener ran. Package-internal (``Deadline.timed_out``)."""
+    return getattr(signal, "_fired", False)
+
+
+def deadline_signal(upstream: AbortSignal, seconds: float, code: str) -> AbortSignal:
+    """One signal that aborts when ``upstream`` does (with its reason) or
+    ``seconds`` from now (``TimeoutReason(code, seconds)``), whichever comes
+    first: a signal derived from ``upstream`` that carries its own timer,
+    where ``any_of([upstream, timeout])`` would make two signals and two
+    sets of links. Signals derived from it link to it as well as to its
+    sources (its timer is a direct abort). Package-internal (``Deadline``)."""
+    signal = derive([upstream], aborts_directly=True)
+    assert isinstance(signal, _LinkedSignal)
+    signal._timer_code = code
+    signal._timer_seconds = seconds
+    with _LOCK:
+        # Armed only while pending: an abort of the upstream that won
+        # meanwhile leaves no entry behind (an abort clears `_timer` under
+        # this lock).
+        if not signal._aborted:
+            signal._timer = _timer.schedule(seconds, signal)
     return signal
 
 
