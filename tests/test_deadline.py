@@ -78,6 +78,24 @@ def test_already_aborted_upstream_gives_an_already_aborted_deadline() -> None:
         assert dl.timed_out is False
 
 
+def test_a_deadline_over_an_aborted_upstream_arms_no_timer() -> None:
+    baseline = pending_baseline()
+    with deadline(AbortSignal.already_aborted("early"), 60, "T") as dl:
+        assert dl.signal.aborted
+        assert _timer.pending_count() == baseline  # nothing left to fire
+
+
+def test_an_outer_deadline_of_the_same_code_firing_is_not_the_inner_ones_timeout() -> None:
+    """Nested deadlines of one code: only the one whose own timer decided
+    the abort reports ``timed_out`` (field cases B28, B31)."""
+    up = AbortController()
+    with deadline(up.signal, 60, "T") as outer, deadline(outer.signal, 60, "T") as inner:
+        outer.signal._on_timer()  # the outer timer fires, as the timer thread would
+        assert inner.signal.aborted and inner.signal.reason is outer.signal.reason
+        assert outer.timed_out is True
+        assert inner.timed_out is False
+
+
 @pytest.mark.parametrize("seconds", [None, 0, 0.0, -1, -0.5], ids=repr)
 def test_none_or_non_positive_seconds_arm_no_timer(seconds: float | None) -> None:
     baseline = pending_baseline()
