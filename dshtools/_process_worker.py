@@ -45,7 +45,6 @@ from ._errors import AbortError, safe_str
 from ._process_wire import describe_error, load_reason
 from ._remote_run import RemoteRun
 from ._signal import AbortController
-from ._types import ExecutionToken, ToolRunContext
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
 
@@ -113,18 +112,7 @@ def _run_one(
         body = bodies.get(key)
         if body is None:
             body = bodies[key] = cloudpickle.loads(body_bytes)
-        ctx = ToolRunContext(
-            token=ExecutionToken(),
-            call_id=call_id,
-            root_call_id=root_call_id,
-            name=name,
-            arguments=args,
-            agent=agent,
-            parent=None,
-            definition=None,
-            signal=controller.signal,
-            run=worker_run,
-        )
+        ctx = worker_run.context(call_id, root_call_id, name, agent, args, controller.signal)
         value = body(args, ctx)
     except BaseException as exc:  # every body fault is an outcome, never a crash
         worker_run.settled = True

@@ -48,7 +48,6 @@ from ._backend import Body
 from ._errors import report_unraisable, safe_str
 from ._remote_run import RemoteRun
 from ._signal import AbortController
-from ._types import ExecutionToken, ToolRunContext
 
 __all__: list[str] = []
 
@@ -458,18 +457,7 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
         return _pack(("withdrawn", None, ()))
     call_id, root_call_id, name, agent = fields
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
-    ctx = ToolRunContext(
-        token=ExecutionToken(),
-        call_id=call_id,
-        root_call_id=root_call_id,
-        name=name,
-        arguments=args,
-        agent=agent,
-        parent=None,
-        definition=None,
-        signal=controller.signal,
-        run=run,
-    )
+    ctx = run.context(call_id, root_call_id, name, agent, args, controller.signal)
     try:
         value = body(args, ctx)
     except BaseException as exc:

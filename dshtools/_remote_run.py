@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._freeze import freeze_with_height, thaw
+from ._freeze import thaw
 from ._signal import AbortSignal
-from ._types import ExecutionToken, ToolExecutionResult
+from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext, frozen_deferred_context
 
 __all__ = ["RemoteRun"]
 
@@ -37,12 +37,26 @@ class RemoteRun:
         self.contexts: list[Mapping[str, Any]] = []
         self.settled = False
 
+    def context(
+        self, call_id: str, root_call_id: str, name: str, agent: str | None, args: Any, signal: AbortSignal
+    ) -> ToolRunContext:
+        """The body's ``run``: a top-level call (no parent, no definition:
+        both stay in the caller's process) served by this run."""
+        return ToolRunContext(
+            token=ExecutionToken(),
+            call_id=call_id,
+            root_call_id=root_call_id,
+            name=name,
+            arguments=args,
+            agent=agent,
+            parent=None,
+            definition=None,
+            signal=signal,
+            run=self,
+        )
+
     def defer_context(self, context: object) -> None:
-        if self.settled:
-            raise RuntimeError("defer_context() after the tool body settled")
-        if not isinstance(context, dict):
-            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
-        frozen, _ = freeze_with_height(context)
+        frozen = frozen_deferred_context(context, self.settled)
         self.contexts.append(thaw(frozen) if self._thaw else frozen)
 
     def dispatch(

@@ -33,6 +33,7 @@ from ._types import (
     ToolFailure,
     ToolRunContext,
     ToolSuccess,
+    frozen_deferred_context,
 )
 
 __all__ = ["Hooks", "Run", "trusted_run_context"]
@@ -168,12 +169,7 @@ class Run:
     # -- used by ToolRunContext (the body's thread) --
 
     def defer_context(self, context: object) -> None:
-        if self.settled:
-            raise RuntimeError("defer_context() after the tool body settled")
-        if not isinstance(context, dict):
-            raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
-        frozen, _ = freeze_with_height(context)
-        self.tool_contexts.append(frozen)
+        self.tool_contexts.append(frozen_deferred_context(context, self.settled))
 
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken

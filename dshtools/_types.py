@@ -341,6 +341,18 @@ def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapp
 # --------------------------------------------------------------------- views
 
 
+def frozen_deferred_context(context: object, settled: bool) -> Any:
+    """``context`` deep-frozen for ``run.defer_context`` (docs/contract.md
+    §2): ``RuntimeError`` once the body ``settled``, ``TypeError`` for a
+    non-object, ``TypeError``/``ValueError`` for a non-JSON value.
+    Package-internal (every kind of run)."""
+    if settled:
+        raise RuntimeError("defer_context() after the tool body settled")
+    if not isinstance(context, dict):
+        raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
+    return freeze(context)
+
+
 class RunLike(Protocol):
     """What a view needs from the registry's private run object."""
 
