@@ -46,3 +46,12 @@ def registry_options() -> dict[str, Any]:
 def registry(registry_options: dict[str, Any]) -> Iterator[ToolRegistry]:
     with ToolRegistry(**registry_options) as r:
         yield r
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray (2 CPUs) for every Ray test of the session
+    (``tests/ray_support.py``)."""
+    from ray_support import local_ray
+
+    yield from local_ray()

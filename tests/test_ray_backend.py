@@ -3,7 +3,7 @@
 One ``ray.init(num_cpus=2)`` for the whole session (started by the first
 test that needs it, shut down at session end), one registry on one
 ``RayBackend(kill_after=1.0)`` for the module. The bodies talk to the test
-through a small named actor (``_Events``): they announce that they started
+through a small named actor (``Events``, tests/ray_support.py): they announce that they started
 (and their pids) and count what they ran, so no test sleeps to wait for an
 interleaving. Skipped only when ``ray`` is not importable.
 """
@@ -24,6 +24,8 @@ import psutil
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
+
+from ray_support import EventsActor, actor, announce  # noqa: E402
 
 from dshtools import (  # noqa: E402
     INVALID_TOOL_OUTPUT,
@@ -54,71 +56,21 @@ EVENTS = "dshtools-test-events"
 # ------------------------------------------------------------------ Ray
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
-class _Events:
-    """Named events with a value, and counters (a threaded actor)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._values: dict[str, Any] = {}
-        self._counts: dict[str, int] = {}
-
-    def set(self, name: str, value: Any = True) -> None:
-        with self._cond:
-            self._values[name] = value
-            self._cond.notify_all()
-
-    def wait(self, name: str, timeout: float) -> Any:
-        with self._cond:
-            self._cond.wait_for(lambda: name in self._values, timeout)
-            return self._values.get(name)
-
-    def incr(self, name: str) -> None:
-        with self._cond:
-            self._counts[name] = self._counts.get(name, 0) + 1
-
-    def count(self, name: str) -> int:
-        with self._cond:
-            return self._counts.get(name, 0)
-
-
-_events_handle: Any = None
-
-
 def _events() -> Any:
-    """The events actor, from a body (cached per worker process)."""
-    global _events_handle
-    if _events_handle is None:
-        _events_handle = ray.get_actor(EVENTS, namespace="dshtools-tests")
-    return _events_handle
+    """The events actor, from a body or a test (cached per process)."""
+    return actor(EVENTS)
 
 
 def _announce(tag: str, value: Any = True) -> None:
-    # .future().result(), not ray.get(): a body must not give up its CPU slot.
-    _events().set.remote(tag, value).future().result()
+    announce(EVENTS, tag, value)
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Any]:
-    """A local Ray with 2 CPUs for the whole session. Workers import this
-    module (its bodies are pickled by reference), so its directory goes on
-    their PYTHONPATH."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
-    try:
-        # address="local": always a fresh cluster of our own, never one that
-        # another run on this machine left registered (or half dead).
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="dshtools-tests")
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
-    events = _Events.options(name=EVENTS).remote()  # type: ignore[attr-defined]
-    ray.get(events.count.remote("warm-up"))
-    yield events
-    ray.shutdown()
+def events_actor(ray_cluster: None) -> Iterator[Any]:
+    handle = EventsActor.options(name=EVENTS).remote()
+    ray.get(handle.count.remote("warm-up"))
+    yield handle
+    ray.kill(handle)
 
 
 class _Recording(RayBackend):
@@ -135,7 +87,7 @@ class _Recording(RayBackend):
 
 
 @pytest.fixture(scope="module")
-def backend(ray_cluster: Any) -> Iterator[_Recording]:
+def backend(events_actor: Any) -> Iterator[_Recording]:
     backend = _Recording(kill_after=1.0)
     yield backend
     backend.close()
@@ -150,8 +102,8 @@ def registry(backend: _Recording) -> Iterator[ToolRegistry]:
 
 
 @pytest.fixture
-def events(ray_cluster: Any) -> Any:
-    return ray_cluster
+def events(events_actor: Any) -> Any:
+    return events_actor
 
 
 def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], object], **kw: Any) -> Callable[[], None]:

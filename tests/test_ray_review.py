@@ -2,17 +2,14 @@
 (docs/contract.md §9, §10; decision 0042): each test forces one with a
 probe actor the bodies report to, never with a sleep.
 
-Uses the Ray this process is connected to (test_ray_backend.py's session
-cluster when it ran first), else starts a local one of its own for this
-module and shuts it down after.
+Runs on the session's local Ray (the ``ray_cluster`` fixture,
+tests/ray_support.py), shared with test_ray_backend.py.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +17,8 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
+
+from ray_support import EventsActor, actor, announce  # noqa: E402
 
 from dshtools import (  # noqa: E402
     TOOL_ABORTED,
@@ -39,72 +38,20 @@ OBJECT: dict[str, Any] = {"type": "object"}
 PROBE = "dshtools-review-probe"
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)
-class _Probe:
-    """Named events and counters the bodies report to (a threaded actor)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._values: dict[str, Any] = {}
-        self._counts: dict[str, int] = {}
-
-    def set(self, name: str, value: Any = True) -> None:
-        with self._cond:
-            self._values[name] = value
-            self._cond.notify_all()
-
-    def wait(self, name: str, timeout: float) -> Any:
-        with self._cond:
-            self._cond.wait_for(lambda: name in self._values, timeout)
-            return self._values.get(name)
-
-    def incr(self, name: str) -> None:
-        with self._cond:
-            self._counts[name] = self._counts.get(name, 0) + 1
-
-    def count(self, name: str) -> int:
-        with self._cond:
-            return self._counts.get(name, 0)
-
-
 def _probe() -> Any:
-    return ray.get_actor(PROBE)
+    return actor(PROBE)
 
 
 def _announce(tag: str) -> None:
-    # .future().result(), not ray.get(): a body keeps its CPU slot.
-    _probe().set.remote(tag).future().result()
+    announce(PROBE, tag)
 
 
 @pytest.fixture(scope="module")
-def probe() -> Iterator[Any]:
-    temp_dir: str | None = None
-    if not ray.is_initialized():
-        # Workers import this module (its bodies are pickled by reference).
-        here = os.path.dirname(os.path.abspath(__file__))
-        old = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
-        temp_dir = tempfile.mkdtemp(prefix="dshray", dir="/tmp")  # short: Ray's socket paths
-        try:
-            ray.init(
-                address="local",
-                num_cpus=2,
-                include_dashboard=False,
-                log_to_driver=False,
-                _temp_dir=temp_dir,
-            )
-        finally:
-            if old is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = old
-    handle = _Probe.options(name=PROBE).remote()  # type: ignore[attr-defined]
+def probe(ray_cluster: None) -> Iterator[Any]:
+    handle = EventsActor.options(name=PROBE).remote()
     ray.get(handle.count.remote("warm-up"))
     yield handle
     ray.kill(handle)
-    if temp_dir is not None:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _call(name: str, call_id: str, signal: Any) -> ToolExecutionInput:
