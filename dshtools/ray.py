@@ -483,9 +483,9 @@ class RayBackend:
             self._settled(dispatch, False)
             if isinstance(exc, Exception):
                 dispatch._handle_remove()
-            # else (a Ctrl-C from outside the held-back window) the listener
-            # stays: the registry's abort then withdraws the call in the
-            # actor, whether or not Ray got the task.
+            # else a Ctrl-C that landed before Ray was given the task (outside
+            # the held-back window): nothing was submitted, and the listener
+            # stays so the registry's abort of the dispatch signal finds it.
             raise
         dispatch._pending = deferred.interrupt()
         return dispatch
