@@ -480,6 +480,11 @@ class RayBackend:
             with deferred:
                 dispatch._started(self._task.remote(packed))
         except BaseException as exc:
+            if dispatch.task is not None:
+                # Ray has the task; a Ctrl-C that landed just as the handler
+                # was put back goes the same way as a held-back one.
+                dispatch._pending = exc
+                return dispatch
             self._settled(dispatch, False)
             if isinstance(exc, Exception):
                 dispatch._handle_remove()
