@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, instructions, latency, leaks, peers, process, report, signals
+from . import batch, dispatch, floors, instructions, latency, leaks, peers, process, report, signals
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
     "signals": signals.run,
     "peers": peers.run,
+    "floors": floors.run,
     "latency": latency.run,
     "leaks": leaks.run,
     "batch": batch.run,

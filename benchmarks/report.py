@@ -141,6 +141,29 @@ def render(results: dict[str, Any]) -> str:
                     )
                 )
         lines.append("")
+    fl = results.get("floors")
+    if fl:
+        lines += [
+            "**Floors** (the least each operation can cost in pure Python with the contract's shape;"
+            " benchmarks/floors.py, docs/decisions/0048; floor ratio above 1: no implementation reaches the comparison)",
+            "",
+            _row("operation", "floor", "dshtools", "dshtools / floor", "compared with", "its median", "floor ratio"),
+            _row("---", "---:", "---:", "---:", "---", "---:", "---:"),
+        ]
+        for op, e in fl.items():
+            against = e.get("against")
+            lines.append(
+                _row(
+                    f"`{op}`",
+                    _ns(e["floor_ns_per_op"]),
+                    _ns(e["dshtools_ns_per_op"]),
+                    f"{e['dshtools_over_floor']:.2f}",
+                    against or "not installed",
+                    _ns(e["against_ns_per_op"]) if against else "",
+                    f"{e['floor_ratio']:.2f}" if against else "",
+                )
+            )
+        lines.append("")
     lat = results.get("latency")
     if lat:
         lines += [

@@ -10,7 +10,7 @@ is counted (start-up, imports, warm-up and setup are not); the count
 divided by ``number`` is the cost of one operation, loop included. The
 cyclic collector is paused, as in the wall-clock rounds.
 
-``python -m benchmarks.signal_instructions [OP ...] [--side ours|baseline|PEER ...]``
+``python -m benchmarks.signal_instructions [OP ...] [--side ours|baseline|floor|PEER ...]``
 prints a table (instructions per operation, and each ratio to dshtools).
 Not part of ``python -m benchmarks`` (a full table takes minutes); the
 closing notes of the signal work quote it.
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from . import floors
 
 __all__ = ["NUMBER", "counts", "main"]
 
@@ -54,11 +56,13 @@ import gc
 import sys
 
 side, ops = sys.argv[1], sys.argv[2:]
-from benchmarks import peers, signals
+from benchmarks import floors, peers, signals
 
 def case_of(op):
     if side == "ours":
         return signals.OURS[op] if op in signals.OURS else signals.ours_abort(int(op.split("_")[1]))
+    if side == "floor":
+        return floors.FLOOR[op]
     if side == "baseline":
         return signals.BASELINE[op][0] if op in signals.BASELINE else signals.ewc_abort(int(op.split("_")[1]))
     return peers.PEERS[side][1]()[op]
@@ -76,7 +80,8 @@ for arg in ops:
 
 def counts(side: str, ops: list[str], valgrind: str) -> dict[str, float]:
     """Instructions per operation for each of ``ops`` (keys of ``NUMBER``)
-    on ``side`` (``"ours"``, ``"baseline"`` or a key of
+    on ``side`` (``"ours"``, ``"baseline"``, ``"floor"`` (``benchmarks.floors``,
+    its operations only) or a key of
     ``benchmarks.peers.PEERS``)."""
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
@@ -122,7 +127,9 @@ def _peer_ops(side: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.signal_instructions", description=__doc__)
     parser.add_argument("ops", nargs="*", help=f"operations (default: all of {', '.join(NUMBER)})")
-    parser.add_argument("--side", nargs="+", default=["ours", "baseline"], help="ours, baseline, and/or peer names")
+    parser.add_argument(
+        "--side", nargs="+", default=["ours", "baseline"], help="ours, baseline, floor and/or peer names"
+    )
     args = parser.parse_args(argv)
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -135,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     sides = args.side
     table: dict[str, dict[str, float]] = {}
     for side in sides:
-        mine = ops if side in ("ours", "baseline") else [op for op in ops if op in _peer_ops(side)]
+        if side in ("ours", "baseline"):
+            mine = ops
+        elif side == "floor":
+            mine = [op for op in ops if op in floors.FLOOR]
+        else:
+            mine = [op for op in ops if op in _peer_ops(side)]
         table[side] = counts(side, mine, valgrind) if mine else {}
     print("| operation | " + " | ".join(sides) + " | " + " | ".join(f"ours/{s}" for s in sides[1:]) + " |")
     print("|---" * (2 * len(sides)) + "|")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import __main__ as bench_main
-from benchmarks import _timing, latency, leaks, peers, report, signals
+from benchmarks import _timing, floors, latency, leaks, peers, report, signals
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,6 +58,39 @@ def test_every_installed_peer_case_runs_a_few_operations() -> None:
         pytest.skip("no peer library installed (optional bench extra)")
 
 
+def test_the_abort_floor_calls_every_callback_once_with_the_signal_despite_a_raising_one() -> None:
+    controller = floors.FloorController()
+    seen: list[object] = []
+
+    def boom(_signal: object) -> None:
+        raise ValueError("contained")
+
+    controller.signal.callbacks.extend([seen.append, boom, seen.append])
+    controller.abort()
+    assert controller.signal.aborted
+    assert seen == [controller.signal, controller.signal]
+
+
+def test_the_add_remove_floor_stores_each_handle_until_it_is_removed() -> None:
+    signal = floors.FloorSignal()
+    first, second = signal.add_listener(signals.cb), signal.add_listener(signals.cb)
+    assert list(signal.handles) == [first, second]
+    first.remove()
+    assert list(signal.handles) == [second]
+
+
+def test_every_floor_runs_beside_dshtools_and_its_comparison() -> None:
+    assert set(floors.FLOOR) <= set(signals.OURS)
+    for case in floors.FLOOR.values():
+        case(3)()
+    figures = floors.run(quick=True)
+    assert figures["add_remove_listener"]["against"] == "baseline"
+    for op, entry in figures.items():
+        assert entry["floor_ns_per_op"] > 0 and entry["dshtools_ns_per_op"] > 0, op
+        if entry["against"] is not None:
+            assert entry["floor_ratio"] == entry["floor_ns_per_op"] / entry["against_ns_per_op"], op
+
+
 def test_latency_cases_wake_every_waiter_and_abort_every_execute() -> None:
     assert len(latency.wait_latency(5)) == 5
     samples, aborted = latency.execute_latency(5)
@@ -87,8 +120,9 @@ def test_quick_run_writes_every_required_key_and_renders_a_table(
             assert {"ns_per_op", "ratio"} <= figures.keys(), (lib, op)
     assert set(results["peers"]) | set(results["meta"]["peers_skipped"]) == {"cantok", "cancelscope", "autogen-core"}
     assert results["signal_scaling"]["linearity"] > 0
+    assert set(results["floors"]) == set(floors.FLOOR)
     printed = capsys.readouterr().out
-    assert "Dispatch overhead" in printed and "Batch throughput" in printed
+    assert "Dispatch overhead" in printed and "Batch throughput" in printed and "Floors" in printed
 
 
 def test_committed_results_file_has_every_required_key() -> None:
