@@ -25,7 +25,7 @@ from typing import Any
 
 Case = Callable[[int], Callable[[], Any]]
 
-__all__ = ["CPU", "WALL", "Case", "median", "paired", "paired_samples", "percentile", "time_case"]
+__all__ = ["CPU", "WALL", "Case", "median", "paired", "paired_ratio", "paired_samples", "percentile", "time_case"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -95,3 +95,15 @@ def paired(
 ) -> list[float]:
     """Median ns per operation of each case (see ``paired_samples``)."""
     return [median(s) for s in paired_samples(cases, number=number, rounds=rounds, warmup=warmup, clock=clock)]
+
+
+def paired_ratio(
+    ours: Case, other: Case, *, number: int, rounds: int, warmup: int = 1, clock: Callable[[], int] = WALL
+) -> tuple[float, float, float]:
+    """``(ours_ns, other_ns, ratio)``: the median ns per operation of each
+    case, and the median over rounds of ``ours / other`` within a round.
+    Each round times both cases back to back, so a ratio within a round
+    sees one machine state; its median is steadier than the ratio of the
+    two medians when the load drifts between rounds."""
+    a, b = paired_samples([ours, other], number=number, rounds=rounds, warmup=warmup, clock=clock)
+    return median(a), median(b), median([x / y for x, y in zip(a, b, strict=True)])

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import signals
-from ._timing import CPU, Case, paired
+from ._timing import CPU, Case, median, paired_samples
 
 __all__ = ["FLOOR", "FloorController", "FloorSignal", "run"]
 
@@ -131,28 +131,33 @@ def _comparison(op: str) -> tuple[str, Case] | None:
     return dist, factory()[op]
 
 
+def _median_ratio(top: list[float], bottom: list[float]) -> float:
+    return median([x / y for x, y in zip(top, bottom, strict=True)])
+
+
 def run(*, quick: bool = False) -> dict[str, Any]:
     """``{op: {"floor_ns_per_op", "dshtools_ns_per_op", "against",
-    "against_ns_per_op", "floor_ratio", "dshtools_over_floor"}}``, where
-    ``floor_ratio`` is floor / the comparison (above 1: no pure-Python
+    "against_ns_per_op", "floor_ratio", "dshtools_over_floor"}}``: medians
+    over rounds, the ratios as medians of per-round ratios. ``floor_ratio``
+    is floor / the comparison (above 1: no pure-Python
     implementation of the contract reaches the comparison) and ``against``
     names it; an op whose comparison is not installed has ``against`` None
     and no comparison figures."""
-    rounds = 3 if quick else 9
+    rounds = 3 if quick else 15
     out: dict[str, Any] = {}
     for op, floor in FLOOR.items():
         number = max(1, _NUMBER[op] // (20 if quick else 1))
         other = _comparison(op)
         cases = [floor, signals.OURS[op]] + ([other[1]] if other else [])
-        figures = paired(cases, number=number, rounds=rounds, clock=CPU)
+        samples = paired_samples(cases, number=number, rounds=rounds, clock=CPU)
         entry: dict[str, Any] = {
-            "floor_ns_per_op": figures[0],
-            "dshtools_ns_per_op": figures[1],
-            "dshtools_over_floor": figures[1] / figures[0],
+            "floor_ns_per_op": median(samples[0]),
+            "dshtools_ns_per_op": median(samples[1]),
+            "dshtools_over_floor": _median_ratio(samples[1], samples[0]),
             "against": other[0] if other else None,
         }
         if other:
-            entry["against_ns_per_op"] = figures[2]
-            entry["floor_ratio"] = figures[0] / figures[2]
+            entry["against_ns_per_op"] = median(samples[2])
+            entry["floor_ratio"] = _median_ratio(samples[0], samples[2])
         out[op] = entry
     return out

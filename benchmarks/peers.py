@@ -3,8 +3,9 @@
 Peers are installed only through the optional ``bench`` extra
 (``pip install -e ".[bench]"``); a peer that is not importable is skipped
 with a note. Each peer operation is paired, in interleaved rounds, with the
-same dshtools operation measured in the same run; ``ratio`` is
-``dshtools / peer`` (below 1: dshtools is faster).
+same dshtools operation measured in the same run; ``ratio`` is the median
+over rounds of ``dshtools / peer`` within a round (below 1: dshtools is
+faster).
 
 Operation mapping (only what a peer really has):
 
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import signals
-from ._timing import CPU, Case, paired
+from ._timing import CPU, Case, paired_ratio
 
 __all__ = ["PEERS", "run"]
 
@@ -221,7 +222,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     "ratio"}}}, "versions": {library: version}, "skipped": {library: note}}``;
     ``__main__`` files the results under ``peers`` and the rest under
     ``meta``."""
-    rounds = 3 if quick else 7
+    rounds = 3 if quick else 15
     results: dict[str, Any] = {}
     versions: dict[str, str | None] = {}
     skipped: dict[str, str] = {}
@@ -235,7 +236,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         for op, case in factory().items():
             number = max(1, _NUMBER[op] // (20 if quick else 1))
-            ours_ns, peer_ns = paired([signals.OURS[op], case], number=number, rounds=rounds, clock=CPU)
-            entry[op] = {"ns_per_op": peer_ns, "dshtools_ns_per_op": ours_ns, "ratio": ours_ns / peer_ns}
+            ours_ns, peer_ns, ratio = paired_ratio(signals.OURS[op], case, number=number, rounds=rounds, clock=CPU)
+            entry[op] = {"ns_per_op": peer_ns, "dshtools_ns_per_op": ours_ns, "ratio": ratio}
         results[dist] = entry
     return {"results": results, "versions": versions, "skipped": skipped}
