@@ -21,25 +21,18 @@ import sys
 import threading
 from typing import Any
 
+from . import _procfs
 
-def _proc_parents() -> dict[int, list[tuple[int, bytes]]] | None:
-    """parent pid -> [(pid, state)] for every process in ``/proc``, or
-    ``None`` where there is no ``/proc``."""
-    if not os.path.isdir("/proc/self"):
+
+def _proc_parents() -> dict[int, list[_procfs.ProcStat]] | None:
+    """parent pid -> its children's stat lines, for every process in
+    ``/proc``, or ``None`` where ``/proc`` cannot be read."""
+    procs = _procfs.try_scan()
+    if procs is None:
         return None
-    parents: dict[int, list[tuple[int, bytes]]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:  # exited meanwhile
-            continue
-        # "pid (comm) state ppid ...": comm may contain spaces and ")".
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) >= 2:
-            parents.setdefault(int(fields[1]), []).append((int(name), fields[0]))
+    parents: dict[int, list[_procfs.ProcStat]] = {}
+    for info in procs.values():
+        parents.setdefault(info.ppid, []).append(info)
     return parents
 
 
@@ -73,13 +66,13 @@ def live_descendants() -> tuple[list[int], str]:
     seen = {os.getpid()}
     todo = [os.getpid()]
     while todo:
-        for pid, state in parents.get(todo.pop(), ()):
-            if pid in seen:
+        for info in parents.get(todo.pop(), ()):
+            if info.pid in seen:
                 continue
-            seen.add(pid)
-            todo.append(pid)  # a zombie has no children, but walk it anyway
-            if state not in (b"Z", b"X"):
-                found.append(pid)
+            seen.add(info.pid)
+            todo.append(info.pid)  # a zombie has no children, but walk it anyway
+            if info.alive:
+                found.append(info.pid)
     return sorted(found), "/proc"
 
 
@@ -87,26 +80,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
 
-def _read_stat(pid: int) -> tuple[bytes, int, int, int] | None:
-    """``(state, ppid, session id, start time)`` of ``pid`` from
-    ``/proc/<pid>/stat``, or ``None`` when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
-    # majflt cmajflt utime stime cutime cstime priority nice threads
-    # itrealvalue starttime ...": comm may contain spaces and ")".
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 20:
-        return None
-    return fields[0], int(fields[1]), int(fields[3]), int(fields[19])
-
-
 def _start_time(pid: int) -> int | None:
-    info = _read_stat(pid)
-    return None if info is None else info[3]
+    info = _procfs.stat(pid)
+    return None if info is None else info.start
 
 
 def _children(pid: int) -> list[int] | None:
@@ -233,12 +209,11 @@ class _subreaper:
         children, and record (pid, start time) of every deeper descendant."""
         seen: set[tuple[int, int]] = set()
         for pid in _children(me) or ():
-            info = _read_stat(pid)
+            info = _procfs.stat(pid)
             if info is None:
                 continue
-            state, _ppid, sid, start = info
-            adopted = sid not in (own_sid, pid) or (pid, start) in self.deeper
-            if state == b"Z" and adopted:
+            adopted = info.sid not in (own_sid, pid) or (pid, info.start) in self.deeper
+            if info.state == b"Z" and adopted:
                 # Nobody else waits for an adopted process, so its pid
                 # cannot be reaped and reused between the read and here.
                 try:
@@ -250,9 +225,9 @@ class _subreaper:
             todo = list(_children(pid) or ())
             while todo:
                 below = todo.pop()
-                below_info = _read_stat(below)
+                below_info = _procfs.stat(below)
                 if below_info is not None:
-                    seen.add((below, below_info[3]))
+                    seen.add((below, below_info.start))
                     todo.extend(_children(below) or ())
         # Forget what is gone, so a reused pid is never taken for it.
         self.deeper = seen | {key for key in self.deeper if _start_time(key[0]) == key[1]}

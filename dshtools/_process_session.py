@@ -22,46 +22,12 @@ Without ``/proc`` (not Linux) only the process group is covered.
 from __future__ import annotations
 
 import os
-import signal as _os_signal
-from typing import Final
+
+from . import _procfs
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-_HAVE_PROC: Final = os.path.isdir("/proc/self")
-
-
-def _stat_session(pid: int) -> tuple[int, bool] | None:
-    """``(session id, is_dead)`` of ``pid`` read from ``/proc/<pid>/stat``,
-    ``None`` when it cannot be read (the process is gone). ``is_dead`` is
-    true for a zombie (``Z``) or a dying (``X``) process."""
-    # os.open/os.read rather than open(): about three times faster, and a
-    # scan reads every process's stat. One read returns the whole line.
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # "pid (comm) state ppid pgrp session ...": comm may contain spaces and
-    # parentheses, so split after the *last* ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 4:
-        return None
-    try:
-        sid = int(fields[3])
-    except ValueError:
-        return None
-    return sid, fields[0] in (b"Z", b"X")
+    _procfs.killpg(pgid, sig)
 
 
 def _session_members(sid: int) -> list[int] | None:
@@ -72,57 +38,18 @@ def _session_members(sid: int) -> list[int] | None:
     zombie waits for PID 1 to reap it, which in some containers never
     happens, and must not make us wait forever.
     """
-    if not _HAVE_PROC:
+    procs = _procfs.try_scan()
+    if procs is None:
         return None
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return None
-    members: list[int] = []
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            info = _stat_session(pid)
-            if info is not None and info[0] == sid and not info[1]:
-                members.append(pid)
-    return members
+    return [p.pid for p in procs.values() if p.sid == sid and p.alive]
 
 
 def _kill_member(pid: int, sid: int, sig: int) -> None:
     """Send ``sig`` to ``pid`` only if its session id, read right before, is
     still ``sid`` (the pid may have been reused by a stranger since the
-    scan that found it).
-
-    With ``pidfd_open`` the process is pinned *before* the re-read, so the
-    signal reaches exactly the process whose session was checked (or nobody,
-    if it died meanwhile): no window. Without it (old kernels), a window of
-    a few microseconds is left between the re-read and ``kill``: the member
-    would have to die, be reaped, and its pid be handed to a new process in
-    between.
-    """
-    pidfd = -1
-    if hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal"):
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return
-        except OSError:
-            pidfd = -1  # e.g. ENOSYS, EMFILE: fall back to kill()
-    try:
-        info = _stat_session(pid)
-        if info is None or info[0] != sid:
-            return
-        if pidfd >= 0:
-            _os_signal.pidfd_send_signal(pidfd, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    finally:
-        if pidfd >= 0:
-            os.close(pidfd)
+    scan that found it). With ``pidfd_open`` the process is pinned before
+    that read, so no window is left (``_procfs.signal_if``)."""
+    _procfs.signal_if(pid, sig, lambda info: info.sid == sid)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -141,33 +68,10 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    if not _HAVE_PROC:
+    procs = _procfs.try_scan()
+    if procs is None:
         return True
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return True
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue  # exited meanwhile
-            # "pid (comm) state ppid pgrp ...": comm may contain anything,
-            # so split after the last ')'.
-            fields = data[data.rfind(b")") + 2 :].split()
-            if len(fields) < 3:
-                continue
-            try:
-                pgrp = int(fields[2])
-            except ValueError:
-                continue
-            if pgrp == pgid and fields[0] not in (b"Z", b"X"):
-                return True
-    return False
+    return any(p.pgrp == pgid and p.alive for p in procs.values())
 
 
 class _Session:

@@ -36,74 +36,19 @@ import logging
 import os
 import signal as _os_signal
 import time
-from typing import Final, NamedTuple
+from typing import Final
+
+from . import _procfs
+from ._procfs import ProcStat as ProcInfo
+from ._procfs import scan
 
 __all__ = ["ProcInfo", "left_behind", "scan", "session_alive", "stop_tree"]
 
 _log = logging.getLogger("dshtools.process")
 
-_HAVE_PROC: Final = os.path.isdir("/proc/self")
 _POLL_MIN: Final = 0.001
 _POLL_MAX: Final = 0.02
 _SLOW_WARNING: Final = 5.0
-
-
-class ProcInfo(NamedTuple):
-    """One line of ``/proc/<pid>/stat``: state, parent, group, session and
-    start time (clock ticks since boot)."""
-
-    pid: int
-    state: bytes
-    ppid: int
-    pgrp: int
-    sid: int
-    start: int
-
-    @property
-    def alive(self) -> bool:
-        return self.state not in (b"Z", b"X")
-
-
-def _read(pid: int) -> ProcInfo | None:
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
-    # majflt cmajflt utime stime cutime cstime priority nice threads
-    # itrealvalue starttime ...": comm may hold anything, so split after the
-    # last ')'. starttime is field 22, index 19 here.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 20:
-        return None
-    try:
-        return ProcInfo(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
-    except ValueError:
-        return None
-
-
-def scan() -> dict[int, ProcInfo]:
-    """Every process in ``/proc`` (empty without ``/proc``)."""
-    out: dict[int, ProcInfo] = {}
-    if not _HAVE_PROC:
-        return out
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return out
-    with entries:
-        for entry in entries:
-            if entry.name.isdigit():
-                info = _read(int(entry.name))
-                if info is not None:
-                    out[info.pid] = info
-    return out
 
 
 def session_alive(sid: int) -> list[int]:
@@ -125,36 +70,12 @@ def left_behind(workers_started: list[int], workers_alive: list[int]) -> list[in
 
 def _kill_same(pid: int, start: int) -> None:
     """SIGKILL ``pid`` only if it is still the process that started at
-    ``start`` (pinned by a pidfd first where the kernel has one, so the
-    check and the signal concern the same process)."""
-    pidfd = -1
-    if hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal"):
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return
-        except OSError:
-            pidfd = -1
-    try:
-        info = _read(pid)
-        if info is None or info.start != start:
-            return
-        if pidfd >= 0:
-            _os_signal.pidfd_send_signal(pidfd, _os_signal.SIGKILL)
-        else:
-            os.kill(pid, _os_signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    finally:
-        if pidfd >= 0:
-            os.close(pidfd)
+    ``start`` (``_procfs.signal_if``: pinned first where the kernel can)."""
+    _procfs.signal_same(pid, start, _os_signal.SIGKILL)
 
 
 def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, _os_signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _procfs.killpg(pgid, _os_signal.SIGKILL)
 
 
 def _descendants(procs: dict[int, ProcInfo], root: int) -> list[ProcInfo]:
@@ -178,7 +99,7 @@ def stop_tree(leader: int) -> int:
     session) and everything it started, and return once none of it is
     alive; see the module docstring. The caller reaps ``leader`` afterwards.
     Returns how many processes other than ``leader`` were found."""
-    if not _HAVE_PROC:
+    if not _procfs.HAVE_PROC:
         _killpg(leader)
         try:
             os.kill(leader, _os_signal.SIGKILL)
@@ -202,7 +123,7 @@ def stop_tree(leader: int) -> int:
     for pid, start in recorded.items():
         _kill_same(pid, start)
     for sid in sessions:
-        info = _read(sid)
+        info = _procfs.stat(sid)
         if info is not None and info.start == recorded[sid]:
             _killpg(sid)
     delay = _POLL_MIN
@@ -216,10 +137,10 @@ def stop_tree(leader: int) -> int:
             if p.sid == leader or recorded.get(p.pid) == p.start:
                 live.append(p)
             elif p.sid in sessions:
-                head = _read(p.sid)
+                head = _procfs.stat(p.sid)
                 if head is not None and head.start == recorded[p.sid]:
                     live.append(p)
-        leader_info = _read(leader)
+        leader_info = _procfs.stat(leader)
         if not live and (leader_info is None or not leader_info.alive):
             return len(recorded)
         for p in live:

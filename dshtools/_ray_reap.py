@@ -23,54 +23,36 @@ import select
 import signal
 import time
 
+from . import _procfs
+
 __all__ = ["ProcessId", "alive", "kill_tree", "snapshot", "wait_gone"]
 
 ProcessId = tuple[int, int, int]
 """``(pid, start time in clock ticks, process group id)``."""
 
 
-def _stat(pid: int) -> tuple[int, int, int, str] | None:
-    """``(ppid, pgid, start time, state)`` of ``pid``, or ``None`` if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = data[data.rfind(")") + 2 :].split()
-    # fields[0] is field 3 (state); field N is fields[N - 3].
-    return int(fields[1]), int(fields[2]), int(fields[19]), fields[0]
-
-
 def identity(pid: int) -> ProcessId | None:
     """``(pid, start time, pgid)`` of a live process, or ``None``."""
-    st = _stat(pid)
-    if st is None or st[3] in ("Z", "X"):
+    info = _procfs.stat(pid)
+    if info is None or not info.alive:
         return None
-    return (pid, st[2], st[1])
+    return (pid, info.start, info.pgrp)
 
 
 def alive(proc: ProcessId) -> bool:
     """Whether the process recorded as ``proc`` still runs (a zombie does not)."""
-    st = _stat(proc[0])
-    return st is not None and st[2] == proc[1] and st[3] not in ("Z", "X")
+    info = _procfs.stat(proc[0])
+    return info is not None and info.start == proc[1] and info.alive
 
 
 def snapshot(root: int) -> list[ProcessId]:
     """Every live descendant of ``root`` (not ``root`` itself), by ancestry, now."""
-    if not os.path.isdir("/proc"):
-        return []
     children: dict[int, list[int]] = {}
     ids: dict[int, ProcessId] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        st = _stat(pid)
-        if st is None or st[3] in ("Z", "X"):
-            continue
-        children.setdefault(st[0], []).append(pid)
-        ids[pid] = (pid, st[2], st[1])
+    for info in _procfs.scan().values():
+        if info.alive:
+            children.setdefault(info.ppid, []).append(info.pid)
+            ids[info.pid] = (info.pid, info.start, info.pgrp)
     found: list[ProcessId] = []
     todo = list(children.get(root, ()))
     while todo:
@@ -89,14 +71,14 @@ def kill_tree(worker: ProcessId | None, descendants: list[ProcessId]) -> None:
     own_group = os.getpgrp()
     groups: set[int] = set()
     for proc in descendants:
-        pid, _, pgid = proc
+        pid, start, pgid = proc
         if not alive(proc):
             continue
         if pgid == pid and pgid != own_group:
             groups.add(pgid)
         else:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            # Pinned and re-checked by start time: a reused pid is never hit.
+            _procfs.signal_same(pid, start, signal.SIGKILL)
     if worker is not None and worker[2] == worker[0] and worker[2] != own_group and alive(worker):
         groups.add(worker[2])
     for pgid in groups:

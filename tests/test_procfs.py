@@ -1,0 +1,101 @@
+"""``dshtools._procfs``: the one reader of ``/proc`` behind run_process's
+session, the process backend's forced stop, the Ray reaper and the command
+line's descendant check (docs/contract.md §5, §9)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dshtools import _procfs
+
+pytestmark = [
+    pytest.mark.timeout(30),
+    pytest.mark.skipif(not _procfs.HAVE_PROC, reason="needs /proc (Linux)"),
+]
+
+_SLEEPER = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+
+
+def _sleeper(argv: list[str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv or _SLEEPER, stdin=subprocess.PIPE)
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_stat_of_this_process_agrees_with_the_kernel_and_psutil() -> None:
+    info = _procfs.stat(os.getpid())
+    assert info is not None
+    assert (info.pid, info.ppid, info.pgrp, info.sid) == (os.getpid(), os.getppid(), os.getpgrp(), os.getsid(0))
+    assert info.alive and info.state in (b"R", b"S")
+    boot = psutil.boot_time()
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert abs(boot + info.start / ticks - psutil.Process().create_time()) < 1.0
+
+
+def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields() -> None:
+    odd = ") 1 2 (x"
+    code = (
+        "import ctypes, sys\n"
+        f"ctypes.CDLL(None).prctl(15, {odd.encode()!r}, 0, 0, 0)\n"  # PR_SET_NAME
+        "print('named', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"named\n"
+        assert Path(f"/proc/{proc.pid}/comm").read_text() == odd + "\n"  # the scenario is real
+        info = _procfs.stat(proc.pid)
+        assert info is not None
+        assert info.alive and (info.ppid, info.pgrp, info.sid) == (os.getpid(), os.getpgrp(), os.getsid(0))
+    finally:
+        _finish(proc)
+
+
+def test_a_zombie_is_read_but_not_alive_and_a_reaped_process_is_gone() -> None:
+    proc = _sleeper()
+    assert proc.stdin is not None
+    proc.stdin.close()  # it exits
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped: a zombie
+    info = _procfs.stat(proc.pid)
+    assert info is not None and info.state == b"Z" and not info.alive
+    proc.wait()
+    assert _procfs.stat(proc.pid) is None
+
+
+def test_scan_holds_this_process_and_its_child() -> None:
+    proc = _sleeper()
+    try:
+        procs = _procfs.try_scan()
+        assert procs is not None
+        assert procs[os.getpid()].sid == os.getsid(0)
+        assert procs[proc.pid].ppid == os.getpid()
+        assert _procfs.scan().keys() >= {os.getpid(), proc.pid}
+    finally:
+        _finish(proc)
+
+
+def test_signal_if_signals_only_the_process_the_predicate_accepts() -> None:
+    proc = _sleeper()
+    try:
+        start = _procfs.stat(proc.pid).start  # type: ignore[union-attr]
+        _procfs.signal_same(proc.pid, start + 1, signal.SIGKILL)  # another process's identity
+        _procfs.signal_if(proc.pid, signal.SIGKILL, lambda info: info.sid != os.getsid(0))
+        assert proc.poll() is None  # neither reached it
+        _procfs.signal_same(proc.pid, start, signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        _finish(proc)
+    # Gone and reaped: nothing to signal, nothing raised.
+    _procfs.signal_same(proc.pid, start, signal.SIGKILL)
+    _procfs.killpg(proc.pid, signal.SIGKILL)
