@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Final, Protocol
 
@@ -502,6 +502,26 @@ class Aliases:
         return self.to_name.get(sent, sent)
 
 
+def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(name as sent, description, parameters)`` for every tool in
+    ``registry``, in ``registry.schemas()`` order: the name is the tool's
+    alias (``alias_names``), the parameters a fresh, plain, mutable copy of
+    its object schema (an empty one when it has none). Raises
+    ``ValueError`` naming the first tool whose parameters are not an object
+    schema (``object_schema_or_raise``)."""
+    from ._freeze import thaw
+
+    schemas = [thaw(schema) for schema in registry.schemas()]
+    aliases = alias_names([str(s["name"]) for s in schemas])
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for plain in schemas:
+        name = str(plain["name"])
+        parameters = plain.get("parameters", {"type": "object", "properties": {}})
+        object_schema_or_raise(name, parameters)
+        out.append((aliases[name], plain.get("description", ""), parameters))
+    return out
+
+
 def object_schema_or_raise(name: str, parameters: object) -> None:
     """Raise ``ValueError`` naming the tool when ``parameters`` is not an
     object schema (providers take only ``{"type": "object", ...}``;
@@ -541,6 +561,46 @@ class CallIds:
             )
         self._seen.add(call_id)
         return call_id, None
+
+
+def assistant_fields(message: object, *, has: str, what: str, signal: object) -> object:
+    """The fields of an assistant ``message`` to read with ``field``: the
+    mapping ``as_mapping`` gives, else the SDK object itself when it has
+    the attribute ``has`` (its ``model_dump()`` failed). Raises
+    ``TypeError`` for a ``signal`` that is not an ``AbortSignal`` or a
+    message that is neither, and ``ValueError`` for a ``role`` other than
+    ``"assistant"`` (``what`` names the tool calls in that message)."""
+    from ._signal import AbortSignal
+
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    msg: object = as_mapping(message)
+    if msg is None:
+        if not hasattr(message, has):
+            raise TypeError(
+                f"message must be a JSON object or an object with model_dump(), not {type(message).__name__}"
+            )
+        msg = message
+    role = field(msg, "role", "assistant")
+    if role is not None and role != "assistant":
+        raise ValueError(f'{what} come from an "assistant" message, not role {role!r}')
+    return msg
+
+
+def checked_call_id(call_id: object) -> str:
+    """``call_id`` made UTF-8 safe; ``TypeError`` when it is not a ``str``."""
+    if not isinstance(call_id, str):
+        raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
+    return utf8_safe(call_id)
+
+
+def paired(calls: Sequence[Any], results: Iterable[Any]) -> list[tuple[Any, Any]]:
+    """``(call, result)`` pairs in order; ``ValueError`` when the two
+    lengths differ."""
+    results = list(results)
+    if len(results) != len(calls):
+        raise ValueError(f"{len(calls)} calls but {len(results)} results")
+    return list(zip(calls, results, strict=True))
 
 
 def result_text(content: Iterable[Mapping[str, Any]]) -> str:

@@ -42,7 +42,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict
 
-from ._freeze import thaw
 from ._interop import (
     INVALID_CALL,
     Aliases,
@@ -51,12 +50,14 @@ from ._interop import (
     MalformedArguments,
     alias_names,
     as_mapping,
+    assistant_fields,
     check_decoded,
+    checked_call_id,
     field,
-    object_schema_or_raise,
+    paired,
     parse_arguments,
+    provider_tools,
     result_text,
-    utf8_safe,
 )
 from ._signal import AbortSignal
 from ._types import ToolExecutionInput, ToolExecutionResult
@@ -108,15 +109,10 @@ def tools_param(registry: _HasSchemas) -> list[ToolParam]:
     ``parameters`` is not an object schema. The result is fresh, plain,
     mutable JSON: editing it does not touch the registry. Source:
     docs/contract.md §11."""
-    schemas = [thaw(schema) for schema in registry.schemas()]
-    aliases = alias_names([str(s["name"]) for s in schemas])
-    out: list[ToolParam] = []
-    for plain in schemas:
-        name = str(plain["name"])
-        parameters = plain.get("parameters", {"type": "object", "properties": {}})
-        object_schema_or_raise(name, parameters)
-        out.append({"name": aliases[name], "description": plain.get("description", ""), "input_schema": parameters})
-    return out
+    return [
+        {"name": name, "description": description, "input_schema": parameters}
+        for name, description, parameters in provider_tools(registry)
+    ]
 
 
 def calls_from_message(
@@ -140,18 +136,7 @@ def calls_from_message(
     with ``model_dump()``, a ``content`` that is neither a string nor a
     list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``. Source: docs/contract.md §11, §8 A11, A12."""
-    if not isinstance(signal, AbortSignal):
-        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
-    msg: object = as_mapping(message)
-    if msg is None:
-        if not hasattr(message, "content"):
-            raise TypeError(
-                f"message must be a JSON object or an object with model_dump(), not {type(message).__name__}"
-            )
-        msg = message  # an SDK object whose model_dump failed: read its attributes
-    role = field(msg, "role", "assistant")
-    if role is not None and role != "assistant":
-        raise ValueError(f'tool_use blocks come from an "assistant" message, not role {role!r}')
+    msg = assistant_fields(message, has="content", what="tool_use blocks", signal=signal)
     content = field(msg, "content")
     if content is None or isinstance(content, str):
         return []
@@ -194,11 +179,9 @@ def tool_result(call_id: str, result: ToolExecutionResult) -> ToolResultBlock:
     ``result.is_error``. Lone surrogates become U+FFFD. Raises
     ``TypeError`` for a non-``str`` ``call_id``. Source: docs/contract.md
     §11."""
-    if not isinstance(call_id, str):
-        raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
     return {
         "type": "tool_result",
-        "tool_use_id": utf8_safe(call_id),
+        "tool_use_id": checked_call_id(call_id),
         "content": result_text(result.content),
         "is_error": bool(result.is_error),
     }
@@ -210,7 +193,4 @@ def tool_results(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExec
     message (one block per ``tool_use``, as the API requires). Raises
     ``ValueError`` when the two lengths differ. Source: docs/contract.md
     §11."""
-    results = list(results)
-    if len(results) != len(calls):
-        raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [tool_result(call.call_id, result) for call, result in zip(calls, results, strict=True)]
+    return [tool_result(call.call_id, result) for call, result in paired(calls, results)]

@@ -51,7 +51,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict
 
-from ._freeze import thaw
 from ._interop import (
     INVALID_CALL,
     Aliases,
@@ -60,9 +59,12 @@ from ._interop import (
     MalformedArguments,
     alias_names,
     as_mapping,
+    assistant_fields,
+    checked_call_id,
     field,
-    object_schema_or_raise,
+    paired,
     parse_arguments,
+    provider_tools,
     result_text,
     utf8_safe,
 )
@@ -110,33 +112,10 @@ def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
     ``parameters`` is not an object schema (providers reject the whole
     request otherwise). The result is a fresh, plain, mutable JSON
     structure: editing it does not touch the registry."""
-    schemas = [thaw(schema) for schema in registry.schemas()]
-    aliases = alias_names([str(s["name"]) for s in schemas])
-    out: list[dict[str, Any]] = []
-    for plain in schemas:
-        name = str(plain["name"])
-        parameters = plain.get("parameters", {"type": "object", "properties": {}})
-        object_schema_or_raise(name, parameters)
-        out.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": aliases[name],
-                    "description": plain.get("description", ""),
-                    "parameters": parameters,
-                },
-            }
-        )
-    return out
-
-
-def _message_mapping(message: object) -> Mapping[str, Any] | object:
-    mapped = as_mapping(message)
-    if mapped is not None:
-        return mapped
-    if hasattr(message, "tool_calls"):  # an SDK object whose model_dump failed
-        return message
-    raise TypeError(f"message must be a JSON object or an object with model_dump(), not {type(message).__name__}")
+    return [
+        {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+        for name, description, parameters in provider_tools(registry)
+    ]
 
 
 def calls_from_message(
@@ -164,12 +143,7 @@ def calls_from_message(
     object with ``model_dump()``, ``tool_calls`` that is not a list, or a
     non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``. Source: docs/contract.md §6, §8 A11, A12."""
-    if not isinstance(signal, AbortSignal):
-        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
-    msg = _message_mapping(message)
-    role = field(msg, "role", "assistant")
-    if role is not None and role != "assistant":
-        raise ValueError(f'tool calls come from an "assistant" message, not role {role!r}')
+    msg = assistant_fields(message, has="tool_calls", what="tool calls", signal=signal)
     calls = field(msg, "tool_calls")
     if calls is None:
         return []
@@ -221,9 +195,7 @@ def tool_message(call_id: str, result: ToolExecutionResult) -> ToolMessage:
     the tool message: where they go in the conversation is the agent
     loop's decision. Raises ``TypeError`` for a non-``str`` ``call_id``.
     Source: docs/contract.md §6, §8 A11."""
-    if not isinstance(call_id, str):
-        raise TypeError(f"call_id must be a str, not {type(call_id).__name__}")
-    return {"role": "tool", "tool_call_id": utf8_safe(call_id), "content": result_text(result.content)}
+    return {"role": "tool", "tool_call_id": checked_call_id(call_id), "content": result_text(result.content)}
 
 
 def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[ToolMessage]:
@@ -232,7 +204,4 @@ def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExe
     per model tool call, since ``calls_from_message`` gave one input per
     call. Raises ``ValueError`` when the two lengths differ. Source:
     docs/contract.md §6, §8 A11."""
-    results = list(results)
-    if len(results) != len(calls):
-        raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [tool_message(call.call_id, result) for call, result in zip(calls, results, strict=True)]
+    return [tool_message(call.call_id, result) for call, result in paired(calls, results)]
