@@ -474,6 +474,9 @@ class ProcessBackend:
         except (EOFError, OSError):
             self._lose(worker)
             return
+        self._handle(worker, message)
+
+    def _handle(self, worker: _Worker, message: Any) -> None:
         if message[0] == "ready":
             # Imported and listening: from now on a claim starts the body at
             # once, so "invoked" never covers an interpreter start-up.
@@ -546,6 +549,13 @@ class ProcessBackend:
         """The worker exited on its own: kill what it left, reap it, report
         the body it ran (if any) as lost."""
         self._retire(worker)
+        # What it sent before it died still counts: a body whose outcome is
+        # in the pipe returned, whichever of the two the manager saw first.
+        try:
+            while worker.job is not None and worker.conn.poll(0):
+                self._handle(worker, pickle.loads(worker.conn.recv_bytes()))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
         stop_tree(worker.pid)
         code = worker.proc.wait()
         worker.release()

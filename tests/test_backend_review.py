@@ -96,6 +96,43 @@ def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_abo
         registry.close()
 
 
+@pytest.mark.timeout(30)
+def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worker_lost() -> None:
+    # The body returned and its worker sent the outcome, then the worker
+    # died (a thread the body left behind called os._exit, the OOM killer)
+    # before the manager read the outcome: whichever of the two events the
+    # manager handles first, the call returned (docs/contract.md §9:
+    # WORKER_LOST says a body was running when its worker died).
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        assert registry.execute(ToolExecutionInput("c0", "t", {}, _never())).code is None
+        (pid,) = backend.worker_pids
+
+        arrived = threading.Event()
+        receive = backend._receive
+
+        def death_first(worker: _Worker) -> None:
+            # The outcome is in the pipe; the worker dies; the manager learns
+            # of the death before it reads the pipe.
+            arrived.set()
+            os.kill(worker.pid, signal.SIGKILL)
+            _wait_exited(worker.pid)
+            backend._receive = receive  # type: ignore[method-assign]
+            backend._lose(worker)
+
+        backend._receive = death_first  # type: ignore[method-assign]
+        result = registry.execute(ToolExecutionInput("c1", "t", {}, _never()))
+        assert arrived.is_set()
+        assert result.code is None and result.value == "ok", result
+        assert backend._lost == 0 and backend.kills == 0
+        assert pid not in backend.worker_pids
+        assert registry.execute(ToolExecutionInput("c2", "t", {}, _never())).code is None  # a fresh worker
+    finally:
+        registry.close()
+
+
 def _never() -> Any:
     from dshtools import AbortController
 
