@@ -25,6 +25,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
+    ToolSuccess,
     execute_batch,
 )
 from dshtools._process_pool import _Job, _Worker
@@ -125,7 +126,7 @@ def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worke
         backend._receive = death_first  # type: ignore[method-assign]
         result = registry.execute(ToolExecutionInput("c1", "t", {}, _never()))
         assert arrived.is_set()
-        assert result.code is None and result.value == "ok", result
+        assert isinstance(result, ToolSuccess) and result.value == "ok", result
         assert backend._lost == 0 and backend.kills == 0
         assert pid not in backend.worker_pids
         assert registry.execute(ToolExecutionInput("c2", "t", {}, _never())).code is None  # a fresh worker
