@@ -518,6 +518,10 @@ class Pipeline:
             if isinstance(error, WorkerLost):
                 return failure(safe_str(error), name="WorkerLost", code=WORKER_LOST)
             result = exception_failure(error)
+            if not isinstance(error, AbortError):
+                # The model gets str(exc) and the class name; whoever debugs
+                # the tool gets the traceback (where it crossed with the error).
+                _log.debug("tool %r (call %r) raised", run.call.name, run.call.call_id, exc_info=error)
             if report.killed or isinstance(error, AbortError):
                 # A forced stop follows an abort: it is cancellation, as an
                 # AbortError is.

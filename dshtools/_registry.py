@@ -9,6 +9,7 @@ hooks, the backends' lifecycle and ``statistics()``. Hook registration and
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -37,6 +38,8 @@ from ._hooks import (
 from ._pipeline import _SLICE, Pipeline, on_worker_of
 from ._thread_backend import DEFAULT_MAX_WORKERS, ThreadBackend
 from ._types import ToolExecutionInput
+
+_log = logging.getLogger("dshtools")
 
 __all__ = [
     "DEFAULT_MAX_WORKERS",
@@ -203,6 +206,10 @@ class ToolRegistry(Pipeline):
     def _add(self, kind: str, fn: object) -> Callable[[], None]:
         if not callable(fn):
             raise TypeError(f"{kind} hook must be callable, not {type(fn).__name__}")
+        if isinstance(fn, type) and any("__call__" in vars(k) for k in fn.__mro__[:-1]):
+            # Its instances are the hooks (TimeoutPolicy, say): registered
+            # as it is, every call would construct one instead of running.
+            raise TypeError(f"{kind} hook {fn.__name__} is a class whose instances are hooks: pass {fn.__name__}(...)")
         with self._lock:
             added: dict[str, Any] = {kind: getattr(self._hooks, kind) + (fn,)}
             self._hooks = attrs.evolve(self._hooks, **added)
@@ -249,14 +256,19 @@ class ToolRegistry(Pipeline):
     def execution_mode(self, call: ToolExecutionInput) -> Literal["parallel", "exclusive"]:
         """``"parallel"`` when the tool's ``is_concurrency_safe(args)``
         returns exactly ``True`` for the frozen arguments, else
-        ``"exclusive"`` (unknown tool, bad arguments, a raising predicate)."""
+        ``"exclusive"`` (unknown tool, bad arguments, a raising predicate,
+        which is also logged as a WARNING on the ``dshtools`` logger)."""
         definition = self._definitions.get(call.name)
         if definition is None or definition.is_concurrency_safe is None:
             return "exclusive"
         try:
             args, _ = freeze_with_height(call.arguments)
+        except Exception:
+            return "exclusive"  # the call itself is answered INVALID_ARGS
+        try:
             return "parallel" if definition.is_concurrency_safe(args) is True else "exclusive"
         except Exception:
+            _log.warning("is_concurrency_safe of tool %r raised: the call runs alone", call.name, exc_info=True)
             return "exclusive"
 
     # ------------------------------------------------------------- lifecycle

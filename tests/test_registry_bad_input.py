@@ -18,6 +18,7 @@ Definitions and schemas (exception at construction or registration)
   D4 parameters holding a set   D5 timeout 0 / -1 / nan / inf (ValueError)
   D6 timeout "5" / True (TypeError)   D7 execute not callable   D8 name "" / "a b"
   D9 register(non-definition)   D10 duplicate name   D11 render not callable
+  D12 a hook class given where its instance belongs (add_around_dispatch(TimeoutPolicy))
 Hook return values of the wrong type (-> failure with a code)
   H1 pre-execute returns None (DENIED)     H2 pre-execute returns "allow" (DENIED)
   H3 guard returns 5 (DENIED)              H4 approver returns "yes" (DENIED)
@@ -50,6 +51,7 @@ from dshtools import (
     Accept,
     Ask,
     Deny,
+    TimeoutPolicy,
     ToolDefinition,
     ToolExecutionInput,
     ToolRegistry,
@@ -205,6 +207,17 @@ def test_bad_registrations_fail_at_registration() -> None:
             registry.register(tool("t", body))
         with pytest.raises(TypeError):
             registry.add_guard("not callable")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"pass TimeoutPolicy\(\.\.\.\)"):  # D12
+            registry.add_around_dispatch(TimeoutPolicy)  # type: ignore[arg-type]
+
+        class Observer:
+            def __call__(self, execution: object, result: object) -> None: ...
+
+        with pytest.raises(TypeError, match="Observer is a class"):  # D12
+            registry.add_result_observer(Observer)  # type: ignore[arg-type]
+        registry.add_result_observer(Observer())
+        registry.add_around_dispatch(TimeoutPolicy())  # the instances are accepted and run
+        assert registry.execute(call("t")).code is None
 
 
 def _install(kind: str, fn: Any) -> Any:

@@ -553,3 +553,49 @@ def test_a_registry_created_before_fork_works_in_the_child_or_refuses_naming_the
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"own_pool": [None, True], "supplied": [TOOL_ABORTED_BEFORE_DISPATCH, True], "closed": True}
+
+
+# ------------------------------------------------- what a tool's author sees
+
+
+def _lookup_path(args: Any, run: Any) -> Any:
+    found: dict[str, object] = {}
+    return found["path"]
+
+
+def test_a_raising_body_logs_its_traceback_at_debug_while_the_model_gets_the_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with ToolRegistry() as registry, caplog.at_level(logging.DEBUG, logger="dshtools"):
+        registry.register(tool("lookup", _lookup_path))
+        result = registry.execute(call("lookup", call_id="c7"))
+    assert result.code == TOOL_ERROR and result.content[0]["text"] == "Error: 'path'"
+    (record,) = [r for r in caplog.records if r.levelno == logging.DEBUG and "raised" in r.getMessage()]
+    assert record.getMessage() == "tool 'lookup' (call 'c7') raised"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)
+    assert "_lookup_path" in caplog.text  # the body's own frame is in the traceback
+
+
+def test_an_aborted_body_logs_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    controller = AbortController()
+
+    def cooperative(args: Any, run: Any) -> None:
+        controller.abort("stop")
+        run.signal.throw_if_aborted()
+
+    with ToolRegistry() as registry, caplog.at_level(logging.DEBUG, logger="dshtools"):
+        registry.register(tool("t", cooperative))
+        assert registry.execute(call("t", signal=controller.signal)).code == TOOL_ABORTED
+    assert not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+def test_a_raising_concurrency_predicate_runs_the_call_alone_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    def predicate(args: Any) -> bool:
+        return bool(args["missing"])
+
+    with ToolRegistry() as registry, caplog.at_level(logging.WARNING, logger="dshtools"):
+        registry.register(tool("t", lambda a, r: "ok", is_concurrency_safe=predicate))
+        assert registry.execution_mode(call("t")) == "exclusive"
+    (record,) = caplog.records
+    assert record.getMessage() == "is_concurrency_safe of tool 't' raised: the call runs alone"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)
