@@ -587,6 +587,32 @@ def assistant_fields(message: object, *, has: str, what: str, signal: object) ->
     return msg
 
 
+def refuse_other_shapes(msg: object, *, reader: str) -> None:
+    """Raise ``ValueError`` when an assistant message in which ``reader``
+    (``"openai"`` or ``"anthropic"``) found no tool call is really another
+    shape that holds some: a whole Chat Completions response (its
+    ``choices``), or the other provider's message. Returning ``[]`` for it
+    would end the agent's loop as if the model had answered."""
+    choices = field(msg, "choices")
+    if isinstance(choices, (list, tuple)) and choices:
+        raise ValueError(
+            "this is a whole Chat Completions response, not its message: pass response.choices[0].message "
+            "to dshtools.openai.calls_from_message"
+        )
+    if reader == "openai":
+        content = field(msg, "content")
+        if isinstance(content, (list, tuple)) and any(field(b, "type") == "tool_use" for b in content):
+            raise ValueError(
+                "this message holds Anthropic tool_use blocks: read it with dshtools.anthropic.calls_from_message"
+            )
+    else:
+        tool_calls = field(msg, "tool_calls")
+        if isinstance(tool_calls, (list, tuple)) and tool_calls:
+            raise ValueError(
+                "this message holds Chat Completions tool_calls: read it with dshtools.openai.calls_from_message"
+            )
+
+
 def checked_call_id(call_id: object) -> str:
     """``call_id`` made UTF-8 safe; ``TypeError`` when it is not a ``str``."""
     if not isinstance(call_id, str):
@@ -596,7 +622,15 @@ def checked_call_id(call_id: object) -> str:
 
 def paired(calls: Sequence[Any], results: Iterable[Any]) -> list[tuple[Any, Any]]:
     """``(call, result)`` pairs in order; ``ValueError`` when the two
-    lengths differ."""
+    lengths differ, ``TypeError`` when ``calls`` holds something other than
+    ``ToolExecutionInput`` (the two arguments swapped, say)."""
+    from ._types import ToolExecutionInput
+
+    for call in calls:
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(
+                f"calls must hold ToolExecutionInput (the calls, then their results), not {type(call).__name__}"
+            )
     results = list(results)
     if len(results) != len(calls):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")

@@ -57,6 +57,7 @@ from ._interop import (
     paired,
     parse_arguments,
     provider_tools,
+    refuse_other_shapes,
     result_text,
 )
 from ._signal import AbortSignal
@@ -135,10 +136,13 @@ def calls_from_message(
     ``TypeError`` for a ``message`` that is neither a mapping nor an object
     with ``model_dump()``, a ``content`` that is neither a string nor a
     list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
-    ``"assistant"``. Source: docs/contract.md §11, §8 A11, A12."""
+    ``"assistant"``, and for a message with no ``tool_use`` block that
+    holds Chat Completions ``tool_calls`` or ``choices`` (decision 0049).
+    Source: docs/contract.md §11, §8 A11, A12."""
     msg = assistant_fields(message, has="content", what="tool_use blocks", signal=signal)
     content = field(msg, "content")
     if content is None or isinstance(content, str):
+        refuse_other_shapes(msg, reader="anthropic")
         return []
     if not isinstance(content, (list, tuple)):
         raise TypeError(f'"content" must be a string or a list of blocks, not {type(content).__name__}')
@@ -168,6 +172,8 @@ def calls_from_message(
         else:
             arguments = check_decoded(raw_input)
         out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent))
+    if not out:
+        refuse_other_shapes(msg, reader="anthropic")
     return out
 
 
@@ -191,6 +197,7 @@ def tool_results(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExec
     """``tool_result`` for each ``(call, result)`` pair, in order: the
     ``content`` of the ``role: "user"`` message that answers the assistant
     message (one block per ``tool_use``, as the API requires). Raises
-    ``ValueError`` when the two lengths differ. Source: docs/contract.md
+    ``ValueError`` when the two lengths differ, ``TypeError`` when
+    ``calls`` holds something else (the arguments swapped). Source: docs/contract.md
     §11."""
     return [tool_result(call.call_id, result) for call, result in paired(calls, results)]

@@ -65,6 +65,7 @@ from ._interop import (
     paired,
     parse_arguments,
     provider_tools,
+    refuse_other_shapes,
     result_text,
     utf8_safe,
 )
@@ -142,9 +143,13 @@ def calls_from_message(
     Raises ``TypeError`` for a ``message`` that is neither a mapping nor an
     object with ``model_dump()``, ``tool_calls`` that is not a list, or a
     non-``AbortSignal``; ``ValueError`` for a ``role`` other than
-    ``"assistant"``. Source: docs/contract.md §6, §8 A11, A12."""
+    ``"assistant"``, and for a message with no ``tool_calls`` that is a
+    whole response (``choices``) or holds Anthropic ``tool_use`` blocks
+    (decision 0049). Source: docs/contract.md §6, §8 A11, A12."""
     msg = assistant_fields(message, has="tool_calls", what="tool calls", signal=signal)
     calls = field(msg, "tool_calls")
+    if not calls:
+        refuse_other_shapes(msg, reader="openai")
     if calls is None:
         return []
     if not isinstance(calls, (list, tuple)):
@@ -202,6 +207,7 @@ def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExe
     """``tool_message`` for each ``(call, result)`` pair, in order (the
     order Chat Completions expects after the assistant message): one message
     per model tool call, since ``calls_from_message`` gave one input per
-    call. Raises ``ValueError`` when the two lengths differ. Source:
+    call. Raises ``ValueError`` when the two lengths differ, ``TypeError``
+    when ``calls`` holds something else (the arguments swapped). Source:
     docs/contract.md §6, §8 A11."""
     return [tool_message(call.call_id, result) for call, result in paired(calls, results)]

@@ -116,6 +116,21 @@ def _deep(levels: int) -> Any:
 
 
 @pytest.mark.timeout(30)
+def test_a_message_of_another_shape_that_holds_calls_is_refused_not_read_as_none() -> None:
+    sig = AbortController().signal
+    openai_message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}],
+    }
+    with pytest.raises(ValueError, match=r"dshtools\.openai\.calls_from_message"):
+        dan.calls_from_message(openai_message, signal=sig)
+    with pytest.raises(ValueError, match="whole Chat Completions response"):
+        dan.calls_from_message({"choices": [{"message": openai_message}], "content": []}, signal=sig)
+    text_only = {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
+    assert dan.calls_from_message(text_only, signal=sig) == []
+
+
 def test_model_output_never_raises_and_each_block_is_answered_under_its_id(registry: ToolRegistry) -> None:
     ran: list[object] = []
 
@@ -157,6 +172,9 @@ def test_tool_results_rejects_mismatched_lengths(registry: ToolRegistry) -> None
     calls = dan.calls_from_message(_assistant(_use("u", "add", {})), signal=AbortController().signal)
     with pytest.raises(ValueError):
         dan.tool_results(calls, [])
+    results = [ToolSuccess(None, "x")]
+    with pytest.raises(TypeError, match="calls must hold ToolExecutionInput"):
+        dan.tool_results(results, calls)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------- against the real SDK

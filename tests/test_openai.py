@@ -116,6 +116,23 @@ def test_calls_from_message_without_tool_calls_is_empty() -> None:
     assert doa.calls_from_message({"role": "assistant", "tool_calls": []}, signal=sig) == []
 
 
+def test_a_message_of_another_shape_that_holds_calls_is_refused_not_read_as_none() -> None:
+    # Returning [] would end an agent loop as if the model had answered.
+    sig = AbortController().signal
+    message = {"role": "assistant", "tool_calls": [_call("a", "t", "{}")]}
+    with pytest.raises(ValueError, match=r"pass response\.choices\[0\]\.message"):
+        doa.calls_from_message({"id": "chatcmpl-1", "choices": [{"index": 0, "message": message}]}, signal=sig)
+    anthropic_message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "x"}, {"type": "tool_use", "id": "t1", "name": "t", "input": {}}],
+    }
+    with pytest.raises(ValueError, match=r"dshtools\.anthropic\.calls_from_message"):
+        doa.calls_from_message(anthropic_message, signal=sig)
+    # A message whose content is a list of text parts and has no calls is just that.
+    text_parts = {"role": "assistant", "content": [{"type": "text", "text": "done"}], "tool_calls": []}
+    assert doa.calls_from_message(text_parts, signal=sig) == []
+
+
 def test_calls_from_message_accepts_empty_or_decoded_arguments() -> None:
     sig = AbortController().signal
     calls = doa.calls_from_message({"tool_calls": [_call("a", "t", ""), _call("b", "t", {"x": 1})]}, signal=sig)
@@ -234,6 +251,8 @@ def test_tool_messages_rejects_mismatched_lengths() -> None:
         doa.tool_messages(calls, [])
     with pytest.raises(TypeError):
         doa.tool_message(1, ToolSuccess(None, "x"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"calls must hold ToolExecutionInput .* not ToolSuccess"):
+        doa.tool_messages([ToolSuccess(None, "x")], calls)  # type: ignore[list-item, arg-type]
 
 
 # ------------------------------------------- model output never raises (A11)
