@@ -86,7 +86,7 @@ from typing import NoReturn
 from . import __version__
 from ._cli_descendants import _descendant_check, _subreaper
 from ._cli_input import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
-from ._cli_report import EXIT_FAILURE, EXIT_USAGE, _report
+from ._cli_report import EXIT_BROKEN_PIPE, EXIT_USAGE, _report
 from ._cli_run import _Meter, _Row, _run_batches
 from ._cli_signals import _interrupts
 from ._policies import TimeoutPolicy
@@ -298,8 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dshtools",
         description="Run LLM tool calls with cancellation, timeouts and joined, never abandoned, bodies.",
-        epilog="Exit status: 0 success, 1 a quiescence check failed (or stdout closed early), 2 usage error, "
-        "130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); "
+        epilog="Exit status: 0 success, 1 a quiescence check failed, 2 usage error, "
+        "130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP), "
+        "141 stdout closed before the output was written (| head); "
         "SIGTERM and SIGHUP cancel and join like Ctrl-C. "
         "Without a command, runs the demo.",
     )
@@ -443,12 +444,12 @@ def _dispatch(ns: argparse.Namespace, interrupted_status: Callable[[], int]) -> 
         print(f"dshtools: error: {text}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
-        # stdout closed early (``| head``): the run itself finished cleanly;
-        # silence the interpreter's final flush and exit like other tools.
+        # stdout closed early (``| head``): the run itself finished; silence
+        # the interpreter's final flush and exit as a process SIGPIPE ended.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        return EXIT_FAILURE
+        return EXIT_BROKEN_PIPE
     except OSError as exc:
         if exc.errno != errno.EIO:
             raise

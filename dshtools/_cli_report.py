@@ -20,6 +20,9 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+# stdout closed before everything was written (``| head``): the status of a
+# process that SIGPIPE ended, so pipelines tell it from a failed check.
+EXIT_BROKEN_PIPE = 141
 
 
 def _report(

@@ -54,7 +54,7 @@ from ._types import (
 _TICK = 0.25  # progress refresh period (seconds)
 # A cooperative body returns within milliseconds of its abort: one still
 # running this long after the run was cancelled is ignoring its signal.
-_STUBBORN_AFTER = 1.0
+_STUBBORN_AFTER = 0.5
 
 
 # ---------------------------------------------------------------------------

@@ -763,3 +763,27 @@ def test_replay_keeps_results_apart_when_turns_reuse_a_call_id(tools_dir: Path) 
     table = [line.split() for line in proc.stderr.splitlines() if line.split()[:2] in (["1", "same"], ["2", "same"])]
     assert [(row[0], row[3]) for row in table] == [("1", "SUCCESS"), ("2", "E_NOPE")]
     assert all(row[5].endswith("s") and row[5] != "-" for row in table)  # each row has its own duration
+
+
+@pytest.mark.timeout(40)
+def test_replay_into_a_closed_pipe_exits_141_not_as_a_failed_check(tools_dir: Path) -> None:
+    # `replay ... | head -1` with `set -o pipefail`: a reader that stopped
+    # early must not read as a quiescence failure (exit 1).
+    path = _write_transcript(tools_dir, TWO_TURNS)
+    read, write = os.pipe()
+    os.close(read)  # nobody will ever read: the first write fails with EPIPE
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dshtools", "replay", str(path), "--tools", "cli_tools_mod:registry"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(tools_dir),
+            cwd=tools_dir,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""  # no traceback, no "Exception ignored" from the final flush
