@@ -53,6 +53,14 @@ class AbortController:
         self.signal: Final[AbortSignal] = signal
 
     def abort(self, reason: object = None) -> None:
+        """Abort the signal with ``reason`` (``None``: a default
+        ``AbortError()``); only the first call of any thread does anything.
+        The signal and every signal derived from it read aborted before any
+        listener runs; then the listeners run once each, in registration
+        order, in this thread, outside any lock, before ``abort`` returns.
+        A listener's ``Exception`` goes to ``sys.unraisablehook``; the first
+        ``KeyboardInterrupt``/``SystemExit`` a listener raises is re-raised
+        here once every listener ran. Source: docs/contract.md §1."""
         # `_abort_plain` and `_dispatch_plain`, inlined: this is the abort of
         # almost every signal.
         signal = self.signal
