@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import subprocess
@@ -90,9 +91,18 @@ def test_every_python_block_of_the_page_runs(page: str, capsys: pytest.CaptureFi
     assert blocks, f"{page} has no python code block"
     namespace: dict[str, object] = {"__name__": f"docs_{page.replace('-', '_').removesuffix('.md')}"}
     threads_before = set(threading.enumerate())
-    for index, block in enumerate(blocks):
-        code = compile(block, f"docs/{page}[block {index}]", "exec")
-        exec(code, namespace)
+    # A page may configure logging as a reader would (quickstart turns on
+    # the library's DEBUG records): put it back for the tests that follow.
+    loggers = [logging.getLogger(), logging.getLogger("dshtools")]
+    saved = [(logger.level, list(logger.handlers)) for logger in loggers]
+    try:
+        for index, block in enumerate(blocks):
+            code = compile(block, f"docs/{page}[block {index}]", "exec")
+            exec(code, namespace)
+    finally:
+        for logger, (level, handlers) in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
     # The samples close what they open: no tool body is left running.
     leftover = [t for t in threading.enumerate() if t not in threads_before and t.name.startswith("dshtools-tool")]
     for thread in leftover:
