@@ -31,7 +31,11 @@ none is connected. It keeps the contract of the thread backend:
   whatever session they moved to) are killed too, and ``wait`` reports the
   dispatch settled only once Ray reports the task ended and, for a worker
   on the driver's node, the worker and its descendants are gone
-  (decision 0037). ``BodyReport.killed`` is then ``True``.
+  (decision 0037). ``BodyReport.killed`` is then ``True``. A task still
+  loading its body is stopped the same way, but when its worker reported
+  the abort came before its claim (``WITHDRAWN``) the body never started:
+  ``NotInvoked``, not killed (decision 0046). No report within 1 s counts
+  as a running body.
 * **Never retried.** Tasks run with ``max_retries=0``; passing
   ``max_retries`` (other than 0) or ``retry_exceptions`` raises
   ``ValueError``. A worker or node lost under a body gives ``WorkerLost``
