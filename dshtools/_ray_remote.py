@@ -6,11 +6,15 @@ inside Ray, imported by every worker that runs a body.
   worker process that ran a body of the backend is subscribed and keeps one
   ``watch`` call outstanding; an abort lands in every subscriber's mailbox
   and returns those calls.
-* The task wrapper ``_run_remote``: loads the body (cached per worker),
-  claims the call *locally* (the claim races the withdrawal inside the
-  worker process, never over the network), builds the remote ``run`` (a
-  fresh token, ``parent`` and ``definition`` ``None``, ``run.dispatch``
-  refused), runs the body and packs what it returned or raised.
+* The task wrapper ``_run_remote``: makes its call known to the worker
+  process (``arrive``), loads the body (cached per worker), claims the call
+  *locally* (the claim races the withdrawal inside the worker process,
+  never over the network), builds the remote ``run`` (a fresh token,
+  ``parent`` and ``definition`` ``None``, ``run.dispatch`` refused), runs
+  the body and packs what it returned or raised. An abort that finds the
+  task there reports ``RUNNING`` (after the claim) or ``WITHDRAWN`` (before
+  it: the body never runs) to the actor, for the forced stop (decision
+  0046).
 * The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
   ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
   main thread). For a task of this module it never raises: before the claim
@@ -82,6 +86,22 @@ WorkerId = tuple[str, ProcessId | None]
 Abort = tuple[str, bytes]
 """``(call key, pickled reason)``."""
 
+RUNNING: Final = "running"
+"""A worker's report on an aborted call: its body runs in that process (the
+claim came first; the abort went to the body's ``run.signal``)."""
+
+WITHDRAWN: Final = "withdrawn"
+"""A worker's report on an aborted call: its task runs in that process and
+has not claimed the call, and never will (the abort came first, under the
+lock the claim takes): the body never runs."""
+
+Report = tuple[str, str]
+"""``(call key, RUNNING or WITHDRAWN)``: what a worker tells the actor about
+an aborted call whose task it runs."""
+
+Where = tuple[str, WorkerId]
+"""``(RUNNING or WITHDRAWN, the worker process that reported it)``."""
+
 _WATCH_IDLE_S: Final = 30.0
 """A worker's watch call returns empty after this long without news, and
 the worker calls again."""
@@ -124,7 +144,10 @@ class _SignalActor:
     mailbox receives every abort until it stops watching for
     ``_MAILBOX_KEPT_S`` (a ``watch`` after that re-subscribes it with the
     same snapshot). ``forget`` drops an abort once its call settled: the
-    task ended and can never start again (no retries).
+    task ended and can never start again (no retries). The worker whose
+    task has the call reports what the abort found there (``RUNNING`` or
+    ``WITHDRAWN``, riding on its next ``watch``); ``where`` gives that
+    report to the forced stop.
 
     A threaded actor: ``subscribe``/``abort``/``forget`` run in the small
     ``"control"`` group; ``watch`` and ``where`` block in the ``"watch"``
@@ -135,7 +158,7 @@ class _SignalActor:
         self._news = threading.Condition(self._lock)
         self._aborted: dict[str, bytes] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
-        self._where: dict[str, WorkerId] = {}
+        self._where: dict[str, Where] = {}
         self._forgotten: dict[str, None] = {}
 
     @ray.method(concurrency_group="control")
@@ -178,18 +201,20 @@ class _SignalActor:
             self._news.notify_all()
 
     @ray.method(concurrency_group="watch")
-    def watch(self, worker: str, pid: WorkerId, running: list[str]) -> list[Abort]:
+    def watch(self, worker: str, pid: WorkerId, reports: list[Report]) -> list[Abort]:
         """The aborts for ``worker``'s mailbox, blocking until there is one
-        (or ``_WATCH_IDLE_S``). ``running``: calls of earlier aborts whose
-        bodies run in that worker (for ``where``)."""
+        (or ``_WATCH_IDLE_S``). ``reports``: what earlier aborts found in
+        that worker for the calls whose tasks run there (for ``where``); a
+        ``RUNNING`` report is never replaced by a ``WITHDRAWN`` one."""
         with self._lock:
             box = self._mailboxes.get(worker)
             if box is None:  # dropped while the worker did not watch: subscribe it again
                 box = self._mailboxes[worker] = _Mailbox(pid, list(self._aborted.items()))
-            if running:
-                for key in running:
-                    if key in self._aborted:
-                        self._where[key] = pid
+            if reports:
+                for key, state in reports:
+                    known = self._where.get(key)
+                    if key in self._aborted and (known is None or known[0] != RUNNING):
+                        self._where[key] = (state, pid)
                 self._news.notify_all()
             box.watching += 1
             try:
@@ -201,12 +226,16 @@ class _SignalActor:
             return items
 
     @ray.method(concurrency_group="watch")
-    def where(self, key: str, timeout: float) -> WorkerId | None:
-        """The worker process running the body of the aborted call ``key``,
-        once its worker reported it (waits up to ``timeout`` seconds), or
-        ``None``."""
+    def where(self, key: str, timeout: float) -> Where | None:
+        """What the abort of call ``key`` found in the worker process that
+        runs its task, once that worker reported it (waits up to
+        ``timeout`` seconds): ``(RUNNING, worker)`` or ``(WITHDRAWN,
+        worker)``; ``None`` when no report came in time (the task has not
+        reached its wrapper, or its worker is stuck or gone). Waits even
+        while the abort itself has not arrived: the caller sends it before
+        it asks, but the actor's threads do not keep that order."""
         with self._lock:
-            self._news.wait_for(lambda: key in self._where or key not in self._aborted, timeout)
+            self._news.wait_for(lambda: key in self._where, timeout)
             return self._where.get(key)
 
 
@@ -297,29 +326,50 @@ this worker needs its entry; Ray's own cancel removes a queued task."""
 
 class _Channel:
     """A worker process's link to one backend's signal actor: the cached
-    actor handle, the bodies running here and their controllers, the calls
-    aborted before they started here, and the watcher thread that keeps one
-    ``watch`` call outstanding.
+    actor handle, the bodies running here and their controllers, the tasks
+    here that have not claimed their call yet, the calls aborted before
+    their task came here, and the watcher thread that keeps one ``watch``
+    call outstanding.
 
-    ``claim`` (main thread) and the watcher's delivery decide under
-    ``lock``: a call is either claimed first (its abort is delivered to its
-    body) or noted as aborted first (its claim fails)."""
+    Each call's fate in this process is decided under ``lock``, by
+    ``arrive``/``claim`` (the task, main thread) against ``deliver`` (the
+    watcher thread), and whichever comes first wins:
 
-    def __init__(self, actor_name: str, namespace: str) -> None:
-        self.name = actor_name
-        self.actor = ray.get_actor(actor_name, namespace=namespace)
+    * the abort came before the task: ``arrive`` refuses, the body never
+      runs;
+    * the task arrived, the abort came before its claim: the call is marked
+      withdrawn in ``starting`` and ``claim`` refuses; the worker reports
+      ``WITHDRAWN`` (the body never runs: the forced stop may end the task
+      and say so);
+    * the claim came first: the abort goes to the body's ``run.signal`` and
+      the worker reports ``RUNNING``.
+
+    Only this process can make the second report: it alone runs the call's
+    task (no retries), and its claim takes the same lock."""
+
+    def __init__(self, name: str, actor: Any, pid: WorkerId) -> None:
+        self.name = name
+        self.actor = actor
         self.worker = uuid.uuid4().hex
-        self.pid: WorkerId = (ray.get_runtime_context().get_node_id(), _ray_reap.identity(os.getpid()))
+        self.pid = pid
         self.lock = threading.Lock()
         self.running: dict[str, AbortController] = {}
+        self.starting: dict[str, bool] = {}  # True once withdrawn before its claim
         self.withdrawn: dict[str, None] = {}
-        # Subscribed before the first claim: an abort from here on reaches
-        # this process, and every earlier one not yet forgotten is in the
-        # snapshot. A wait on future(), not ray.get: the task keeps its slot.
-        for key, _reason in self.actor.subscribe.remote(self.worker, self.pid).future().result():
-            self._note_withdrawn(key)
-        self.thread = threading.Thread(target=self._watch, name="dshtools-ray-watch", daemon=True)
-        self.thread.start()
+
+    @classmethod
+    def connect(cls, actor_name: str, namespace: str) -> _Channel:
+        """Look the actor up, subscribe this process (every abort not yet
+        forgotten is noted as withdrawn here) and start the watcher. A wait
+        on ``future()``, not ``ray.get``: the task keeps its slot."""
+        actor = ray.get_actor(actor_name, namespace=namespace)
+        pid = (ray.get_runtime_context().get_node_id(), _ray_reap.identity(os.getpid()))
+        channel = cls(actor_name, actor, pid)
+        for key, _reason in actor.subscribe.remote(channel.worker, pid).future().result():
+            channel._note_withdrawn(key)
+        thread = threading.Thread(target=channel._watch, name="dshtools-ray-watch", daemon=True)
+        thread.start()
+        return channel
 
     def _note_withdrawn(self, key: str) -> None:
         # Under self.lock (or before the watcher started).
@@ -327,12 +377,28 @@ class _Channel:
             del self.withdrawn[next(iter(self.withdrawn))]
         self.withdrawn[key] = None
 
+    def arrive(self, key: str) -> bool:
+        """The task of call ``key`` runs here (main thread, before it loads
+        the body): ``False`` when the call's abort reached this process
+        first (the task returns at once, withdrawn); else the call is
+        *starting* here until ``claim`` or ``leave``."""
+        with self.lock:
+            if self.withdrawn.pop(key, 0) is None:
+                return False
+            self.starting[key] = False
+        return True
+
+    def leave(self, key: str) -> None:
+        """The task of ``key`` ends before its claim (its body failed to load)."""
+        with self.lock:
+            self.starting.pop(key, None)
+
     def claim(self, key: str, task_id: str) -> AbortController | None:
         """Claim ``key`` here: its controller, or ``None`` when the call was
         aborted first (its abort reached this process, or Ray's cancel
         interrupted this task before the claim)."""
         with self.lock:
-            if key in self.withdrawn or _interrupted_task == task_id:
+            if self.starting.pop(key, False) or key in self.withdrawn or _interrupted_task == task_id:
                 self.withdrawn.pop(key, None)
                 return None
             controller = AbortController()
@@ -344,10 +410,10 @@ class _Channel:
             self.running.pop(key, None)
 
     def _watch(self) -> None:
-        running: list[str] = []
+        reports: list[Report] = []
         while True:
             try:
-                items = self.actor.watch.remote(self.worker, self.pid, running).future().result()
+                items = self.actor.watch.remote(self.worker, self.pid, reports).future().result()
             except BaseException as exc:  # the actor (or the driver owning it) is gone
                 reason = RuntimeError(f"the RayBackend signal actor is gone ({type(exc).__name__}); stopping")
                 with self.lock:
@@ -356,20 +422,26 @@ class _Channel:
                 for controller in controllers:
                     controller.abort(reason)
                 return
-            running = self.deliver(items)
+            reports = self.deliver(items)
 
-    def deliver(self, items: list[Abort]) -> list[str]:
-        """Hand aborts to the bodies they concern (watcher thread): a body
-        running here has its ``run.signal`` aborted; any other call is noted
-        as withdrawn here. Returns the calls whose bodies run here."""
-        running: list[str] = []
+    def deliver(self, items: list[Abort]) -> list[Report]:
+        """Hand aborts to the calls they concern (watcher thread): a body
+        running here has its ``run.signal`` aborted (``RUNNING``); a task
+        here that has not claimed its call never will (``WITHDRAWN``); any
+        other call is noted as withdrawn here, in case its task comes later.
+        Returns the reports for the calls whose tasks run here."""
+        reports: list[Report] = []
         for key, data in items:
             with self.lock:
                 target = self.running.get(key)
                 if target is None:
-                    self._note_withdrawn(key)
+                    if key in self.starting:
+                        self.starting[key] = True
+                        reports.append((key, WITHDRAWN))
+                    else:
+                        self._note_withdrawn(key)
             if target is not None:
-                running.append(key)
+                reports.append((key, RUNNING))
                 try:
                     target.abort(_load_reason(data))
                 except BaseException as exc:
@@ -377,7 +449,7 @@ class _Channel:
                     # listeners: nobody on this thread to hand it to, and
                     # the thread must go on carrying aborts.
                     report_unraisable(exc, f"abort listener of the RayBackend call {key}", target.signal)
-        return running
+        return reports
 
 
 _channels: dict[str, _Channel] = {}
@@ -390,7 +462,7 @@ def _channel(actor_name: str, namespace: str) -> _Channel:
         with _channels_lock:
             channel = _channels.get(actor_name)
             if channel is None:
-                channel = _Channel(actor_name, namespace)
+                channel = _Channel.connect(actor_name, namespace)
                 _channels[actor_name] = channel
     return channel
 
@@ -426,6 +498,11 @@ def _pack_error(exc: BaseException) -> tuple[str, object]:
     return "error", data
 
 
+def _not_invoked(exc: BaseException) -> bytes:
+    kind, payload = _pack_error(exc)
+    return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
+
+
 def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
     ``withdrawn``, ``not_invoked`` (pickled error), ``not_invoked_stub``
@@ -447,11 +524,23 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
         _current_task = task_id
         head, body_ref = (packed, None) if isinstance(packed, bytes) else packed
         actor_name, namespace, key, body_key, body_data, args, fields = pickle.loads(head)
-        body = _load_body(body_key, body_data if body_ref is None else body_ref)
         channel = _channel(actor_name, namespace)
+    except _CONTAINED as exc:
+        return _not_invoked(exc)
+    # The call is known here before its body loads (foreign code that may
+    # take long or never end): an abort that comes meanwhile is reported
+    # WITHDRAWN, so the forced stop can end the task without calling it a
+    # killed body.
+    if not channel.arrive(key):
+        return _pack(("withdrawn", None, ()))
+    try:
+        body = _load_body(body_key, body_data if body_ref is None else body_ref)
     except _CONTAINED as exc:  # loading the body is foreign code: SystemExit too
-        kind, payload = _pack_error(exc)
-        return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
+        channel.leave(key)
+        return _not_invoked(exc)
+    except BaseException:
+        channel.leave(key)
+        raise
     controller = channel.claim(key, task_id)
     if controller is None:
         return _pack(("withdrawn", None, ()))

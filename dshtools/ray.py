@@ -31,7 +31,11 @@ none is connected. It keeps the contract of the thread backend:
   whatever session they moved to) are killed too, and ``wait`` reports the
   dispatch settled only once Ray reports the task ended and, for a worker
   on the driver's node, the worker and its descendants are gone
-  (decision 0037). ``BodyReport.killed`` is then ``True``.
+  (decision 0037). ``BodyReport.killed`` is then ``True``. A task still
+  loading its body is stopped the same way, but when its worker reported
+  the abort came before its claim (``WITHDRAWN``) the body never started:
+  ``NotInvoked``, not killed (decision 0046). No report within 1 s counts
+  as a running body.
 * **Never retried.** Tasks run with ``max_retries=0``; passing
   ``max_retries`` (other than 0) or ``retry_exceptions`` raises
   ``ValueError``. A worker or node lost under a body gives ``WorkerLost``
@@ -76,7 +80,9 @@ from ._errors import AbortError, safe_repr, safe_str
 from ._lifecycle import sigint_deferred
 from ._ray_remote import (
     _CONTAINED,
+    WITHDRAWN,
     ProcessId,
+    Where,
     _dumps,
     _loads,
     _NotJSON,
@@ -104,8 +110,12 @@ _LOOK_AGAIN_S: Final = 0.02
 at the kill clock again (never a poll faster than 10 ms)."""
 
 _WHERE_WAIT_S: Final = 1.0
-"""How long a forced stop waits for the worker to have reported where the
-body runs (it does so as the abort reaches it)."""
+"""How long a forced stop waits for the worker running the task to have
+reported what the abort found there (it does so as the abort reaches it):
+the body running, or the call withdrawn before its claim."""
+
+_ACTOR_SLACK_S: Final = 5.0
+"""How much longer than it asked for the caller waits on an actor's answer."""
 
 _FORBIDDEN_OPTIONS: Final = ("num_returns", "_generator_backpressure_num_objects")
 
@@ -161,6 +171,7 @@ class _RayDispatch:
         self._closed = False
         self._stop_weighed = False
         self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
+        self._withdrawn = False  # the worker reported the call withdrawn before its claim
         self._report: BodyReport | None = None
         self._pending: BaseException | None = None  # a Ctrl-C held back in submit()
         self._signal = signal
@@ -261,19 +272,21 @@ class _RayDispatch:
             if self._ended():
                 self._stop_weighed = True
                 return  # withdrawn by Ray meanwhile, or the body just returned: nothing to stop
-            # The worker's processes can be swept only on this node (/proc);
-            # the worker tells the actor where the body runs as the abort
-            # reaches it.
-            try:
-                where = ray.get(self._actor.where.remote(self._key, _WHERE_WAIT_S), timeout=_WHERE_WAIT_S + 5.0)
-            except Exception:
-                where = None
+            # The worker that runs the task tells the actor what the abort
+            # found there: the body running, or the call withdrawn before
+            # its claim (the task still loading its body, which now never
+            # runs). The task is stopped either way (a load may never end),
+            # but only a running body is reported killed; no report at all
+            # counts as running. The worker's processes can be swept only on
+            # this node (/proc).
+            where = self._where(_WHERE_WAIT_S)
             if self._ended():
                 self._stop_weighed = True
                 return
+            self._withdrawn = where is not None and where[0] == WITHDRAWN
             local: ProcessId | None = None
-            if where is not None and where[0] == self._backend._node_id:
-                local = where[1]
+            if where is not None and where[1][0] == self._backend._node_id:
+                local = where[1][1]
             descendants: list[ProcessId] = []
             if local is not None and _ray_reap.alive(local):
                 descendants = _ray_reap.snapshot(local[0])
@@ -281,6 +294,24 @@ class _RayDispatch:
         _cancel(self._ref, force=True)
         _ray_reap.kill_tree(None, self._kill[1])
         self._stop_weighed = True
+
+    def _where(self, timeout: float, *, while_running: bool = True) -> Where | None:
+        """The worker's report on this call (``dshtools._ray_remote``'s
+        ``where``), waiting up to ``timeout`` seconds for it (and, with
+        ``while_running``, no longer than the task runs); ``None`` when
+        there is none (or the actor cannot say). Only after the abort."""
+        try:
+            asked = self._actor.where.remote(self._key, timeout)
+            if while_running:
+                ready, _pending = ray.wait(
+                    [asked, self._ref], num_returns=1, timeout=timeout + _ACTOR_SLACK_S, fetch_local=False
+                )
+                if asked not in ready:
+                    return None
+            where: Where | None = ray.get(asked, timeout=timeout + _ACTOR_SLACK_S)
+        except Exception:
+            return None
+        return where
 
     def _ended(self) -> bool:
         try:
@@ -292,10 +323,13 @@ class _RayDispatch:
     def _settle(self, result: Any, exc: BaseException | None) -> None:
         ended_at = time.monotonic()
         outcome, contexts, invoked, ended = self._outcome(result, exc)
-        # Killed: a forced stop was issued and the task ended without the
-        # body returning (a body that returned at that very moment was not).
-        killed = self._kill is not None and ended
-        if killed:
+        # Stopped: a forced stop was issued and the task ended without the
+        # wrapper returning (one that returned at that very moment was not).
+        # Killed: what was stopped was a body (not a task whose worker had
+        # reported its call withdrawn before the claim).
+        stopped = self._kill is not None and ended
+        killed = stopped and invoked
+        if stopped:
             assert self._kill is not None
             worker, descendants = self._kill
             _ray_reap.kill_tree(worker, descendants)
@@ -325,6 +359,10 @@ class _RayDispatch:
             outcome, invoked = self._decode(kind, payload)
             return outcome, (contexts if invoked else ()), invoked, False
         if self._kill is not None:
+            if self._withdrawn:
+                # Stopped while still loading its body, after its worker
+                # had made the claim impossible: the body never started.
+                return NotInvoked(), (), False, True
             return Error(AbortError(self._signal.reason)), (), True, True
         if isinstance(exc, ray.exceptions.TaskCancelledError):
             # Ray removed the queued task, or interrupted it before the
@@ -334,6 +372,13 @@ class _RayDispatch:
             # The wrapper raised: only possible before the claim.
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             return NotInvoked(cause), (), False, True
+        if self._abort_at is not None:
+            # A worker lost after it reported the call withdrawn before its
+            # claim died before the body could start. Without that report
+            # the body may have run: lost, the conservative answer.
+            where = self._where(0.0, while_running=False)
+            if where is not None and where[0] == WITHDRAWN:
+                return NotInvoked(), (), False, True
         lost = WorkerLost(f"the Ray worker running the body was lost ({type(exc).__name__}: {safe_str(exc)})")
         return Error(lost), (), True, True
 

@@ -21,7 +21,7 @@ from dshtools import (
     AbortController,
     _ray_remote,
 )
-from dshtools._ray_remote import WorkerId, _Channel, _SignalActor
+from dshtools._ray_remote import RUNNING, WITHDRAWN, WorkerId, _Channel, _SignalActor
 from dshtools.ray import _pickle_reason
 
 PID_A: WorkerId = ("node-1", (101, 5, 101))
@@ -30,11 +30,7 @@ PID_B: WorkerId = ("node-1", (102, 6, 102))
 
 def _channel() -> _Channel:
     """A worker's channel with no actor behind it (its watcher is not started)."""
-    channel = object.__new__(_Channel)
-    channel.lock = threading.Lock()
-    channel.running = {}
-    channel.withdrawn = {}
-    return channel
+    return _Channel("test", None, PID_A)
 
 
 # ------------------------------------------------------------------ the worker's claim
@@ -53,7 +49,7 @@ def test_a_claimed_body_gets_its_abort_with_the_callers_reason() -> None:
     channel = _channel()
     controller = channel.claim("k1", "task-1")
     assert controller is not None
-    assert channel.deliver([("k1", _pickle_reason(ValueError("user pressed stop")))]) == ["k1"]
+    assert channel.deliver([("k1", _pickle_reason(ValueError("user pressed stop")))]) == [("k1", RUNNING)]
     assert controller.signal.aborted
     assert repr(controller.signal.reason) == "ValueError('user pressed stop')"
     # A body that returned is no longer running: a late abort is only noted.
@@ -75,32 +71,77 @@ def test_the_worker_remembers_a_bounded_number_of_withdrawn_calls(monkeypatch: p
     assert list(channel.withdrawn) == ["k2", "k3", "k4"]  # the oldest are forgotten first
 
 
+def test_an_abort_between_the_tasks_arrival_and_its_claim_is_reported_withdrawn() -> None:
+    # The task of k1 runs here and is still loading its body when the abort
+    # comes: the claim can no longer win, and the worker says so (decision
+    # 0046), so that the forced stop can end the task as withdrawn.
+    channel = _channel()
+    assert channel.arrive("k1")
+    assert channel.deliver([("k1", _pickle_reason("stop")), ("k2", _pickle_reason("stop"))]) == [("k1", WITHDRAWN)]
+    assert channel.claim("k1", "task-1") is None
+    assert channel.starting == {}
+    # k2's task is not here: only noted, never reported.
+    assert "k2" in channel.withdrawn
+
+
+def test_an_abort_before_the_task_arrives_makes_it_return_without_loading_its_body() -> None:
+    channel = _channel()
+    assert channel.deliver([("k1", _pickle_reason("stop"))]) == []
+    assert not channel.arrive("k1")
+    assert channel.starting == {} and "k1" not in channel.withdrawn
+
+
+def test_a_task_whose_body_failed_to_load_is_no_longer_reported() -> None:
+    channel = _channel()
+    assert channel.arrive("k1")
+    channel.leave("k1")  # the body raised while loading: the task ended
+    assert channel.deliver([("k1", _pickle_reason("stop"))]) == []
+    assert channel.starting == {}
+
+
+def test_a_claimed_call_is_reported_running_never_withdrawn() -> None:
+    channel = _channel()
+    assert channel.arrive("k1")
+    controller = channel.claim("k1", "task-1")
+    assert controller is not None
+    assert channel.deliver([("k1", _pickle_reason("stop"))]) == [("k1", RUNNING)]
+    assert controller.signal.aborted
+
+
 @pytest.mark.timeout(10)
 def test_claim_and_delivery_racing_decide_once() -> None:
-    # Many rounds of a claim (the task's main thread) racing the delivery of
-    # the same call's abort (the watcher thread): each round either refuses
-    # the claim or aborts the claimed body, never runs a body that missed it.
+    # Many rounds of a task (its arrival, then its claim, on the main
+    # thread) racing the delivery of the same call's abort (the watcher
+    # thread). Each round ends one of three ways, and a call reported
+    # withdrawn is never claimed: "withdrawn" means the body never ran. The
+    # cluster tests force each order (tests/test_ray_review.py).
     for i in range(300):
         channel = _channel()
         key = f"k{i}"
         start = threading.Barrier(2)
-        claimed: list[AbortController | None] = []
+        task: list[tuple[bool, AbortController | None]] = []
 
-        def claim(channel: _Channel = channel, key: str = key, start: threading.Barrier = start) -> None:
+        def run_task(channel: _Channel = channel, key: str = key, start: threading.Barrier = start) -> None:
             start.wait()
-            claimed.append(channel.claim(key, "task"))
+            if not channel.arrive(key):
+                task.append((False, None))
+                return
+            task.append((True, channel.claim(key, "task")))
 
-        thread = threading.Thread(target=claim)
+        thread = threading.Thread(target=run_task)
         thread.start()
         start.wait()
         delivered = channel.deliver([(key, _pickle_reason("stop"))])
         thread.join()
-        (controller,) = claimed
-        if controller is None:
-            assert delivered == []
+        ((arrived, controller),) = task
+        if not arrived:
+            assert delivered == []  # the abort came first: noted, the task returned at once
+        elif controller is None:
+            assert delivered == [(key, WITHDRAWN)]
         else:
-            assert delivered == [key]
+            assert delivered == [(key, RUNNING)]
             assert controller.signal.aborted
+        assert channel.starting == {}
 
 
 # ------------------------------------------------------------------ the signal actor
@@ -157,7 +198,57 @@ def test_where_names_the_worker_that_reported_running_the_body() -> None:
     actor.abort("k1", b"r1")
     assert actor.where("k1", 0) is None  # not reported yet
     actor.abort("k2", b"r2")  # something to return the next watch at once
-    actor.watch("w1", PID_A, ["k1"])
-    assert actor.where("k1", 0) == PID_A
+    actor.watch("w1", PID_A, [("k1", RUNNING)])
+    assert actor.where("k1", 0) == (RUNNING, PID_A)
     actor.forget("k1")
     assert actor.where("k1", 0) is None
+
+
+def test_where_says_withdrawn_when_the_worker_reported_it_and_running_wins() -> None:
+    actor = _actor()
+    actor.subscribe("w1", PID_A)
+    actor.subscribe("w2", PID_B)
+    actor.abort("k1", b"r1")
+    actor.abort("k2", b"r2")
+    actor.watch("w1", PID_A, [("k1", WITHDRAWN), ("k2", RUNNING)])
+    assert actor.where("k1", 0) == (WITHDRAWN, PID_A)
+    # Only one process runs a call's task, so the two reports cannot both
+    # be true; should they meet, the conservative one stands.
+    actor.watch("w2", PID_B, [("k2", WITHDRAWN)])
+    assert actor.where("k2", 0) == (RUNNING, PID_A)
+
+
+def test_a_report_of_a_call_never_aborted_or_already_forgotten_is_dropped() -> None:
+    actor = _actor()
+    actor.subscribe("w1", PID_A)
+    actor.abort("k2", b"r2")  # something to return the watch at once
+    actor.watch("w1", PID_A, [("k1", WITHDRAWN)])
+    assert actor.where("k1", 0) is None
+
+
+@pytest.mark.timeout(10)
+def test_where_asked_before_the_abort_arrived_waits_for_the_report() -> None:
+    # The caller sends the abort, then (its forced stop) asks where; the
+    # actor's threads may run the question first. It must wait for the
+    # worker's report, not answer "nowhere" because the abort is not there
+    # yet: that answer would kill a task as if its body ran.
+    actor = _actor()
+    asking = threading.Event()
+
+    class _Noting(threading.Condition):
+        def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+            asking.set()
+            return super().wait_for(predicate, timeout)
+
+    actor._news = _Noting(actor._lock)
+    actor.subscribe("w1", PID_A)
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(actor.where("k1", 10)))
+    thread.start()
+    assert asking.wait(5)  # the question is in, before the abort
+    actor.abort("k1", b"r1")
+    actor.watch("w1", PID_A, [])  # the worker gets the abort ...
+    actor.abort("k2", b"r2")  # (something to return the next watch at once)
+    actor.watch("w1", PID_A, [("k1", WITHDRAWN)])  # ... and reports on its next watch
+    thread.join(10)
+    assert answers == [(WITHDRAWN, PID_A)]

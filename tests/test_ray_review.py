@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
@@ -23,6 +24,7 @@ from ray_support import EventsActor, actor, announce  # noqa: E402
 from dshtools import (  # noqa: E402
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    WORKER_LOST,
     AbortController,
     ToolDefinition,
     ToolExecution,
@@ -84,25 +86,30 @@ def _waits_for_its_release(args: Any, run: ToolRunContext) -> object:
     return "ran"
 
 
-def _load_slowly(driver_pid: int, tag: str) -> _SlowToLoad:
+def _load_slowly(driver_pid: int, tag: str, exits: bool = False) -> _SlowToLoad:
     # In a worker: block the task before its claim (as a tool module that is
-    # slow to import does on a fresh worker) until the test releases it.
+    # slow to import does on a fresh worker) until the test releases it;
+    # then load, or end the worker process (as a crash while importing does).
     if os.getpid() != driver_pid:
+        announce(PROBE, f"{tag}-pid", os.getpid())
         _announce(f"{tag}-loading")
         _probe().wait.remote(f"{tag}-release", 20).future().result()
-    return _SlowToLoad(driver_pid, tag)
+        if exits:
+            os._exit(1)
+    return _SlowToLoad(driver_pid, tag, exits)
 
 
 class _SlowToLoad:
     """A body whose unpickling in a worker blocks (not in the driver, where
     ``validate`` round-trips it)."""
 
-    def __init__(self, driver_pid: int, tag: str) -> None:
+    def __init__(self, driver_pid: int, tag: str, exits: bool = False) -> None:
         self.driver_pid = driver_pid
         self.tag = tag
+        self.exits = exits
 
-    def __reduce__(self) -> tuple[Any, tuple[int, str]]:
-        return (_load_slowly, (self.driver_pid, self.tag))
+    def __reduce__(self) -> tuple[Any, tuple[int, str, bool]]:
+        return (_load_slowly, (self.driver_pid, self.tag, self.exits))
 
     def __call__(self, args: Any, run: ToolRunContext) -> object:
         _probe().incr.remote(f"{self.tag}-ran").future().result()
@@ -195,12 +202,6 @@ def test_a_submit_that_close_overtakes_starts_no_signal_actor(probe: Any, monkey
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="decision 0042: the forced stop cannot tell a task that has not claimed its call yet from a "
-    "running body, so a task still loading its body when kill_after falls due is killed and reported "
-    "ABORTED (invoked, killed) although its body never started",
-)
 def test_a_task_aborted_before_its_claim_is_withdrawn_not_killed(probe: Any) -> None:
     tag = "slow-load"
     backend = RayBackend(kill_after=0.0)
@@ -222,6 +223,168 @@ def test_a_task_aborted_before_its_claim_is_withdrawn_not_killed(probe: Any) -> 
     assert ray.get(probe.count.remote(f"{tag}-ran")) == 0  # the body never started ...
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result  # ... so it was withdrawn
     assert backend.tasks_killed == 0
+
+
+def _report(backend: RayBackend, number: int = 1) -> Any:
+    """What the abort of the backend's ``number``-th call found in the worker
+    running its task, once that worker reported it (decision 0046)."""
+    return ray.get(backend._actor.where.remote(f"{backend._prefix}-{number}", 30))
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie its parent has not reaped yet is gone)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(60)
+def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_withdrawn(probe: Any) -> None:
+    # kill_after bounds the wait after an abort whatever the task is doing:
+    # a task still loading its body when it falls due is ended by force (its
+    # load may never end), after its worker reported the claim impossible,
+    # so the call is withdrawn, not a killed body.
+    tag = "endless-load"
+    backend = RayBackend(kill_after=0.3)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "e1", controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+            worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
+            controller.abort("stop")
+            runner.join(40)  # the load is never released before execute returns
+            ended = not _alive(worker)
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "killed" not in (result.meta or {})
+    assert backend.tasks_killed == 0
+    assert ended  # stopped and confirmed gone, as a killed body's worker is
+    assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worker(probe: Any) -> None:
+    tag = "short-load"
+    backend = RayBackend(kill_after=30.0)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("slow", "g1", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+        worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
+        controller.abort("stop")
+        assert _report(backend)[0] == _ray_remote.WITHDRAWN  # before the release: the claim lost already
+        probe.set.remote(f"{tag}-release")
+        runner.join(20)  # well before kill_after
+        assert out, "execute did not return within the grace"
+        survived = _alive(worker)
+    (result,) = out
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert backend.tasks_killed == 0
+    assert survived  # nothing was stopped by force
+    assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(probe: Any) -> None:
+    # The worker dies while loading the body, after the abort made its
+    # claim impossible: the body never started, so the call is withdrawn,
+    # not WORKER_LOST (which says the body may have had effects).
+    tag = "lost-load"
+    backend = RayBackend(kill_after=None)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
+        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("slow", "l1", controller.signal))))
+        runner.start()
+        assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+        controller.abort("stop")
+        assert _report(backend)[0] == _ray_remote.WITHDRAWN
+        probe.set.remote(f"{tag}-release")  # the worker now exits
+        runner.join(40)
+    (result,) = out
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe: Any) -> None:
+    # Without an abort no worker reports anything: a worker that dies under
+    # the task is lost, the conservative answer (the caller cannot tell a
+    # load from a body).
+    tag = "lost-unaborted"
+    backend = RayBackend(kill_after=None)
+    out: list[ToolExecutionResult] = []
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
+        runner = threading.Thread(
+            target=lambda: out.append(registry.execute(_call("slow", "u1", AbortController().signal)))
+        )
+        runner.start()
+        assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+        probe.set.remote(f"{tag}-release")
+        runner.join(40)
+    (result,) = out
+    assert result.code == WORKER_LOST, result
+
+
+class _Unreported:
+    """The signal actor's handle as a forced stop sees it when the worker's
+    report does not come in time (a worker stuck holding its GIL, a report
+    still on its way): ``where`` answers ``None``, the rest is the actor."""
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+        self.abort = actor.abort
+        self.forget = actor.forget
+
+    class _Nowhere:
+        def remote(self, *_args: Any) -> Any:
+            return ray.put(None)
+
+    where = _Nowhere()
+
+
+@pytest.mark.timeout(60)
+def test_without_the_workers_report_the_forced_stop_stays_conservative(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When in doubt a stopped task is a killed body: ABORTED with
+    # meta["killed"], never withdrawn (that would claim the body never ran).
+    tag = "unreported-load"
+    backend = RayBackend(kill_after=0.0)
+    real = backend._actor_handle
+    monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "n1", controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+            controller.abort("stop")
+            runner.join(40)
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert (result.meta or {})["killed"] is True
+    assert backend.tasks_killed == 1
 
 
 class _InterruptedAfterSubmit:
@@ -299,10 +462,7 @@ def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher(
     # deliver() runs on the worker's watcher thread, the only way aborts
     # reach this process: a reason's unpickling is foreign code, and what it
     # raises must not end the thread (every later abort would be lost).
-    channel = object.__new__(_ray_remote._Channel)
-    channel.lock = threading.Lock()
-    channel.running = {}
-    channel.withdrawn = {}
+    channel = _ray_remote._Channel("test", None, ("node-1", (101, 5, 101)))
     controller = channel.claim("k1", "task-1")
     assert controller is not None
     data = _ray_remote._dumps(_ExitsWhenLoaded())
@@ -310,7 +470,7 @@ def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher(
         delivered = channel.deliver([("k1", data), ("k2", _ray_remote._dumps("stop"))])
     except BaseException as exc:
         pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
-    assert delivered == ["k1"]
+    assert delivered == [("k1", _ray_remote.RUNNING)]
     assert controller.signal.aborted
     assert "did not unpickle" in str(controller.signal.reason)
     assert "k2" in channel.withdrawn  # the abort after it still reached the process
@@ -321,10 +481,7 @@ def test_a_body_listener_that_exits_spares_the_watcher() -> None:
     # A body's own listener on run.signal runs on the watcher thread when
     # the abort arrives; a SystemExit it raises has nobody to go to there
     # and must not end the thread either.
-    channel = object.__new__(_ray_remote._Channel)
-    channel.lock = threading.Lock()
-    channel.running = {}
-    channel.withdrawn = {}
+    channel = _ray_remote._Channel("test", None, ("node-1", (101, 5, 101)))
     controller = channel.claim("k1", "task-1")
     assert controller is not None
 
@@ -339,7 +496,7 @@ def test_a_body_listener_that_exits_spares_the_watcher() -> None:
             delivered = channel.deliver([("k1", _ray_remote._dumps("stop")), ("k2", _ray_remote._dumps("stop"))])
     except BaseException as exc:
         pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
-    assert delivered == ["k1"]
+    assert delivered == [("k1", _ray_remote.RUNNING)]
     assert controller.signal.aborted and controller.signal.reason == "stop"
     assert "k2" in channel.withdrawn
     assert [type(e) for e in reported] == [SystemExit]  # reported, not lost
