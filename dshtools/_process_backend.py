@@ -84,7 +84,9 @@ class ProcessBackend:
     with ``cloudpickle`` (``validate`` does a full round trip at
     ``register()``). In the worker, ``run.signal`` is a real ``AbortSignal``
     aborted when the caller-side signal aborts (same reason when it
-    pickles), ``run.defer_context`` works, ``run.dispatch`` raises
+    pickles) whose ``deadline``/``time_left()`` give the caller's remaining
+    budget on the worker's clock (``None`` when no timer can abort the
+    call; decision 0047), ``run.defer_context`` works, ``run.dispatch`` raises
     ``RuntimeError``, ``run.token`` is fresh and ``run.parent`` is ``None``.
     ``close()`` stops every worker and everything they started; also a
     context manager.

@@ -10,7 +10,9 @@ inside Ray, imported by every worker that runs a body.
   claims the call *locally* (the claim races the withdrawal inside the
   worker process, never over the network), builds the remote ``run`` (a
   fresh token, ``parent`` and ``definition`` ``None``, ``run.dispatch``
-  refused), runs the body and packs what it returned or raised.
+  refused, ``run.signal`` reporting the caller's remaining budget on this
+  process's clock: decision 0047), runs the body and packs what it
+  returned or raised.
 * The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
   ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
   main thread). For a task of this module it never raises: before the claim
@@ -46,7 +48,7 @@ from ray import cloudpickle
 from . import _ray_reap
 from ._backend import Body
 from ._errors import report_unraisable, safe_str
-from ._remote_run import RemoteRun
+from ._remote_run import RemoteRun, call_controller
 from ._signal import AbortController
 
 __all__: list[str] = []
@@ -327,15 +329,16 @@ class _Channel:
             del self.withdrawn[next(iter(self.withdrawn))]
         self.withdrawn[key] = None
 
-    def claim(self, key: str, task_id: str) -> AbortController | None:
-        """Claim ``key`` here: its controller, or ``None`` when the call was
-        aborted first (its abort reached this process, or Ray's cancel
-        interrupted this task before the claim)."""
+    def claim(self, key: str, task_id: str, left: float | None = None, received: float = 0.0) -> AbortController | None:
+        """Claim ``key`` here: its controller (``call_controller(left,
+        received)``), or ``None`` when the call was aborted first (its abort
+        reached this process, or Ray's cancel interrupted this task before
+        the claim)."""
         with self.lock:
             if key in self.withdrawn or _interrupted_task == task_id:
                 self.withdrawn.pop(key, None)
                 return None
-            controller = AbortController()
+            controller = call_controller(left, received)
             self.running[key] = controller
         return controller
 
@@ -435,8 +438,11 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     key, serialized body or None, args, fields))``, paired with the body's
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
-    body yet)."""
+    body yet). ``fields`` is ``(call_id, root_call_id, name, agent, seconds
+    left or None)``: the budget is re-based on this process's clock at the
+    task's start (decision 0047)."""
     global _current_task
+    received = time.monotonic()
     try:
         task_id = ray.get_runtime_context().get_task_id()
         if not task_id:
@@ -452,10 +458,10 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     except _CONTAINED as exc:  # loading the body is foreign code: SystemExit too
         kind, payload = _pack_error(exc)
         return _pack((("not_invoked" if kind == "error" else "not_invoked_stub"), payload, ()))
-    controller = channel.claim(key, task_id)
+    call_id, root_call_id, name, agent, left = fields
+    controller = channel.claim(key, task_id, left, received)
     if controller is None:
         return _pack(("withdrawn", None, ()))
-    call_id, root_call_id, name, agent = fields
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = run.context(call_id, root_call_id, name, agent, args, controller.signal)
     try:
