@@ -14,6 +14,11 @@ Guarantees:
   sent to the worker from the aborting thread (its reason pickled, or a
   stand-in ``AbortError`` carrying its text), where a reader thread aborts
   the body's own ``AbortSignal`` at once.
+* **The budget crosses.** The call carries ``run.signal.time_left()``,
+  read right before it is sent; the body's signal reports it as
+  ``deadline``/``time_left()`` counted on the worker's clock from receipt
+  (``None`` stays ``None``), and is aborted only by the caller's abort
+  (decision 0047).
 * **Forced stop.** ``kill_after`` seconds after the abort a body that has
   not returned is stopped: its worker's session and everything the worker
   started are killed and confirmed gone (``dshtools._process_tree``), the
