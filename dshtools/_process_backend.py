@@ -14,6 +14,11 @@ Guarantees:
   sent to the worker from the aborting thread (its reason pickled, or a
   stand-in ``AbortError`` carrying its text), where a reader thread aborts
   the body's own ``AbortSignal`` at once.
+* **The budget crosses.** The call carries ``run.signal.time_left()``,
+  read right before it is sent; the body's signal reports it as
+  ``deadline``/``time_left()`` counted on the worker's clock from receipt
+  (``None`` stays ``None``), and is aborted only by the caller's abort
+  (decision 0047).
 * **Forced stop.** ``kill_after`` seconds after the abort a body that has
   not returned is stopped: its worker's session and everything the worker
   started are killed and confirmed gone (``dshtools._process_tree``), the
@@ -84,7 +89,9 @@ class ProcessBackend:
     with ``cloudpickle`` (``validate`` does a full round trip at
     ``register()``). In the worker, ``run.signal`` is a real ``AbortSignal``
     aborted when the caller-side signal aborts (same reason when it
-    pickles), ``run.defer_context`` works, ``run.dispatch`` raises
+    pickles) whose ``deadline``/``time_left()`` give the caller's remaining
+    budget on the worker's clock (``None`` when no timer can abort the
+    call; decision 0047), ``run.defer_context`` works, ``run.dispatch`` raises
     ``RuntimeError``, ``run.token`` is fresh and ``run.parent`` is ``None``.
     ``close()`` stops every worker and everything they started; also a
     context manager.

@@ -224,6 +224,10 @@ class _Job:
                         run.root_call_id,
                         run.name,
                         run.agent,
+                        # The budget as seconds left now, as late as possible
+                        # before the send: the worker re-bases it on its own
+                        # clock (decision 0047).
+                        run.signal.time_left(),
                     )
                 )
             except OSError as exc:

@@ -13,7 +13,10 @@ Guarantees:
   controller at once (in the reader thread, so a body blocked in C code or
   ``time.sleep`` still sees ``run.signal`` abort within milliseconds).
 * The body gets a ``ToolRunContext`` whose ``signal`` is that controller's
-  real ``AbortSignal``; ``token`` is fresh, ``parent`` and ``definition``
+  real ``AbortSignal``, which reports the caller's remaining budget as
+  ``deadline``/``time_left()`` (seconds left at the send, re-based on this
+  process's clock at receipt; ``None`` when no timer can abort the call;
+  decision 0047); ``token`` is fresh, ``parent`` and ``definition``
   are ``None``; ``defer_context`` collects JSON objects that travel back
   with the outcome; ``dispatch`` raises ``RuntimeError``.
 * Every outcome travels back: a value that does not pickle, or an
@@ -24,7 +27,7 @@ Guarantees:
 
 Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
 parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
-call_id, root_call_id, name, agent)``, ``("abort", seq, reason_bytes)``;
+call_id, root_call_id, name, agent, seconds_left | None)``, ``("abort", seq, reason_bytes)``;
 worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
 ``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
 """
@@ -37,13 +40,14 @@ import queue
 import signal as _os_signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ._errors import AbortError, safe_str
 from ._process_wire import describe_error, load_reason
-from ._remote_run import RemoteRun
+from ._remote_run import RemoteRun, call_controller
 from ._signal import AbortController
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
@@ -70,7 +74,7 @@ class _Reader:
                 message = pickle.loads(self.conn.recv_bytes())
                 kind = message[0]
                 if kind == "call":
-                    controller = AbortController()
+                    controller = call_controller(message[9], time.monotonic())
                     with self.lock:
                         self.controllers[message[1]] = controller
                     self.inbox.put((message, controller))
@@ -106,7 +110,7 @@ class _Reader:
 def _run_one(
     bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
 ) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
-    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent = message
+    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left = message
     worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True)
     try:
         body = bodies.get(key)

@@ -10,11 +10,12 @@ inside Ray, imported by every worker that runs a body.
   process (``arrive``), loads the body (cached per worker), claims the call
   *locally* (the claim races the withdrawal inside the worker process,
   never over the network), builds the remote ``run`` (a fresh token,
-  ``parent`` and ``definition`` ``None``, ``run.dispatch`` refused), runs
-  the body and packs what it returned or raised. An abort that finds the
-  task there reports ``RUNNING`` (after the claim) or ``WITHDRAWN`` (before
-  it: the body never runs) to the actor, for the forced stop (decision
-  0046).
+  ``parent`` and ``definition`` ``None``, ``run.dispatch`` refused,
+  ``run.signal`` reporting the caller's remaining budget on this process's
+  clock: decision 0047), runs the body and packs what it returned or
+  raised. An abort that finds the task there reports ``RUNNING`` (after
+  the claim) or ``WITHDRAWN`` (before it: the body never runs) to the
+  actor, for the forced stop (decision 0046).
 * The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
   ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
   main thread). For a task of this module it never raises: before the claim
@@ -50,7 +51,7 @@ from ray import cloudpickle
 from . import _ray_reap
 from ._backend import Body
 from ._errors import report_unraisable, safe_str
-from ._remote_run import RemoteRun
+from ._remote_run import RemoteRun, call_controller
 from ._signal import AbortController
 
 __all__: list[str] = []
@@ -393,15 +394,16 @@ class _Channel:
         with self.lock:
             self.starting.pop(key, None)
 
-    def claim(self, key: str, task_id: str) -> AbortController | None:
-        """Claim ``key`` here: its controller, or ``None`` when the call was
-        aborted first (its abort reached this process, or Ray's cancel
-        interrupted this task before the claim)."""
+    def claim(self, key: str, task_id: str, left: float | None = None, received: float = 0.0) -> AbortController | None:
+        """Claim ``key`` here: its controller (``call_controller(left,
+        received)``), or ``None`` when the call was aborted first (its abort
+        reached this process, or Ray's cancel interrupted this task before
+        the claim)."""
         with self.lock:
             if self.starting.pop(key, False) or key in self.withdrawn or _interrupted_task == task_id:
                 self.withdrawn.pop(key, None)
                 return None
-            controller = AbortController()
+            controller = call_controller(left, received)
             self.running[key] = controller
         return controller
 
@@ -512,8 +514,11 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     key, serialized body or None, args, fields))``, paired with the body's
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
-    body yet)."""
+    body yet). ``fields`` is ``(call_id, root_call_id, name, agent, seconds
+    left or None)``: the budget is re-based on this process's clock at the
+    task's start (decision 0047)."""
     global _current_task
+    received = time.monotonic()
     try:
         task_id = ray.get_runtime_context().get_task_id()
         if not task_id:
@@ -541,10 +546,10 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     except BaseException:
         channel.leave(key)
         raise
-    controller = channel.claim(key, task_id)
+    call_id, root_call_id, name, agent, left = fields
+    controller = channel.claim(key, task_id, left, received)
     if controller is None:
         return _pack(("withdrawn", None, ()))
-    call_id, root_call_id, name, agent = fields
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = run.context(call_id, root_call_id, name, agent, args, controller.signal)
     try:

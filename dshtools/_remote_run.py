@@ -1,6 +1,11 @@
 """The ``run`` services of a body that runs outside the caller's process
 (docs/contract.md §9): a ``ProcessBackend`` worker or a Ray worker.
 
+* ``run.signal`` is the signal of ``call_controller``: aborted by the
+  caller's abort message; when the caller's dispatch signal had a timer
+  (a tool ``timeout``, a caller's ``AbortSignal.timeout``), it also reports
+  that budget as ``deadline``/``time_left()``, re-based on this process's
+  clock at receipt (docs/contract.md §8 A9; decision 0047).
 * ``run.defer_context(ctx)`` works: the JSON object is deep-frozen at once
   (a non-object or non-JSON value raises ``TypeError``/``ValueError`` in the
   body, as in a thread) and kept in ``contexts`` for the trip back; after the
@@ -17,10 +22,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._freeze import thaw
-from ._signal import AbortSignal
+from ._signal import AbortController, AbortSignal, budget_controller
 from ._types import ExecutionToken, ToolExecutionResult, ToolRunContext, frozen_deferred_context
 
-__all__ = ["RemoteRun"]
+__all__ = ["RemoteRun", "call_controller"]
+
+
+def call_controller(left: float | None, received: float) -> AbortController:
+    """The controller whose signal a remote body gets as ``run.signal``.
+    ``left``: the seconds the caller's dispatch signal had left when the
+    call was sent (its ``time_left()``), or ``None`` when no timer could
+    abort it; ``received``: this process's ``time.monotonic()`` when the
+    call arrived. With a budget the signal reports ``deadline ==
+    received + left``: the clocks of two processes (two machines, on Ray)
+    are never compared, only a duration crosses. It never aborts by itself:
+    the caller's timer does, through the abort message (decision 0047)."""
+    if left is None:
+        return AbortController()
+    return budget_controller(received + left)
 
 
 class RemoteRun:

@@ -13,7 +13,7 @@ controller -> surface -> links -> claim; budget -> claim.
 from __future__ import annotations
 
 from ._signal_claim import ListenerHandle
-from ._signal_controller import AbortController
+from ._signal_controller import AbortController, budget_controller
 from ._signal_surface import (
     AbortSignal,
     Listener,
@@ -35,6 +35,7 @@ __all__ = [
     "_ensure_signal",
     "_timeout_signal",
     "abort_owned",
+    "budget_controller",
     "deadline_signal",
     "derive",
     "timer_fired",

@@ -136,6 +136,9 @@ class _SignalState(Protocol):
     # As a source: its links to derived signals (`_signal_links._dep_links`).
     _deps: Any
     _deps_prune_at: int
+    # Plain signals: the deadline a remote body's signal carries (decision
+    # 0047); `None` on every other signal.
+    _budget_at: float | None
     # Only on linked signals (`_linked` True, `_LinkedSignal.__init__`).
     _sources: tuple[_SignalState, ...]
     _ref: weakref.ref[_SignalState]

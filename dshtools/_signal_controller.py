@@ -24,9 +24,9 @@ from typing import Final
 from ._errors import report_unraisable, safe_repr
 from ._signal_claim import _ABORTED, _DEFAULT_REASON, _dispatch_split, _pending
 from ._signal_links import _won_plain_with_deps
-from ._signal_surface import AbortSignal, _PlainSignal
+from ._signal_surface import AbortSignal, _BudgetSignal, _PlainSignal
 
-__all__ = ["AbortController"]
+__all__ = ["AbortController", "budget_controller"]
 
 
 class AbortController:
@@ -122,3 +122,30 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController signal={self.signal!r}>"
+
+
+def budget_controller(deadline: float) -> AbortController:
+    """An ``AbortController`` whose signal also reports ``deadline`` (a
+    ``time.monotonic()`` instant of this process, seconds) as its
+    ``deadline`` until it aborts; its ``time_left()`` counts down to it and
+    stays ``0.0`` past it. It owns no timer and never aborts by itself: the
+    timer that aborts it runs in another process, whose abort arrives as a
+    message (decision 0047). Package-internal: the worker side of
+    ``ProcessBackend`` and ``RayBackend`` (``dshtools._remote_run``)."""
+    signal = _BudgetSignal()
+    signal._linked = False
+    signal._aborted = False
+    signal._armed = True
+    signal._event = None
+    signal._listeners = None
+    signal._deps = None
+    signal._watched = False
+    signal._budget_at = deadline
+    controller = AbortController.__new__(AbortController)
+    # `signal` is a slot written once, as `__init__` writes it; `__init__`
+    # itself stays the plain controller's, free of this branch.
+    _SIGNAL_SLOT.__set__(controller, signal)
+    return controller
+
+
+_SIGNAL_SLOT: Final = AbortController.__dict__["signal"]

@@ -162,6 +162,10 @@ class AbortSignal:
     _derived: bool
     _aborts_directly: bool
     _deps_prune_at: int
+    # The deadline a plain signal reports without a timer of its own: a
+    # slot of `_BudgetSignal` only (decision 0047); a class attribute here,
+    # so that every other signal reads `None` at no cost to its creation.
+    _budget_at: float | None = None
 
     def __init__(self) -> None:
         self._linked = False  # True for `_LinkedSignal` (derived and timeout)
@@ -261,10 +265,14 @@ class AbortSignal:
         """The earliest ``time.monotonic()`` instant (seconds) at which a
         timer among this signal's sources (or its own, for a timeout signal)
         will abort it; ``None`` when no pending timer can. An aborted or
-        closed signal has none. Source: docs/contract.md §8 A9,
-        docs/decisions/0021."""
-        if not self._linked or self._aborted:
+        closed signal has none. In a ``ProcessBackend`` or ``RayBackend``
+        worker, ``run.signal`` reports the caller's timer, re-based on the
+        worker's clock. Source: docs/contract.md §8 A9, docs/decisions/0021,
+        0047."""
+        if self._aborted:
             return None
+        if not self._linked:
+            return self._budget_at
         return _deadline_of(self)
 
     def time_left(self) -> float | None:
@@ -411,6 +419,17 @@ class _PlainSignal(AbortSignal):
 
     __slots__ = ()
     __init__ = object.__init__
+
+
+class _BudgetSignal(_PlainSignal):
+    """The signal of a body that runs in another process than its caller
+    (decision 0047): a plain signal, aborted by the caller's abort message
+    as any controller's, that reports ``deadline == _budget_at`` (a
+    ``time.monotonic()`` instant of this process) while it is pending. It
+    owns no timer: the timer that will abort it runs in the caller's
+    process."""
+
+    __slots__ = ("_budget_at",)
 
 
 # The second argument of every isinstance() in any_of's C pass over its inputs.

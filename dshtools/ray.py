@@ -43,8 +43,11 @@ none is connected. It keeps the contract of the thread backend:
 
 What travels: the body (serialized once per body with Ray's serializer,
 ``ray.cloudpickle``; ``validate`` refuses one that does not round-trip), the
-frozen arguments, and the call's ids, name and agent. The remote
-``run`` has a fresh ``token``, ``parent=None`` and ``definition=None``;
+frozen arguments, the call's ids, name and agent, and the seconds the
+call's signal has left (``time_left()``). The remote ``run.signal`` reports
+that budget as ``deadline``/``time_left()``, re-based on the worker's clock
+when the task starts (``None`` when no timer can abort the call; decision
+0047). The remote ``run`` has a fresh ``token``, ``parent=None`` and ``definition=None``;
 ``run.defer_context`` works (the contexts come back with the result, lost
 if the body is killed); ``run.dispatch`` raises ``RuntimeError``.
 ``contextvars`` do not cross. A return value that does not pickle becomes
@@ -502,7 +505,9 @@ class RayBackend:
         actor = self._actor_handle()
         body_key, body_data = self._body_ref(run.name, body)
         key = f"{self._prefix}-{next(self._counter)}"
-        fields = (run.call_id, run.root_call_id, run.name, run.agent)
+        # The budget as seconds left now: the worker re-bases it on its own
+        # clock when the task starts (decision 0047).
+        fields = (run.call_id, run.root_call_id, run.name, run.agent, run.signal.time_left())
         inline = isinstance(body_data, bytes)
         head = _pack((*self._actor_name, key, body_key, body_data if inline else None, args, fields))
         packed: Any = head if inline else (head, body_data)
