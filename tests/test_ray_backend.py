@@ -161,6 +161,7 @@ def _batch_body(args: Any, run: ToolRunContext) -> object:
     if args["i"] < 5:
         return args["i"]
     _announce(f"batch-{args['i']}")
+    _announce("batch-blocking", args["i"])
     run.signal.wait(30)
     run.signal.throw_if_aborted()
     return args["i"]
@@ -402,7 +403,9 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
     try:
         runner = threading.Thread(target=lambda: out.append(execute_batch(registry, calls, signal=batch.signal)))
         runner.start()
-        assert ray.get(events.wait.remote("batch-5", 30)) is not None  # mid-batch: call 5's body runs
+        # Mid-batch: a body from call 5 on runs and waits for the abort
+        # (which one Ray starts first is Ray's choice).
+        assert ray.get(events.wait.remote("batch-blocking", 30)) is not None
         batch.abort("turn stopped")
         runner.join(60)
     finally:
@@ -417,9 +420,13 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
             assert result.code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH), (i, result)
         else:
             assert i < 5 and _success(result).value == i
-    assert results[5].code == TOOL_ABORTED  # it was running when the abort came
-    # Two slots, at most ten dispatched at once: the tail never started.
-    assert results[19].code == TOOL_ABORTED_BEFORE_DISPATCH
+    # From call 5 on every body waits for the abort: one that ran (it says
+    # so first thing) is ABORTED, one that never started ABORTED_BEFORE_DISPATCH.
+    ran = [i for i in range(5, 20) if ray.get(events.wait.remote(f"batch-{i}", 0)) is not None]
+    for i in range(5, 20):
+        assert results[i].code == (TOOL_ABORTED if i in ran else TOOL_ABORTED_BEFORE_DISPATCH), (i, ran, results[i])
+    # Two slots held by blocking bodies: no third started, nothing started after the abort.
+    assert 1 <= len(ran) <= 2, ran
 
 
 @pytest.mark.timeout(60)
