@@ -556,10 +556,12 @@ class ProcessBackend:
         """The worker exited on its own: kill what it left, reap it, report
         the body it ran (if any) as lost."""
         self._retire(worker)
-        # What it sent before it died still counts: a body whose outcome is
-        # in the pipe returned, whichever of the two the manager saw first.
+        # What it sent before it died still counts, whichever of the two the
+        # manager saw first: a body whose outcome is in the pipe returned, a
+        # worker whose "ready" is there did start (its queue is no start-up
+        # failure to refuse).
         try:
-            while worker.job is not None and worker.conn.poll(0):
+            while (worker.job is not None or not worker.ready) and worker.conn.poll(0):
                 self._handle(worker, pickle.loads(worker.conn.recv_bytes()))
         except (EOFError, OSError, pickle.UnpicklingError):
             pass

@@ -281,3 +281,34 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
         assert after.code is None, after
     finally:
         registry.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_that_died_after_saying_ready_did_start_so_the_queued_call_runs_on_a_fresh_one() -> None:
+    # A worker started, sent "ready", then died (the OOM killer, a stray
+    # kill) before the manager read it: the manager learns of the death
+    # first. The worker did start, so the queue waiting for it is not a
+    # start-up failure to refuse: the call runs on a fresh worker.
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+        died: list[int] = []
+        receive = backend._receive
+
+        def death_first(worker: _Worker) -> None:
+            # "ready" is in the pipe; the worker dies; the manager handles
+            # the death before it reads the pipe.
+            backend._receive = receive  # type: ignore[method-assign]
+            died.append(worker.pid)
+            os.kill(worker.pid, signal.SIGKILL)
+            _wait_exited(worker.pid)
+            backend._lose(worker)
+
+        backend._receive = death_first  # type: ignore[method-assign]
+        result = registry.execute(ToolExecutionInput("c0", "t", {}, _never()))
+        assert died, "the interleaving was not forced"
+        assert isinstance(result, ToolSuccess) and result.value == "ok", result
+        assert died[0] not in backend.worker_pids
+    finally:
+        registry.close()
