@@ -15,6 +15,7 @@ own, so a worker's descendants may live in several sessions. ``stop_tree``:
 3. re-scans until no live (non-zombie) process remains in the worker's
    session, in a recorded session whose leader is still the recorded
    process, or among the recorded processes, SIGKILLing whatever it finds;
+   a scan that cannot be read (no descriptor left) confirms nothing;
 4. only then lets the caller reap the worker.
 
 Pid-reuse safety: the worker is reaped last, so while the sweep runs its
@@ -23,8 +24,9 @@ every other process is matched by pid *and* start time.
 
 Limits: a descendant that started a session of its own after the record
 was taken, or that left the tree before it (a double fork into a new
-session), is not found. Without ``/proc`` (not Linux) only the worker's
-process group is killed.
+session), is not found; so is every descendant outside the worker's
+session when ``/proc`` cannot be read at the record (logged as a warning).
+Without ``/proc`` (not Linux) only the worker's process group is killed.
 
 Threads: called from the backend's manager thread (or ``close()``); holds
 no lock, keeps no state.
@@ -106,7 +108,16 @@ def stop_tree(leader: int) -> int:
         except (ProcessLookupError, PermissionError):
             pass
         return 0
-    procs = scan()
+    procs = _procfs.try_scan()
+    if procs is None:
+        # /proc cannot be read now (no descriptor left): the descendants
+        # cannot be recorded, and once the worker dies they can no longer
+        # be found by ancestry. Say so rather than report them stopped.
+        _log.warning(
+            "forced stop of worker %d: /proc cannot be read; processes it started in other sessions may survive",
+            leader,
+        )
+        procs = {}
     recorded: dict[int, int] = {}  # pid -> start time
     for p in _descendants(procs, leader):
         recorded[p.pid] = p.start
@@ -130,27 +141,35 @@ def stop_tree(leader: int) -> int:
     began = time.monotonic()
     warned = False
     while True:
+        # Confirmed only by a scan that could be read: "unknown" (no
+        # descriptor left, say) is never "gone"; look again.
+        now = _procfs.try_scan()
         live = []
-        for p in scan().values():
+        for p in (now or {}).values():
             if not p.alive or p.pid == leader:
                 continue
             if p.sid == leader or recorded.get(p.pid) == p.start:
                 live.append(p)
             elif p.sid in sessions:
-                head = _procfs.stat(p.sid)
+                head = now.get(p.sid) if now is not None else None
                 if head is not None and head.start == recorded[p.sid]:
                     live.append(p)
-        leader_info = _procfs.stat(leader)
-        if not live and (leader_info is None or not leader_info.alive):
-            return len(recorded)
+        if now is not None:
+            # The leader is unreaped: listed until the caller reaps it, a
+            # zombie once it died.
+            leader_info = now.get(leader)
+            if not live and (leader_info is None or not leader_info.alive):
+                return len(recorded)
         for p in live:
             _kill_same(p.pid, p.start)
         if not warned and time.monotonic() - began > _SLOW_WARNING:
             warned = True
             _log.warning(
-                "forced stop of worker %d: processes %s still alive after SIGKILL; waiting",
+                "forced stop of worker %d: %s after SIGKILL; waiting",
                 leader,
-                [p.pid for p in live],
+                f"processes {[p.pid for p in live]} still alive"
+                if now is not None
+                else "/proc cannot be read to confirm",
             )
         time.sleep(delay)
         delay = min(delay * 2, _POLL_MAX)

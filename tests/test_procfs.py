@@ -5,6 +5,7 @@ line's descendant check (docs/contract.md §5, §9)."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -99,3 +100,36 @@ def test_signal_if_signals_only_the_process_the_predicate_accepts() -> None:
     # Gone and reaped: nothing to signal, nothing raised.
     _procfs.signal_same(proc.pid, start, signal.SIGKILL)
     _procfs.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_forced_stop_is_confirmed_only_by_a_scan_that_could_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # /proc cannot be read for a moment (no descriptor left) after the
+    # worker was killed: "unknown" is not "gone" (docs/contract.md §9), so
+    # stop_tree looks again and returns only after a scan it could read.
+    from dshtools import _process_tree
+
+    leader = subprocess.Popen(_SLEEPER, stdin=subprocess.PIPE, start_new_session=True)
+    real = _procfs.try_scan
+    calls: list[str] = []
+
+    def flaky() -> dict[int, _procfs.ProcStat] | None:
+        if len(calls) == 1:
+            # The first scan after the kill: wait until the leader is a
+            # zombie (so its own state says "gone"), then fail to read.
+            fd = os.pidfd_open(leader.pid)
+            try:
+                select.select([fd], [], [])
+            finally:
+                os.close(fd)
+            calls.append("unknown")
+            return None
+        calls.append("read")
+        return real()
+
+    monkeypatch.setattr(_procfs, "try_scan", flaky)
+    try:
+        _process_tree.stop_tree(leader.pid)
+    finally:
+        _finish(leader)
+    assert calls[:2] == ["read", "unknown"]
+    assert calls[-1] == "read", calls
