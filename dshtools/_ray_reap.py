@@ -18,6 +18,7 @@ it, else a 20 ms poll.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -26,6 +27,8 @@ import time
 from . import _procfs
 
 __all__ = ["ProcessId", "alive", "kill_tree", "snapshot", "wait_gone"]
+
+_log = logging.getLogger("dshtools.ray")
 
 ProcessId = tuple[int, int, int]
 """``(pid, start time in clock ticks, process group id)``."""
@@ -47,9 +50,15 @@ def alive(proc: ProcessId) -> bool:
 
 def snapshot(root: int) -> list[ProcessId]:
     """Every live descendant of ``root`` (not ``root`` itself), by ancestry, now."""
+    procs = _procfs.try_scan()
+    if procs is None:
+        if _procfs.HAVE_PROC:
+            # Unreadable now (no descriptor left), not "no descendants".
+            _log.warning("forced stop of Ray worker %d: /proc cannot be read; what it started may survive", root)
+        return []
     children: dict[int, list[int]] = {}
     ids: dict[int, ProcessId] = {}
-    for info in _procfs.scan().values():
+    for info in procs.values():
         if info.alive:
             children.setdefault(info.ppid, []).append(info.pid)
             ids[info.pid] = (info.pid, info.start, info.pgrp)
@@ -90,12 +99,22 @@ def wait_gone(procs: list[ProcessId], timeout: float) -> bool:
     """Block up to ``timeout`` seconds until none of ``procs`` runs; ``True`` if so."""
     deadline = time.monotonic() + timeout
     for proc in procs:
-        while alive(proc):
+        while not _gone(proc):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             _wait_exit(proc[0], min(left, 0.5))
     return True
+
+
+def _gone(proc: ProcessId) -> bool:
+    """Whether ``proc`` is confirmed not running. A stat line that cannot
+    be read is "unknown", not "gone", while ``/proc/<pid>`` is still listed
+    (looked up without a file descriptor, which is what may have run out)."""
+    info = _procfs.stat(proc[0])
+    if info is not None:
+        return info.start != proc[1] or not info.alive
+    return not os.path.exists(f"/proc/{proc[0]}")
 
 
 def _wait_exit(pid: int, timeout: float) -> None:

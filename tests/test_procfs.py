@@ -133,3 +133,21 @@ def test_the_forced_stop_is_confirmed_only_by_a_scan_that_could_be_read(monkeypa
         _finish(leader)
     assert calls[:2] == ["read", "unknown"]
     assert calls[-1] == "read", calls
+
+
+def test_the_ray_reaper_never_reads_an_unreadable_process_as_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The forced stop of a Ray body waits until the worker and its
+    # descendants are gone (docs/contract.md §9). A stat line that cannot
+    # be read (no descriptor left) says nothing: a process still listed in
+    # /proc is not confirmed gone; once it is reaped it is.
+    from dshtools import _ray_reap
+
+    proc = _sleeper()
+    try:
+        ident = _ray_reap.identity(proc.pid)
+        assert ident is not None
+        monkeypatch.setattr(_procfs, "stat", lambda pid: None)
+        assert not _ray_reap.wait_gone([ident], 0.2)
+    finally:
+        _finish(proc)
+    assert _ray_reap.wait_gone([ident], 5.0)
