@@ -28,7 +28,9 @@ inside Ray, imported by every worker that runs a body.
 
 Threads: in a worker, the task runs on the process's main thread (where Ray
 runs tasks and delivers its interrupt) and one watcher thread per worker
-process waits on the actor for abort reasons; the actor's methods run on
+process waits on the actor for abort reasons; the abort of a running body
+(its ``run.signal`` listeners) runs on a short-lived thread of its own, so
+that a listener never delays the watcher's report; the actor's methods run on
 its own thread pools (``control``, ``watch``). The caller side is
 ``dshtools.ray``.
 """
@@ -428,7 +430,8 @@ class _Channel:
 
     def deliver(self, items: list[Abort]) -> list[Report]:
         """Hand aborts to the calls they concern (watcher thread): a body
-        running here has its ``run.signal`` aborted (``RUNNING``); a task
+        running here has its ``run.signal`` aborted on a thread started for
+        it (``RUNNING``); a task
         here that has not claimed its call never will (``WITHDRAWN``); any
         other call is noted as withdrawn here, in case its task comes later.
         Returns the reports for the calls whose tasks run here."""
@@ -444,14 +447,25 @@ class _Channel:
                         self._note_withdrawn(key)
             if target is not None:
                 reports.append((key, RUNNING))
-                try:
-                    target.abort(_load_reason(data))
-                except BaseException as exc:
-                    # A SystemExit/KeyboardInterrupt from one of the body's
-                    # listeners: nobody on this thread to hand it to, and
-                    # the thread must go on carrying aborts.
-                    report_unraisable(exc, f"abort listener of the RayBackend call {key}", target.signal)
+                # The body's listeners run on a thread of their own: one
+                # that blocks must not hold back this report (the forced
+                # stop needs it to find the worker's processes) nor the
+                # aborts that follow.
+                threading.Thread(
+                    target=_abort_body, args=(key, target, data), name="dshtools-ray-abort", daemon=True
+                ).start()
         return reports
+
+
+def _abort_body(key: str, target: AbortController, data: bytes) -> None:
+    """Abort a running body's ``run.signal`` with the caller's reason (a
+    thread of its own, started by the watcher)."""
+    try:
+        target.abort(_load_reason(data))
+    except BaseException as exc:
+        # A SystemExit/KeyboardInterrupt from one of the body's listeners:
+        # nobody on this thread to hand it to.
+        report_unraisable(exc, f"abort listener of the RayBackend call {key}", target.signal)
 
 
 _channels: dict[str, _Channel] = {}

@@ -461,7 +461,8 @@ class _ExitsWhenLoaded:
 def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher() -> None:
     # deliver() runs on the worker's watcher thread, the only way aborts
     # reach this process: a reason's unpickling is foreign code, and what it
-    # raises must not end the thread (every later abort would be lost).
+    # raises must neither end that thread (every later abort would be lost)
+    # nor keep the body from its abort.
     channel = _ray_remote._Channel("test", None, ("node-1", (101, 5, 101)))
     controller = channel.claim("k1", "task-1")
     assert controller is not None
@@ -471,16 +472,16 @@ def test_a_reason_whose_unpickling_exits_aborts_the_body_and_spares_the_watcher(
     except BaseException as exc:
         pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
     assert delivered == [("k1", _ray_remote.RUNNING)]
-    assert controller.signal.aborted
+    assert controller.signal.wait(5)  # aborted on a thread of its own
     assert "did not unpickle" in str(controller.signal.reason)
     assert "k2" in channel.withdrawn  # the abort after it still reached the process
 
 
 @pytest.mark.timeout(10)
 def test_a_body_listener_that_exits_spares_the_watcher() -> None:
-    # A body's own listener on run.signal runs on the watcher thread when
-    # the abort arrives; a SystemExit it raises has nobody to go to there
-    # and must not end the thread either.
+    # A body's own listener on run.signal runs when the abort arrives, on a
+    # thread the watcher starts for it; a SystemExit it raises has nobody
+    # to go to there and must neither end the watcher nor be lost.
     channel = _ray_remote._Channel("test", None, ("node-1", (101, 5, 101)))
     controller = channel.claim("k1", "task-1")
     assert controller is not None
@@ -490,13 +491,20 @@ def test_a_body_listener_that_exits_spares_the_watcher() -> None:
 
     controller.signal.add_listener(exits)
     reported: list[BaseException] = []
+    done = threading.Event()
+
+    def hook(args: Any) -> None:
+        reported.append(args.exc_value)
+        done.set()
+
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("sys.unraisablehook", lambda args: reported.append(args.exc_value))
+            patch.setattr("sys.unraisablehook", hook)
             delivered = channel.deliver([("k1", _ray_remote._dumps("stop")), ("k2", _ray_remote._dumps("stop"))])
+            listened = done.wait(5)
     except BaseException as exc:
         pytest.fail(f"deliver() raised {exc!r}: the watcher thread would end")
-    assert delivered == [("k1", _ray_remote.RUNNING)]
+    assert listened and delivered == [("k1", _ray_remote.RUNNING)]
     assert controller.signal.aborted and controller.signal.reason == "stop"
     assert "k2" in channel.withdrawn
     assert [type(e) for e in reported] == [SystemExit]  # reported, not lost
@@ -609,3 +617,49 @@ def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any
         result = registry.execute(_call("t", "exits-loading", AbortController().signal))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "SystemExit" in repr((result.meta or {})["reason"])
+
+
+def _slow_listener_body(args: Any, run: ToolRunContext) -> object:
+    # A child in a session of its own (as run_process starts one), and an
+    # abort listener that does not return (a cleanup that waits on
+    # something that never comes); the body itself ignores its abort.
+    import subprocess
+
+    child = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], start_new_session=True, stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    grandchild = int(child.stdout.readline())
+    run.signal.add_listener(lambda _signal: threading.Event().wait())
+    announce(PROBE, f"{run.call_id}-child", grandchild)
+    _probe().wait.remote(f"{run.call_id}-release", 30).future().result()
+    return "ran"
+
+
+@pytest.mark.timeout(60)
+def test_a_body_whose_abort_listener_blocks_is_still_swept_with_its_descendants(probe: Any) -> None:
+    # The body's listeners run as its abort is delivered in the worker; one
+    # that does not return must not hold back the worker's RUNNING report,
+    # without which the forced stop cannot find the worker's node-local
+    # processes and leaves the body's child alive (decisions 0037, 0046).
+    backend = RayBackend(kill_after=0.3)
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    child = 0
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_listener_body))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "sl1", controller.signal)))
+            )
+            runner.start()
+            child = ray.get(probe.wait.remote("sl1-child", 30))
+            controller.abort("stop")
+            runner.join(40)
+            swept = not _alive(child)
+    finally:
+        probe.set.remote("sl1-release")
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
+    (result,) = out
+    assert result.code == TOOL_ABORTED, result
+    assert (result.meta or {}).get("killed") is True
+    assert swept, "the body's child survived the forced stop"
