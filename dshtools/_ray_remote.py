@@ -313,8 +313,8 @@ class _NotJSON:
 
 
 def _load_reason(data: bytes) -> object:
-    # On the watcher thread, the only way aborts reach this process: what
-    # the foreign unpickling raises (SystemExit included) must not end it.
+    # On the thread that aborts a running body: what the foreign unpickling
+    # raises (SystemExit included) must not keep the body from its abort.
     try:
         return _loads(data)
     except _CONTAINED as exc:

@@ -10,9 +10,9 @@ none is connected. It keeps the contract of the thread backend:
   ``run.signal`` sends the reason to it (one actor call, from the thread
   that aborted). Every worker process that ran a body of the backend is
   subscribed and keeps one ``watch`` call outstanding; the abort returns
-  those calls, and in the worker running the body the watcher thread aborts
-  its local ``run.signal`` (the same reason when it pickles, else its
-  ``repr`` as a string). Nothing polls; nothing is injected into the body.
+  those calls, and in the worker running the body a thread started for it
+  aborts its local ``run.signal`` (the same reason when it pickles, else its
+  ``repr`` as a string; the body's listeners run there). Nothing polls; nothing is injected into the body.
 * **One claim decides, inside the worker.** A task claims its call in the
   worker process that runs it, under one lock with the delivery of that
   call's abort: an abort that reached the process first (or was there when
