@@ -535,7 +535,13 @@ class ProcessBackend:
 
     def _kill(self, worker: _Worker, job: _Job) -> None:
         """The forced stop: kill the worker and everything it started,
-        confirm, reap, report ``killed``."""
+        confirm, reap, report ``killed``. A body whose outcome is already in
+        the pipe returned before its stop fell due: that outcome stands and
+        its worker is not stopped."""
+        while worker.job is job and not worker.dead and worker.conn.poll(0):
+            self._receive(worker)  # settles the job (or loses the worker)
+        if worker.job is not job or worker.dead:
+            return
         self._retire(worker)
         found = stop_tree(worker.pid)
         worker.proc.wait()

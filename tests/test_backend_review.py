@@ -312,3 +312,54 @@ def test_a_worker_that_died_after_saying_ready_did_start_so_the_queued_call_runs
         assert died[0] not in backend.worker_pids
     finally:
         registry.close()
+
+
+def _returns_when_aborted(args: Any, run: Any) -> str:
+    with open(args["started"], "wb") as fifo:  # the test reads it: the body runs
+        fifo.write(b"x")
+    run.signal.wait(20)
+    return "returned"
+
+
+@pytest.mark.timeout(30)
+def test_a_body_whose_outcome_is_in_the_pipe_when_its_stop_falls_due_is_not_killed(tmp_path: Any) -> None:
+    # The body returned on its abort and its worker sent the outcome, but
+    # the manager reaches the forced stop before it reads the pipe: the body
+    # was not stopped, so the call is not reported killed (docs/contract.md
+    # §9: killed says a body was stopped by force) and the worker lives on.
+    from dshtools import AbortController
+
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    backend = ProcessBackend(1, kill_after=0.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("t", "t", OBJECT, _returns_when_aborted))
+        outcome_first: list[bool] = []
+        kill = backend._kill
+
+        def outcome_in_the_pipe_first(worker: _Worker, job: _Job) -> None:
+            backend._kill = kill  # type: ignore[method-assign]
+            outcome_first.append(worker.conn.poll(10))  # the body returned and sent its outcome
+            kill(worker, job)
+
+        backend._kill = outcome_in_the_pipe_first  # type: ignore[method-assign]
+        controller = AbortController()
+        result: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: result.append(
+                registry.execute(ToolExecutionInput("c1", "t", {"started": str(started)}, controller.signal))
+            )
+        )
+        runner.start()
+        with open(started, "rb") as fifo:
+            assert fifo.read(1) == b"x"
+        controller.abort("stop")
+        runner.join(20)
+        assert outcome_first == [True], "the interleaving was not forced"
+        (res,) = result
+        assert "killed" not in (res.meta or {}), res
+        assert backend.kills == 0
+        assert len(backend.worker_pids) == 1  # its worker was not stopped
+    finally:
+        registry.close()
