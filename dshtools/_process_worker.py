@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ._errors import AbortError, safe_str
+from ._errors import AbortError, report_unraisable, safe_str
 from ._process_wire import describe_error, load_reason
 from ._remote_run import RemoteRun, call_controller
 from ._signal import AbortController
@@ -58,8 +58,9 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 class _Reader:
-    """The reader thread: calls go to ``inbox``, aborts reach the call's
-    controller at once."""
+    """The reader thread: calls go to ``inbox``; an abort is handed to its
+    call's controller on a thread of its own, so that a body's listener
+    that blocks or raises never stops the reading."""
 
     def __init__(self, conn: Connection, inbox: queue.SimpleQueue[tuple[Any, AbortController] | None]) -> None:
         self.conn = conn
@@ -82,7 +83,12 @@ class _Reader:
                     with self.lock:
                         target = self.controllers.get(message[1])
                     if target is not None:
-                        target.abort(load_reason(message[2]))
+                        # The body's listeners run on a thread of their own:
+                        # one that blocks or raises must not stop this
+                        # thread reading the calls and aborts that follow.
+                        threading.Thread(
+                            target=_abort_sent, args=(target, message[2]), name="dshtools-worker-abort", daemon=True
+                        ).start()
                 elif kind == "config":
                     # First message: the parent's kill_after and sys.path (so
                     # bodies pickled by reference to an importable module
@@ -95,8 +101,9 @@ class _Reader:
         # The parent is gone: stop the call cooperatively, then by force.
         with self.lock:
             pending = list(self.controllers.values())
+        gone = AbortError("the parent process of this ProcessBackend worker went away")
         for controller in pending:
-            controller.abort(AbortError("the parent process of this ProcessBackend worker went away"))
+            _abort(controller, gone)
         self.inbox.put(None)
         timer = threading.Timer(self.kill_after, os.killpg, (0, _os_signal.SIGKILL))
         timer.daemon = True
@@ -105,6 +112,26 @@ class _Reader:
     def finished(self, seq: int) -> None:
         with self.lock:
             self.controllers.pop(seq, None)
+
+
+def _abort_sent(target: AbortController, data: bytes) -> None:
+    """Abort a call's ``run.signal`` with the reason the parent sent (on a
+    thread of its own, started by the reader)."""
+    try:
+        reason = load_reason(data)
+    except BaseException as exc:  # foreign unpickling: its SystemExit too
+        reason = AbortError(f"aborted (the reason could not be unpickled: {safe_str(exc)})")
+    _abort(target, reason)
+
+
+def _abort(target: AbortController, reason: object) -> None:
+    """Abort a call's ``run.signal``. What a body's listener raises,
+    ``SystemExit`` included, is reported, never propagated: nobody on this
+    thread could take it, and the caller of this must go on."""
+    try:
+        target.abort(reason)
+    except BaseException as exc:
+        report_unraisable(exc, "abort listener of a ProcessBackend call", target.signal)
 
 
 def _run_one(

@@ -17,8 +17,10 @@ import pytest
 
 from dshtools import (
     INVALID_TOOL_OUTPUT,
+    TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
+    AbortController,
     ProcessBackend,
     ThreadBackend,
     ToolDefinition,
@@ -361,5 +363,78 @@ def test_a_body_whose_outcome_is_in_the_pipe_when_its_stop_falls_due_is_not_kill
         assert "killed" not in (res.meta or {}), res
         assert backend.kills == 0
         assert len(backend.worker_pids) == 1  # its worker was not stopped
+    finally:
+        registry.close()
+
+
+def _announce_on(fifo: str) -> None:
+    with open(fifo, "w") as f:
+        f.write("started\n")
+
+
+def _blocking_listener(args: Any, run: Any) -> str:
+    never = threading.Event()
+    run.signal.add_listener(lambda _s: never.wait())
+    _announce_on(args["fifo"])
+    run.signal.wait(20)
+    return "stopped"
+
+
+def _exiting_listener(args: Any, run: Any) -> str:
+    def leave(_signal: object) -> None:
+        raise SystemExit(3)
+
+    run.signal.add_listener(leave)
+    _announce_on(args["fifo"])
+    run.signal.wait(20)
+    return "stopped"
+
+
+def _cooperative_on(args: Any, run: Any) -> str:
+    _announce_on(args["fifo"])
+    run.signal.wait(20)
+    run.signal.throw_if_aborted()
+    return "not aborted"
+
+
+def _started(fifo: str) -> None:
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        ready, _, _ = select.select([fd], [], [], 20)
+        assert ready and os.read(fd, 100) == b"started\n"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("body", [_blocking_listener, _exiting_listener])
+def test_a_body_listener_that_blocks_or_exits_leaves_the_worker_reading_its_next_calls_and_aborts(
+    body: Any, tmp_path: Any
+) -> None:
+    # The worker's reader thread handed each abort to the call's listeners
+    # itself: one that blocked stopped it reading, so the next call on that
+    # worker never started; one that raised SystemExit ended it.
+    fifo = str(tmp_path / "started")
+    os.mkfifo(fifo)
+    backend = ProcessBackend(1, kill_after=5.0)
+    registry = ToolRegistry(backend=backend)
+    try:
+        registry.register(ToolDefinition("first", "first", OBJECT, body))
+        registry.register(ToolDefinition("next", "next", OBJECT, _cooperative_on))
+        for name in ("first", "next"):
+            controller = AbortController()
+            done: list[Any] = []
+            caller = threading.Thread(
+                target=lambda: done.append(
+                    registry.execute(ToolExecutionInput(name, name, {"fifo": fifo}, controller.signal))
+                )
+            )
+            caller.start()
+            _started(fifo)  # its body runs on the one worker
+            controller.abort("stop")
+            caller.join(30)
+            (result,) = done
+            assert result.code == TOOL_ABORTED and not (result.meta or {}).get("killed"), (name, result)
+        assert backend.kills == 0 and len(backend.workers_started) == 1  # the same worker took both
     finally:
         registry.close()
