@@ -117,6 +117,11 @@ _WHERE_WAIT_S: Final = 1.0
 reported what the abort found there (it does so as the abort reaches it):
 the body running, or the call withdrawn before its claim."""
 
+_FORCE_AGAIN_S: Final = 0.1
+"""How often a forced stop is sent again until the task ended: Ray drops a
+cancel of a task whose previous cancel is still in flight (the withdrawal
+sent at the abort), so one forced stop alone may never arrive."""
+
 _ACTOR_SLACK_S: Final = 5.0
 """How much longer than it asked for the caller waits on an actor's answer."""
 
@@ -173,6 +178,7 @@ class _RayDispatch:
         self._cancel_sent = False
         self._closed = False
         self._stop_weighed = False
+        self._force_again_at: float | None = None  # when the forced stop is sent again
         self._kill: tuple[ProcessId | None, list[ProcessId]] | None = None
         self._withdrawn = False  # the worker reported the call withdrawn before its claim
         self._report: BodyReport | None = None
@@ -244,7 +250,14 @@ class _RayDispatch:
             if due is not None and now >= due:
                 self._force_stop()
                 continue
+            again = self._force_again_at
+            if again is not None and now >= again:
+                _cancel(self._ref, force=True)
+                self._force_again_at = now + _FORCE_AGAIN_S
+                continue
             end = deadline
+            if again is not None:
+                end = min(end, again)
             if due is not None:
                 end = min(end, due)
             elif kill_after is not None and self._abort_at is None:
@@ -295,6 +308,7 @@ class _RayDispatch:
                 descendants = _ray_reap.snapshot(local[0])
             self._kill = (local, descendants)
         _cancel(self._ref, force=True)
+        self._force_again_at = time.monotonic() + _FORCE_AGAIN_S
         _ray_reap.kill_tree(None, self._kill[1])
         self._stop_weighed = True
 

@@ -387,6 +387,50 @@ def test_without_the_workers_report_the_forced_stop_stays_conservative(
     assert backend.tasks_killed == 1
 
 
+@pytest.mark.timeout(60)
+def test_a_forced_stop_that_ray_drops_is_sent_again_until_the_task_ends(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray drops a cancel of a task whose previous cancel is still in flight
+    # (the withdrawal sent at the abort): a forced stop sent once may never
+    # arrive, and the call would wait for a load that may never end.
+    import dshtools.ray as dray
+
+    real_cancel = dray._cancel
+    dropped: list[Any] = []
+
+    def dropping_the_first_forced(ref: Any, *, force: bool) -> None:
+        if force and not dropped:
+            dropped.append(ref)
+            return
+        real_cancel(ref, force=force)
+
+    monkeypatch.setattr(dray, "_cancel", dropping_the_first_forced)
+    tag = "dropped-stop"
+    backend = RayBackend(kill_after=0.0)
+    real = backend._actor_handle
+    monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", "d1", controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
+            controller.abort("stop")
+            runner.join(20)
+            assert not runner.is_alive()  # stopped, without waiting for the load
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    assert dropped  # the first forced stop was lost
+    assert result.code == TOOL_ABORTED and (result.meta or {})["killed"] is True, result
+    assert backend.tasks_killed == 1
+
+
 class _InterruptedAfterSubmit:
     """``.remote()`` of the backend's task that is interrupted after Ray took
     the task: a Ctrl-C landing in Ray's ``.remote()`` after the submission,
