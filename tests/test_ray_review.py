@@ -205,21 +205,7 @@ def test_a_submit_that_close_overtakes_starts_no_signal_actor(probe: Any, monkey
 def test_a_task_aborted_before_its_claim_is_withdrawn_not_killed(probe: Any) -> None:
     tag = "slow-load"
     backend = RayBackend(kill_after=0.0)
-    controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    try:
-        with ToolRegistry(backend=backend) as registry:
-            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", "s1", controller.signal)))
-            )
-            runner.start()
-            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
-            controller.abort("stop")
-            runner.join(40)
-    finally:
-        probe.set.remote(f"{tag}-release")
-    (result,) = out
+    result, _alive_then = _stopped_while_loading(probe, backend, tag)
     assert ray.get(probe.count.remote(f"{tag}-ran")) == 0  # the body never started ...
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result  # ... so it was withdrawn
     assert backend.tasks_killed == 0
@@ -239,6 +225,33 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _stopped_while_loading(probe: Any, backend: RayBackend, tag: str) -> tuple[ToolExecutionResult, bool]:
+    """Execute a call whose body loads until released (``_SlowToLoad``),
+    abort it once its task is loading, and require ``execute`` to return
+    while the load is still held (``kill_after`` bounds the wait whatever
+    the task does). Returns the result and whether the task's worker was
+    still alive when ``execute`` returned; the load is released afterwards."""
+    controller = AbortController()
+    out: list[ToolExecutionResult] = []
+    try:
+        with ToolRegistry(backend=backend) as registry:
+            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+            runner = threading.Thread(
+                target=lambda: out.append(registry.execute(_call("slow", tag, controller.signal)))
+            )
+            runner.start()
+            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
+            worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
+            controller.abort("stop")
+            runner.join(40)
+            assert not runner.is_alive(), "execute waited for the load"
+            alive = _alive(worker)
+    finally:
+        probe.set.remote(f"{tag}-release")
+    (result,) = out
+    return result, alive
+
+
 @pytest.mark.timeout(60)
 def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_withdrawn(probe: Any) -> None:
     # kill_after bounds the wait after an abort whatever the task is doing:
@@ -247,27 +260,11 @@ def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_with
     # so the call is withdrawn, not a killed body.
     tag = "endless-load"
     backend = RayBackend(kill_after=0.3)
-    controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    try:
-        with ToolRegistry(backend=backend) as registry:
-            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", "e1", controller.signal)))
-            )
-            runner.start()
-            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
-            worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
-            controller.abort("stop")
-            runner.join(40)  # the load is never released before execute returns
-            ended = not _alive(worker)
-    finally:
-        probe.set.remote(f"{tag}-release")
-    (result,) = out
+    result, alive = _stopped_while_loading(probe, backend, tag)
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "killed" not in (result.meta or {})
     assert backend.tasks_killed == 0
-    assert ended  # stopped and confirmed gone, as a killed body's worker is
+    assert not alive  # stopped and confirmed gone, as a killed body's worker is
     assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
 
 
@@ -363,25 +360,10 @@ def test_without_the_workers_report_the_forced_stop_stays_conservative(
 ) -> None:
     # When in doubt a stopped task is a killed body: ABORTED with
     # meta["killed"], never withdrawn (that would claim the body never ran).
-    tag = "unreported-load"
     backend = RayBackend(kill_after=0.0)
     real = backend._actor_handle
     monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
-    controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    try:
-        with ToolRegistry(backend=backend) as registry:
-            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", "n1", controller.signal)))
-            )
-            runner.start()
-            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
-            controller.abort("stop")
-            runner.join(40)
-    finally:
-        probe.set.remote(f"{tag}-release")
-    (result,) = out
+    result, _alive_then = _stopped_while_loading(probe, backend, "unreported-load")
     assert result.code == TOOL_ABORTED, result
     assert (result.meta or {})["killed"] is True
     assert backend.tasks_killed == 1
@@ -406,26 +388,10 @@ def test_a_forced_stop_that_ray_drops_is_sent_again_until_the_task_ends(
         real_cancel(ref, force=force)
 
     monkeypatch.setattr(dray, "_cancel", dropping_the_first_forced)
-    tag = "dropped-stop"
     backend = RayBackend(kill_after=0.0)
     real = backend._actor_handle
     monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
-    controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    try:
-        with ToolRegistry(backend=backend) as registry:
-            registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", "d1", controller.signal)))
-            )
-            runner.start()
-            assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
-            controller.abort("stop")
-            runner.join(20)
-            assert not runner.is_alive()  # stopped, without waiting for the load
-    finally:
-        probe.set.remote(f"{tag}-release")
-    (result,) = out
+    result, _alive_then = _stopped_while_loading(probe, backend, "dropped-stop")  # returned: stopped after all
     assert dropped  # the first forced stop was lost
     assert result.code == TOOL_ABORTED and (result.meta or {})["killed"] is True, result
     assert backend.tasks_killed == 1
