@@ -15,7 +15,8 @@ import os
 import threading
 from typing import Any
 
-from dshtools import AbortController, AbortSignal, ToolDefinition, ToolExecutionInput, ToolRegistry, _timer
+from dshtools import AbortController, AbortSignal, ToolDefinition, ToolExecutionInput, ToolRegistry
+from dshtools._signal import timer as _timer
 
 __all__ = ["run"]
 

@@ -5,7 +5,7 @@ Follows one no-op ``registry.execute`` through the library: every
 (``sys.setprofile`` + ``threading.setprofile``), in order, with the
 module it lives in. Prints the trace, the number of distinct functions and
 modules, the switches between modules, and how many times the hand-off
-module (``_thread_backend``) was entered from elsewhere. This is the
+module (``_backends.thread``) was entered from elsewhere. This is the
 "follow one call" view of docs/contract.md §3's pipeline.
 
 With ``--instructions N`` it instead counts machine instructions per
@@ -34,7 +34,7 @@ from dshtools import AbortController, ToolExecutionInput
 from .dispatch import make_registry
 
 PACKAGE_DIR = os.path.dirname(dshtools.__file__)
-HANDOFF_MODULE = "_thread_backend"
+HANDOFF_MODULE = "_backends.thread"
 
 
 class InlineExecutor(Executor):
@@ -59,7 +59,7 @@ def trace_one(*, pool: bool, hooks: bool) -> list[tuple[str, str]]:
         filename = frame.f_code.co_filename
         if not filename.startswith(PACKAGE_DIR):
             return
-        module = os.path.splitext(os.path.basename(filename))[0]
+        module = os.path.splitext(os.path.relpath(filename, PACKAGE_DIR))[0].replace(os.sep, ".")
         with lock:
             seen.append((module, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)))
 

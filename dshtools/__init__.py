@@ -4,38 +4,20 @@ see docs/contract.md and docs/ for the contract."""
 
 import logging
 
-from ._backend import Backend
-from ._batch import execute_batch
-from ._deadline import Deadline, deadline, timeout_of
-from ._errors import AbortError, TimeoutReason
-from ._freeze import FrozenDict, thaw
-from ._hooks import (
-    Accept,
-    Allow,
-    ApprovalDecision,
-    ApprovalRequest,
-    Approver,
-    AroundDispatch,
-    Ask,
-    Block,
-    Deny,
-    Guard,
-    PostExecuteDecision,
-    PostExecuteHook,
-    PreExecuteDecision,
-    PreExecuteHook,
-    ResultObserver,
-    ToolDefinition,
-)
-from ._interop import INVALID_CALL
-from ._lifecycle import SignalReason, abort_on_signals
-from ._policies import TimeoutPolicy
-from ._process import ProcessAbortError
-from ._process_backend import ProcessBackend
-from ._registry import ToolRegistry
+from ._backends.base import Backend
+from ._backends.process.backend import ProcessBackend
+from ._backends.thread import ThreadBackend
+from ._core.errors import AbortError, TimeoutReason
+from ._core.freeze import FrozenDict, thaw
+from ._interop.calls import INVALID_CALL
+from ._io.process import ProcessAbortError
+from ._registry.batch import execute_batch
+from ._registry.policies import TimeoutPolicy
+from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal, ListenerHandle
-from ._thread_backend import ThreadBackend
-from ._types import (
+from ._signal.deadline import Deadline, deadline, timeout_of
+from ._signal.lifecycle import SignalReason, abort_on_signals
+from ._types.calls import (
     DENIED,
     INVALID_ARGS,
     INVALID_TOOL_OUTPUT,
@@ -56,6 +38,24 @@ from ._types import (
     ToolFailure,
     ToolRunContext,
     ToolSuccess,
+)
+from ._types.hooks import (
+    Accept,
+    Allow,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    AroundDispatch,
+    Ask,
+    Block,
+    Deny,
+    Guard,
+    PostExecuteDecision,
+    PostExecuteHook,
+    PreExecuteDecision,
+    PreExecuteHook,
+    ResultObserver,
+    ToolDefinition,
 )
 
 __all__ = [

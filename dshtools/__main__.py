@@ -2,7 +2,7 @@
 
 ``python -m dshtools [demo]`` replays the bundled transcript against real
 blocking tools; ``python -m dshtools replay TRANSCRIPT.json --tools
-MODULE:ATTRIBUTE`` replays your own. See ``dshtools._cli`` for options and
+MODULE:ATTRIBUTE`` replays your own. See ``dshtools._cli.main`` for options and
 exit codes (0 ok, 1 quiescence check failed, 2 usage error, 128 + signum when
 stopped by a signal: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). ``--version``
 prints the version.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._cli import main as _main
+from ._cli.main import main as _main
 
 __all__ = ["main"]
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict
 
-from ._interop import (
+from ._interop.calls import (
     INVALID_CALL,
     Aliases,
     CallIds,
@@ -61,7 +61,7 @@ from ._interop import (
     result_text,
 )
 from ._signal import AbortSignal
-from ._types import ToolExecutionInput, ToolExecutionResult
+from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
 __all__ = [
     "INVALID_CALL",

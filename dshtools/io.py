@@ -50,18 +50,18 @@ from typing import Final, TypeVar
 
 import attrs
 
-from ._deadline import deadline
-from ._errors import check_seconds
-from ._http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
-from ._iocommon import StrPath, _abort_error
-from ._process import ProcessAbortError, _Supervisor, _Waker
+from ._core.errors import check_seconds
+from ._io.common import StrPath, _abort_error
+from ._io.http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
+from ._io.process import ProcessAbortError, _Supervisor, _Waker
 from ._signal import AbortSignal, _ensure_signal
+from ._signal.deadline import deadline
 
 # This module is the public face: the helpers' signatures, argument checks
-# and docstrings. The machinery behind run_process lives in dshtools._process
-# (the select loop) and dshtools._process_session (finding and signalling
+# and docstrings. The machinery behind run_process lives in dshtools._io.process
+# (the select loop) and dshtools._io.session (finding and signalling
 # the child's session), the HTTP client internals behind http_request in
-# dshtools._http, and what they share in dshtools._iocommon.
+# dshtools._io.http, and what they share in dshtools._io.common.
 
 __all__ = [
     "HTTP_TIMEOUT",

@@ -72,11 +72,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.message import SessionMessage
 
-from ._errors import safe_str
-from ._freeze import thaw
-from ._registry import ToolRegistry
+from ._core.errors import safe_str
+from ._core.freeze import thaw
+from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
-from ._types import ToolExecutionInput, ToolExecutionResult
+from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
 __all__ = ["serve_stdio"]
 

@@ -35,7 +35,7 @@ Guarantees:
   text or in an id become U+FFFD.
 * **Names the provider accepts** (docs/contract.md §8 A12): ``tools_param``
   sends a name breaking ``^[a-zA-Z0-9_-]{1,64}$`` under an alias
-  (``dshtools._interop.alias_names`` states the rule; the registry keeps
+  (``dshtools._interop.calls.alias_names`` states the rule; the registry keeps
   the user's names), and ``calls_from_message(..., registry=registry)``
   maps aliases back.
 * Nothing here runs a tool, blocks, or touches the signal beyond handing it
@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict
 
-from ._interop import (
+from ._interop.calls import (
     INVALID_CALL,
     Aliases,
     CallIds,
@@ -70,7 +70,7 @@ from ._interop import (
     utf8_safe,
 )
 from ._signal import AbortSignal
-from ._types import ToolExecutionInput, ToolExecutionResult
+from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
 __all__ = [
     "INVALID_CALL",

@@ -77,11 +77,9 @@ from typing import Any, Final
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from . import _ray_reap
-from ._backend import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
-from ._errors import AbortError, safe_repr, safe_str
-from ._lifecycle import sigint_deferred
-from ._ray_remote import (
+from ._backends.base import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
+from ._backends.ray import reap as _ray_reap
+from ._backends.ray.remote import (
     _CONTAINED,
     WITHDRAWN,
     ProcessId,
@@ -93,8 +91,10 @@ from ._ray_remote import (
     _run_remote_task,
     _SignalActorRemote,
 )
+from ._core.errors import AbortError, safe_repr, safe_str
 from ._signal import AbortSignal, ListenerHandle
-from ._types import ToolRunContext
+from ._signal.lifecycle import sigint_deferred
+from ._types.calls import ToolRunContext
 
 __all__ = ["RayBackend"]
 
@@ -313,7 +313,7 @@ class _RayDispatch:
         self._stop_weighed = True
 
     def _where(self, timeout: float, *, while_running: bool = True) -> Where | None:
-        """The worker's report on this call (``dshtools._ray_remote``'s
+        """The worker's report on this call (``dshtools._backends.ray.remote``'s
         ``where``), waiting up to ``timeout`` seconds for it (and, with
         ``while_running``, no longer than the task runs); ``None`` when
         there is none (or the actor cannot say). Only after the abort."""

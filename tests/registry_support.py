@@ -19,8 +19,8 @@ from dshtools import (
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
-    _thread_backend,
 )
+from dshtools._backends import thread as _thread_backend
 
 OBJECT: dict[str, Any] = {"type": "object"}
 

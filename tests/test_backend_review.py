@@ -30,7 +30,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from dshtools._process_pool import _Job, _Worker
+from dshtools._backends.process.pool import _Job, _Worker
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
 

@@ -23,10 +23,10 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
-    _batch,
-    _pipeline,
     execute_batch,
 )
+from dshtools._registry import batch as _batch
+from dshtools._registry import pipeline as _pipeline
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 

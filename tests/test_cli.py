@@ -511,7 +511,7 @@ def test_no_tool_calls_error_names_the_problem(tools_dir: Path) -> None:
 
 
 def test_transcript_shapes_parse_in_process() -> None:
-    from dshtools._cli_input import UsageError, transcript_batches
+    from dshtools._cli.inputs import UsageError, transcript_batches
 
     msg = {"role": "assistant", "tool_calls": [_call("x", "echo", {})]}
     assert transcript_batches([msg, {"role": "tool", "content": "r"}, msg]) == [msg["tool_calls"]] * 2
@@ -545,7 +545,7 @@ class _FakeTty:
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
-    from dshtools._cli_run import _Meter, _Ticker
+    from dshtools._cli.run import _Meter, _Ticker
 
     meter = _Meter()
     release = threading.Event()
@@ -587,7 +587,7 @@ def test_help_exits_0_and_names_both_commands(capsys: pytest.CaptureFixture[str]
 
 @pytest.mark.timeout(10)
 def test_group_alive_sees_a_live_process_group_and_not_a_reaped_one() -> None:
-    from dshtools._demo import group_alive
+    from dshtools._cli.demo import group_alive
 
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
@@ -603,7 +603,7 @@ def test_group_alive_sees_a_live_process_group_and_not_a_reaped_one() -> None:
 def test_live_descendants_lists_children_and_grandchildren_with_or_without_psutil(
     monkeypatch: pytest.MonkeyPatch, with_psutil: bool
 ) -> None:
-    from dshtools._cli_descendants import live_descendants
+    from dshtools._os.descendants import live_descendants
 
     if not with_psutil:
         monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil -> ImportError
@@ -721,7 +721,7 @@ def test_replay_help_documents_reading_stdin(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.timeout(40)
 def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
-    from dshtools._cli_input import UsageError, transcript_batches
+    from dshtools._cli.inputs import UsageError, transcript_batches
 
     user = {"role": "user", "content": "hi"}
     with pytest.raises(UsageError, match=r"message #2 is not a JSON object"):
@@ -737,8 +737,8 @@ def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
 
 
 def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureFixture[str]) -> None:
-    from dshtools._cli_report import _report
-    from dshtools._cli_run import _Replay
+    from dshtools._cli.report import _report
+    from dshtools._cli.run import _Replay
 
     run = _Replay(rows=[], interrupted=False, cancelled_at=None, elapsed=0.0, listener_count=1, tool_messages=[])
     assert _report(run, lambda row: "yes", [("no tool body running", True)], False) == 1

@@ -33,7 +33,7 @@ import threading
 import time
 
 from dshtools import ToolDefinition, ToolRegistry
-from dshtools import _cli_descendants
+from dshtools._os import descendants as _cli_descendants
 from dshtools import io as dio
 
 OBJ = {"type": "object"}
@@ -245,7 +245,7 @@ def test_sigint_deferred_holds_a_ctrl_c_back_until_asked() -> None:
     another thread it changes nothing."""
     import signal as os_signal
 
-    from dshtools._lifecycle import sigint_deferred
+    from dshtools._signal.lifecycle import sigint_deferred
 
     previous = os_signal.getsignal(os_signal.SIGINT)
     completed = False

@@ -10,17 +10,9 @@ from typing import Any
 
 import pytest
 
-from dshtools import (
-    AbortController,
-    AbortError,
-    AbortSignal,
-    Deadline,
-    TimeoutReason,
-    _signal_surface,
-    _timer,
-    deadline,
-    timeout_of,
-)
+from dshtools import AbortController, AbortError, AbortSignal, Deadline, TimeoutReason, deadline, timeout_of
+from dshtools._signal import signal as _signal_surface
+from dshtools._signal import timer as _timer
 
 
 def pending_baseline() -> int:
@@ -288,7 +280,7 @@ def test_timeout_of_rejects_other_types() -> None:
 
 
 class _Clock:
-    """A stand-in for the ``time`` module inside ``dshtools._signal_surface`` (where ``time_left`` reads the clock)."""
+    """A stand-in for the ``time`` module inside ``dshtools._signal.signal`` (where ``time_left`` reads the clock)."""
 
     def __init__(self, now: float) -> None:
         self.now = now

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason, _timer
+from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason
+from dshtools._signal import timer as _timer
 
 
 def _stamp_to(calls: list[Any]) -> Callable[[AbortSignal], None]:

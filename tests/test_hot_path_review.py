@@ -88,10 +88,10 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     import attrs
 
     from dshtools import ToolExecution, ToolSuccess
-    from dshtools._freeze import freeze
-    from dshtools._run import trusted_run_context
-    from dshtools._trusted import trusted_success, trusted_view
-    from dshtools._types import ExecutionToken, text_content
+    from dshtools._core.freeze import freeze
+    from dshtools._registry.run import trusted_run_context
+    from dshtools._registry.trusted import trusted_success, trusted_view
+    from dshtools._types.calls import ExecutionToken, text_content
 
     success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7")
     assert type(success) is ToolSuccess and success == built

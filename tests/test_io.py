@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from io_support import AbortLater
 
-from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, _process_session, timeout_of
+from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
 from dshtools import io as dio
+from dshtools._io import session as _process_session
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
 # "about a millisecond" (docs/contract.md §1, wait) with slack for a shared 2-core box.

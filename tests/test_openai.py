@@ -371,14 +371,14 @@ def test_the_limit_holds_whatever_the_parser_could_do() -> None:
     ],
 )
 def test_the_iterative_parser_agrees_with_json_loads(text: str) -> None:
-    from dshtools._interop import _parse_iterative
+    from dshtools._interop.calls import _parse_iterative
 
     assert _parse_iterative(text) == json.loads(text)
 
 
 @pytest.mark.parametrize("text", ['{"a": 1,}', "[1,]", '{"a" 1}', "[1 2]", "{", "[", '{"a":1} x', "[01]", "[NaN]"])
 def test_the_iterative_parser_rejects_what_json_rejects_with_the_same_message(text: str) -> None:
-    from dshtools._interop import _parse_iterative
+    from dshtools._interop.calls import _parse_iterative
 
     with pytest.raises(ValueError) as iterative:
         _parse_iterative(text)
@@ -398,7 +398,7 @@ _json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(_json_values, st.sampled_from([None, 0, 2]))
 def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: int | None) -> None:
-    from dshtools._interop import _parse_iterative
+    from dshtools._interop.calls import _parse_iterative
 
     text = json.dumps(value, indent=indent)
     assert _parse_iterative(text) == json.loads(text)
@@ -407,7 +407,7 @@ def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: i
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=st.sampled_from('[]{}",:0123456789.eE+-tfnrulasx \\ud800'), max_size=60))
 def test_parse_arguments_never_raises_on_any_text(text: str) -> None:
-    from dshtools._interop import parse_arguments
+    from dshtools._interop.calls import parse_arguments
 
     value = parse_arguments(text)
     if not isinstance(value, doa.MalformedArguments):

@@ -24,9 +24,9 @@ import psutil
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason, ToolError
-from dshtools._backend import BodyReport, Error, NotInvoked, Value
-from dshtools._process_tree import session_alive
-from dshtools._types import ExecutionToken, ToolExecutionResult, ToolRunContext
+from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
+from dshtools._os.tree import session_alive
+from dshtools._types.calls import ExecutionToken, ToolExecutionResult, ToolRunContext
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -358,7 +358,7 @@ def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
 
 @pytest.mark.timeout(30)
 def test_a_worker_that_exits_on_its_own_is_reported_lost_and_replaced(backend: ProcessBackend) -> None:
-    from dshtools._backend import WorkerLost
+    from dshtools._backends.base import WorkerLost
 
     report = settle(backend.submit(exit_body, {}, ctx(AbortController().signal, "crasher")))
     assert isinstance(report.outcome, Error) and isinstance(report.outcome.error, WorkerLost)
@@ -386,7 +386,7 @@ def test_an_exception_that_does_not_pickle_arrives_with_its_class_name_and_messa
 
 @pytest.mark.timeout(30)
 def test_a_return_value_that_does_not_pickle_is_a_value_the_output_check_refuses(backend: ProcessBackend) -> None:
-    from dshtools._freeze import FreezeError, freeze_with_height
+    from dshtools._core.freeze import FreezeError, freeze_with_height
 
     report = settle(backend.submit(lock_returning_body, {}, ctx(AbortController().signal)))
     assert isinstance(report.outcome, Value)
@@ -505,7 +505,7 @@ def test_bad_arguments_are_refused_at_construction() -> None:
 
 def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -> None:
     from dshtools import timeout_of
-    from dshtools._process_wire import RemoteTraceback, describe_error, error_from
+    from dshtools._backends.process.wire import RemoteTraceback, describe_error, error_from
 
     class Coded(ToolError):
         def __init__(self, message: str, code: str, lock: object) -> None:
@@ -540,7 +540,7 @@ def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -
 def test_an_interrupt_inside_submit_after_the_start_surfaces_from_wait_and_the_body_is_joined(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dshtools._process_pool import _Job
+    from dshtools._backends.process.pool import _Job
 
     original = _Job.start_on
 
@@ -563,7 +563,7 @@ def test_an_interrupt_inside_submit_after_the_start_surfaces_from_wait_and_the_b
 def test_an_interrupt_inside_submit_before_the_start_withdraws_and_strands_no_worker(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from dshtools._process_pool import _Job
+    from dshtools._backends.process.pool import _Job
 
     original = _Job.start_on
     counter = tmp_path / "counter"

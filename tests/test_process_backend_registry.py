@@ -41,7 +41,7 @@ from dshtools import (
     ToolRegistry,
     execute_batch,
 )
-from dshtools._process_tree import session_alive
+from dshtools._os.tree import session_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 

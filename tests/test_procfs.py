@@ -1,4 +1,4 @@
-"""``dshtools._procfs``: the one reader of ``/proc`` behind run_process's
+"""``dshtools._os.procfs``: the one reader of ``/proc`` behind run_process's
 session, the process backend's forced stop, the Ray reaper and the command
 line's descendant check (docs/contract.md §5, §9)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dshtools import _procfs
+from dshtools._os import procfs as _procfs
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -106,7 +106,7 @@ def test_the_forced_stop_is_confirmed_only_by_a_scan_that_could_be_read(monkeypa
     # /proc cannot be read for a moment (no descriptor left) after the
     # worker was killed: "unknown" is not "gone" (docs/contract.md §9), so
     # stop_tree looks again and returns only after a scan it could read.
-    from dshtools import _process_tree
+    from dshtools._os import tree as _process_tree
 
     leader = subprocess.Popen(_SLEEPER, stdin=subprocess.PIPE, start_new_session=True)
     real = _procfs.try_scan
@@ -140,7 +140,7 @@ def test_the_ray_reaper_never_reads_an_unreadable_process_as_gone(monkeypatch: p
     # descendants are gone (docs/contract.md §9). A stat line that cannot
     # be read (no descriptor left) says nothing: a process still listed in
     # /proc is not confirmed gone; once it is reaped it is.
-    from dshtools import _ray_reap
+    from dshtools._backends.ray import reap as _ray_reap
 
     proc = _sleeper()
     try:

@@ -475,7 +475,7 @@ def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: Tool
 
 
 def _guarded(args: Any, run: ToolRunContext) -> object:
-    from dshtools import _ray_remote
+    from dshtools._backends.ray import remote as _ray_remote
 
     task_id = ray.get_runtime_context().get_task_id()
     _announce(args["tag"], task_id)
@@ -519,7 +519,7 @@ def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
 
 
 def _plain_task(tag: str) -> str:
-    from dshtools import _ray_remote
+    from dshtools._backends.ray import remote as _ray_remote
 
     _ray_remote._install_guard()  # as in a worker that ran a RayBackend body
     _announce(tag)
@@ -644,7 +644,7 @@ def test_closed_backend_refuses_and_is_quiescent(ray_cluster: Any) -> None:
 def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
     ray_cluster: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dshtools._cli import main
+    from dshtools._cli.main import main
 
     status = main(["demo", "--backend", "ray"])
     out = capsys.readouterr().out

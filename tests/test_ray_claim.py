@@ -17,11 +17,9 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
 
-from dshtools import (
-    AbortController,
-    _ray_remote,
-)
-from dshtools._ray_remote import RUNNING, WITHDRAWN, WorkerId, _Channel, _SignalActor
+from dshtools import AbortController
+from dshtools._backends.ray import remote as _ray_remote
+from dshtools._backends.ray.remote import RUNNING, WITHDRAWN, WorkerId, _Channel, _SignalActor
 from dshtools.ray import _pickle_reason
 
 PID_A: WorkerId = ("node-1", (101, 5, 101))

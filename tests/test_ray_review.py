@@ -32,8 +32,8 @@ from dshtools import (  # noqa: E402
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
-    _ray_remote,
 )
+from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
 
 OBJECT: dict[str, Any] = {"type": "object"}

@@ -45,9 +45,9 @@ from dshtools import (
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
-    _pipeline,
     thaw,
 )
+from dshtools._registry import pipeline as _pipeline
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from dshtools._backend import BodyReport, Error, Value, WorkerLost
+from dshtools._backends.base import BodyReport, Error, Value, WorkerLost
 
 
 class _Settled:

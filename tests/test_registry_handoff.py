@@ -42,11 +42,11 @@ from dshtools import (
     ToolDispatchExecution,
     ToolExecutionResult,
     ToolRegistry,
-    _pipeline,
-    _registry,
-    _run,
-    _thread_backend,
 )
+from dshtools._backends import thread as _thread_backend
+from dshtools._registry import pipeline as _pipeline
+from dshtools._registry import registry as _registry
+from dshtools._registry import run as _run
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH

@@ -25,8 +25,8 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from dshtools._policies import _format_ms
-from dshtools._types import failure
+from dshtools._registry.policies import _format_ms
+from dshtools._types.calls import failure
 
 OBJ = {"type": "object"}
 

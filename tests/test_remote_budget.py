@@ -37,7 +37,7 @@ from dshtools import (
     ToolSuccess,
     timeout_of,
 )
-from dshtools._remote_run import call_controller
+from dshtools._backends.remote import call_controller
 
 OBJECT: dict[str, Any] = {"type": "object"}
 LONG = 30.0  # a budget no call here comes near: the calls never time out

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, _signal_claim
+from dshtools import AbortController, AbortSignal
+from dshtools._signal import state as _signal_claim
 
 
 class _StrRaises(Exception):

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, _signal_claim, _signal_surface
+from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle
 from dshtools._signal import abort_owned, derive
+from dshtools._signal import signal as _signal_surface
+from dshtools._signal import state as _signal_claim
 
 
 class _AbortOnInsert(dict[Any, Any]):

@@ -72,7 +72,8 @@ def test_ordinary_exceptions_are_still_reported_not_raised(monkeypatch: pytest.M
 # Run by a fresh interpreter (pytest itself must never fork: it is threaded).
 _FORK_WHILE_LOCKED = """
 import os, sys, threading
-from dshtools import AbortController, AbortSignal, _signal_claim
+from dshtools import AbortController, AbortSignal
+from dshtools._signal import state as _signal_claim
 
 held, release = threading.Event(), threading.Event()
 

@@ -26,11 +26,11 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
-    _timer,
     deadline,
     execute_batch,
     timeout_of,
 )
+from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
 
 
@@ -131,7 +131,7 @@ def test_timer_is_cancelled_after_a_fast_call(registry: ToolRegistry) -> None:
 def _outer_deadline(seconds: float, fired: list[str]) -> Callable[..., ToolExecutionResult]:
     """An around-dispatch wrapper with its own budget and the *same* code as
     TimeoutPolicy, to prove the policy scopes by its own timer, not by code."""
-    from dshtools._types import failure
+    from dshtools._types.calls import failure
 
     def wrapper(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         upstream = execution.signal

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from dshtools import AbortController, AbortSignal, TimeoutReason, _timer, deadline
+from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
+from dshtools._signal import timer as _timer
 
 
 def pending_baseline() -> int:
@@ -385,7 +386,8 @@ def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
 # moment of the fork; the child must get a working timer of its own.
 _FORK_TIMERS = """
 import os, sys, threading
-from dshtools import AbortController, AbortSignal, deadline, _timer
+from dshtools import AbortController, AbortSignal, deadline
+from dshtools._signal import timer as _timer
 
 assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
 inherited = AbortSignal.timeout(0.2)

@@ -37,8 +37,8 @@ from dshtools import (
     ToolSuccess,
     thaw,
 )
-from dshtools._freeze import FreezeError, dumps, freeze, freeze_with_height
-from dshtools._types import aborted, exception_failure, failure
+from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
+from dshtools._types.calls import aborted, exception_failure, failure
 
 
 def test_code_constants_have_the_contract_values() -> None:
@@ -273,7 +273,7 @@ def _same_fields(a: object, b: object) -> None:
 
 
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
-    from dshtools._run import trusted_run_context
+    from dshtools._registry.run import trusted_run_context
 
     class _R:
         def defer_context(self, context: object) -> None: ...
@@ -300,8 +300,8 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
 
 
 def test_trusted_success_sets_every_field_like_the_class() -> None:
-    from dshtools._trusted import trusted_success
-    from dshtools._types import text_content
+    from dshtools._registry.trusted import trusted_success
+    from dshtools._types.calls import text_content
 
     content = text_content("hi")
     built, fast = ToolSuccess("v", content), trusted_success("v", content)
@@ -312,8 +312,8 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
 
 
 def test_trusted_views_set_every_field_like_the_classes() -> None:
-    from dshtools._trusted import trusted_dispatch_view, trusted_view
-    from dshtools._types import SignalSlot, ToolDispatchExecution, ToolExecution
+    from dshtools._registry.trusted import trusted_dispatch_view, trusted_view
+    from dshtools._types.calls import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
     values: dict[str, Any] = {
@@ -342,7 +342,7 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
 
 
 def test_a_twin_refuses_a_class_with_an_instance_dict() -> None:
-    from dshtools._twin import twin
+    from dshtools._core.construct import twin
 
     class Plain:
         pass

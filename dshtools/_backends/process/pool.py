@@ -1,0 +1,255 @@
+"""The two halves of one ``ProcessBackend`` call (docs/contract.md §9;
+decision 0033): ``_Worker``, a worker process and its connection, and
+``_Job``, one submitted body with its claim, its withdrawal and its report.
+
+Guarantees:
+
+* **One claim decides.** ``_Job.start_on`` (a worker is idle) and
+  ``_Job.withdraw`` (the abort listener, a closing backend) race on
+  ``claim.setdefault(0, ...)``; whoever inserts first decides. The claimer
+  re-checks the signal under ``lock`` before sending, and the abort
+  listener takes the same lock after losing the claim, so an abort message
+  is sent only after the call message, or not at all.
+* **Settled once.** ``settle_locked`` records the first report only, removes
+  the abort listener and releases every ``wait``.
+* **Messages never interleave.** Everything sent to a worker goes through
+  ``_Worker.send`` under its ``send_lock``.
+
+Threads: ``start_on`` runs on the submitting thread or the backend's
+manager thread; ``on_abort`` on the aborting thread; ``wait``/``report`` on
+the thread blocked in ``execute``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Final, Protocol
+
+from ..._signal import AbortSignal
+from ..._types.calls import ToolRunContext
+from ..base import BodyReport, NotInvoked
+from .wire import dump_reason
+
+
+class _Wakeable(Protocol):
+    """What a job needs from its backend: a nudge to its manager thread."""
+
+    def _wake(self) -> None: ...
+
+
+__all__: list[str] = []
+
+_PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
+_CLAIMED: Final = object()  # the claim's value when a worker took the job
+_PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Worker:
+    """One worker process and its connection. ``job`` is the call it runs
+    (``None``: idle). Messages to it go through ``send`` (under
+    ``send_lock``: the claimer and abort listeners may send concurrently)."""
+
+    __slots__ = ("bodies", "conn", "dead", "job", "pid", "pidfd", "proc", "ready", "send_lock")
+
+    def __init__(self, kill_after: float | None) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        child_fd = child_sock.fileno()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", f"from dshtools._backends.process.worker import main; main({child_fd})"],
+                pass_fds=(child_fd,),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
+        finally:
+            child_sock.close()
+        self.pid = self.proc.pid
+        self.conn = Connection(parent_sock.detach())
+        self.send_lock = threading.Lock()
+        self.job: _Job | None = None
+        self.dead = False
+        self.ready = False  # set when the worker said it runs: only then is it idle
+        self.bodies: set[int] = set()
+        self.pidfd = -1
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.pidfd = os.pidfd_open(self.pid)
+            except OSError:
+                self.pidfd = -1
+        self.send(("config", kill_after, list(sys.path)))
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        data = pickle.dumps(message, _PROTOCOL)
+        with self.send_lock:
+            self.conn.send_bytes(data)
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def release(self) -> None:
+        """Close this side's handles (after the process was reaped)."""
+        self.dead = True
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
+class _Job:
+    """One submitted body: the claim, the settlement and the report."""
+
+    __slots__ = (
+        "aborted_at",
+        "args",
+        "backend",
+        "body_data",
+        "body_key",
+        "claim",
+        "deferred",
+        "done",
+        "handle",
+        "lock",
+        "report_",
+        "run",
+        "seq",
+        "worker",
+    )
+
+    def __init__(self, backend: _Wakeable, seq: int, key: int, data: bytes, args: object, run: ToolRunContext):
+        self.backend = backend
+        self.seq = seq
+        self.body_key = key
+        self.body_data = data
+        self.args = args
+        self.run = run
+        self.claim: dict[int, object] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.report_: BodyReport | None = None
+        self.worker: _Worker | None = None
+        self.aborted_at: float | None = None
+        self.handle: Any = None
+        self.deferred: BaseException | None = None  # an interrupt submit() caught after the start
+
+    # -- Dispatch protocol --------------------------------------------------
+
+    def wait(self, timeout: float) -> bool:
+        deferred = self.deferred
+        if deferred is not None:
+            self.deferred = None
+            raise deferred
+        return self.done.wait(timeout)
+
+    def report(self) -> BodyReport:
+        report = self.report_
+        if report is None:
+            raise RuntimeError("report() before the dispatch settled (wait() returned False)")
+        return report
+
+    # -- claim, withdrawal, settlement --------------------------------------
+
+    def settle_locked(self, report: BodyReport) -> None:
+        if self.report_ is not None:
+            return
+        self.report_ = report
+        handle = self.handle
+        if handle is not None:
+            handle.remove()
+        self.done.set()
+
+    def withdraw(self, error: BaseException | None) -> bool:
+        """Withdraw the job if no worker claimed it; ``True`` if it was."""
+        mine = object()
+        if self.claim.setdefault(0, mine) is not mine:
+            return False
+        with self.lock:
+            self.settle_locked(BodyReport(outcome=NotInvoked(error)))
+        return True
+
+    def on_abort(self, signal: AbortSignal) -> None:
+        # The abort listener of run.signal, on the aborting thread.
+        if self.withdraw(None):
+            return
+        with self.lock:
+            if self.report_ is not None or self.aborted_at is not None:
+                return
+            self.aborted_at = time.monotonic()
+            worker = self.worker
+            if worker is None:  # the claimer re-checks the signal: it settles
+                return
+            try:
+                worker.send(("abort", self.seq, dump_reason(signal.reason)))
+            except OSError:
+                pass  # the worker is gone: the manager reports it
+        self.backend._wake()
+
+    def start_on(self, worker: _Worker) -> bool:
+        """Claim the job for ``worker`` and send it; ``False`` when it was
+        withdrawn first (the worker stays idle). ``True`` also when the
+        worker turned out dead (the job settles as not invoked and the
+        worker is not made idle again)."""
+        if self.claim.setdefault(0, _CLAIMED) is not _CLAIMED:
+            return False
+        with self.lock:
+            if self.run.signal.aborted:
+                # Aborted between queueing and the claim: the body never starts.
+                self.settle_locked(BodyReport(outcome=NotInvoked()))
+                return False
+            self.worker = worker
+            worker.job = self
+            body = None if self.body_key in worker.bodies else self.body_data
+            run = self.run
+            try:
+                worker.send(
+                    (
+                        "call",
+                        self.seq,
+                        self.body_key,
+                        body,
+                        self.args,
+                        run.call_id,
+                        run.root_call_id,
+                        run.name,
+                        run.agent,
+                        # The budget as seconds left now, as late as possible
+                        # before the send: the worker re-bases it on its own
+                        # clock (decision 0047).
+                        run.signal.time_left(),
+                    )
+                )
+            except OSError as exc:
+                # The worker died before the whole call reached it (an idle
+                # worker killed before the manager noticed): the body never
+                # started. Not back to idle: the manager retires the worker.
+                self.worker = None
+                worker.job = None
+                self.settle_locked(
+                    BodyReport(
+                        outcome=NotInvoked(
+                            RuntimeError(
+                                f"the worker process (pid {worker.pid}) exited before the call reached it: {exc}"
+                            )
+                        )
+                    )
+                )
+                return True
+            except Exception as exc:  # the message did not pickle: nothing was sent
+                self.worker = None
+                worker.job = None
+                self.settle_locked(BodyReport(outcome=NotInvoked(exc)))
+                return False
+            worker.bodies.add(self.body_key)
+        return True

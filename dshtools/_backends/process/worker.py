@@ -1,0 +1,199 @@
+"""The worker side of ``ProcessBackend`` (docs/contract.md §9): the loop a
+worker process runs (``main(fd)``, started by ``ProcessBackend`` in a fresh
+interpreter).
+
+Guarantees:
+
+* The worker leads its own session (the parent starts it with
+  ``start_new_session=True``), so a forced stop can kill its process group
+  and find every member of its session.
+* One body at a time, on the main thread. A reader thread receives the
+  parent's messages: a call is handed to the main thread with a fresh
+  ``AbortController`` made at receipt; an abort for that call aborts the
+  controller at once (in the reader thread, so a body blocked in C code or
+  ``time.sleep`` still sees ``run.signal`` abort within milliseconds).
+* The body gets a ``ToolRunContext`` whose ``signal`` is that controller's
+  real ``AbortSignal``, which reports the caller's remaining budget as
+  ``deadline``/``time_left()`` (seconds left at the send, re-based on this
+  process's clock at receipt; ``None`` when no timer can abort the call;
+  decision 0047); ``token`` is fresh, ``parent`` and ``definition``
+  are ``None``; ``defer_context`` collects JSON objects that travel back
+  with the outcome; ``dispatch`` raises ``RuntimeError``.
+* Every outcome travels back: a value that does not pickle, or an
+  exception that does not, is described (type name, message) instead.
+* When the parent goes away (end of file on the connection), the current
+  call's signal aborts and the worker exits; after ``kill_after`` seconds
+  (5 s without one) it kills its own process group first.
+
+Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
+parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
+call_id, root_call_id, name, agent, seconds_left | None)``, ``("abort", seq, reason_bytes)``;
+worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
+``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal as _os_signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..._core.errors import AbortError, report_unraisable, safe_str
+from ..._signal import AbortController
+from ..remote import RemoteRun, call_controller
+from .wire import describe_error, load_reason
+
+cloudpickle: Any = None  # imported by main(): only workers need it here
+
+__all__ = ["main"]
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class _Reader:
+    """The reader thread: calls go to ``inbox``; an abort is handed to its
+    call's controller on a thread of its own, so that a body's listener
+    that blocks or raises never stops the reading."""
+
+    def __init__(self, conn: Connection, inbox: queue.SimpleQueue[tuple[Any, AbortController] | None]) -> None:
+        self.conn = conn
+        self.inbox = inbox
+        self.lock = threading.Lock()
+        self.controllers: dict[int, AbortController] = {}
+        self.kill_after = 5.0
+
+    def run(self) -> None:
+        try:
+            while True:
+                message = pickle.loads(self.conn.recv_bytes())
+                kind = message[0]
+                if kind == "call":
+                    controller = call_controller(message[9], time.monotonic())
+                    with self.lock:
+                        self.controllers[message[1]] = controller
+                    self.inbox.put((message, controller))
+                elif kind == "abort":
+                    with self.lock:
+                        target = self.controllers.get(message[1])
+                    if target is not None:
+                        # The body's listeners run on a thread of their own:
+                        # one that blocks or raises must not stop this
+                        # thread reading the calls and aborts that follow.
+                        threading.Thread(
+                            target=_abort_sent, args=(target, message[2]), name="dshtools-worker-abort", daemon=True
+                        ).start()
+                elif kind == "config":
+                    # First message: the parent's kill_after and sys.path (so
+                    # bodies pickled by reference to an importable module
+                    # load here as they did there).
+                    if message[1] is not None:
+                        self.kill_after = message[1]
+                    sys.path[:] = [p for p in message[2] if isinstance(p, str)]
+        except (EOFError, OSError):
+            pass
+        # The parent is gone: stop the call cooperatively, then by force.
+        with self.lock:
+            pending = list(self.controllers.values())
+        gone = AbortError("the parent process of this ProcessBackend worker went away")
+        for controller in pending:
+            _abort(controller, gone)
+        self.inbox.put(None)
+        timer = threading.Timer(self.kill_after, os.killpg, (0, _os_signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+    def finished(self, seq: int) -> None:
+        with self.lock:
+            self.controllers.pop(seq, None)
+
+
+def _abort_sent(target: AbortController, data: bytes) -> None:
+    """Abort a call's ``run.signal`` with the reason the parent sent (on a
+    thread of its own, started by the reader)."""
+    try:
+        reason = load_reason(data)
+    except BaseException as exc:  # foreign unpickling: its SystemExit too
+        reason = AbortError(f"aborted (the reason could not be unpickled: {safe_str(exc)})")
+    _abort(target, reason)
+
+
+def _abort(target: AbortController, reason: object) -> None:
+    """Abort a call's ``run.signal``. What a body's listener raises,
+    ``SystemExit`` included, is reported, never propagated: nobody on this
+    thread could take it, and the caller of this must go on."""
+    try:
+        target.abort(reason)
+    except BaseException as exc:
+        report_unraisable(exc, "abort listener of a ProcessBackend call", target.signal)
+
+
+def _run_one(
+    bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
+) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
+    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left = message
+    worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True)
+    try:
+        body = bodies.get(key)
+        if body is None:
+            body = bodies[key] = cloudpickle.loads(body_bytes)
+        ctx = worker_run.context(call_id, root_call_id, name, agent, args, controller.signal)
+        value = body(args, ctx)
+    except BaseException as exc:  # every body fault is an outcome, never a crash
+        worker_run.settled = True
+        detail = describe_error(exc)
+        try:
+            payload: Any = pickle.dumps(exc, _PROTOCOL)
+        except Exception:
+            try:
+                payload = cloudpickle.dumps(exc, _PROTOCOL)
+            except Exception:
+                payload = None
+        return "error", payload, worker_run.contexts, detail
+    worker_run.settled = True
+    try:
+        return "value", pickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+    except Exception as exc:
+        try:
+            return "value", cloudpickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+        except Exception:
+            pass
+        return "bad_value", None, worker_run.contexts, (type(value).__qualname__, safe_str(exc))
+
+
+def main(fd: int) -> None:
+    """The worker loop; exits the process when the parent closes the
+    connection."""
+    global cloudpickle
+    import cloudpickle  # type: ignore[import-untyped]
+
+    conn = Connection(fd)
+    inbox: queue.SimpleQueue[tuple[Any, AbortController] | None] = queue.SimpleQueue()
+    reader = _Reader(conn, inbox)
+    thread = threading.Thread(target=reader.run, name="dshtools-worker-reader", daemon=True)
+    thread.start()
+    conn.send_bytes(pickle.dumps(("ready",), _PROTOCOL))
+    bodies: dict[int, Callable[[Any, Any], object]] = {}
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        message, controller = item
+        seq = message[1]
+        kind, payload, contexts, detail = _run_one(bodies, message, controller)
+        reader.finished(seq)
+        try:
+            data = pickle.dumps(("done", seq, kind, payload, contexts, detail), _PROTOCOL)
+        except Exception:  # a context that does not pickle: it was frozen JSON, so never
+            data = pickle.dumps(("done", seq, kind, payload, [], detail), _PROTOCOL)
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            break
+    os._exit(0)

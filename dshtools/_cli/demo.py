@@ -1,0 +1,360 @@
+"""The built-in default of ``python -m dshtools demo`` (docs/contract.md §6): a
+local HTTP server and four real blocking tools.
+
+Guarantees:
+
+* ``DemoServer`` listens on ``127.0.0.1`` on an ephemeral port, serves from
+  one thread it starts, and handles each request on its own thread.
+  ``close()`` stops accepting, wakes every stalling handler and **joins**
+  the serving thread and every handler thread: nothing of the server is left
+  running afterwards.
+* ``/fast`` answers at once. ``/stall`` sends nothing until the client
+  disconnects or the server closes (the handler watches its socket, so a
+  client that gives up ends the handler promptly).
+* ``DemoTools`` builds a ``ToolRegistry`` whose four tools (``shell``,
+  ``http_get``, ``read_file``, ``sleep``) delegate to the cancellable
+  capabilities of ``dshtools.io`` with the signal they receive, and a fifth,
+  ``stubborn``, that ignores its signal (a plain ``time.sleep``) and runs on
+  a ``ProcessBackend`` with ``kill_after=FORCED_STOP_AFTER``: a cancel stops
+  it by force (docs/contract.md §9). Every body
+  is counted while it runs (``bodies_in_flight``), every call id whose body
+  was invoked is recorded, and the process group of every shell the
+  ``shell`` tool started is recorded, so the demo can prove quiescence
+  afterwards without psutil.
+
+Threads: tool bodies run on registry workers; the server runs on its own
+threads; the bookkeeping is guarded by one lock.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import select
+import shlex
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .. import io as dio
+from .._backends.process.backend import ProcessBackend
+from .._io.session import _group_alive
+from .._registry.policies import TimeoutPolicy
+from .._registry.registry import ToolRegistry
+from .._types.calls import ToolError, ToolRunContext
+from .._types.hooks import ToolDefinition
+
+__all__ = ["DemoServer", "DemoTools", "group_alive"]
+
+# Tool timeouts (seconds) enforced by TimeoutPolicy. The transcript is
+# built around them: a GET of /stall outlives HTTP_TIMEOUT (TOOL_TIMEOUT);
+# the long shell call outlives the default --cancel-after (ABORTED) but is
+# bounded by SHELL_TIMEOUT when the demo runs with --no-cancel.
+HTTP_TIMEOUT = 0.5
+SHELL_TIMEOUT = 3.0
+SLEEP_TIMEOUT = 2.0
+READ_TIMEOUT = 2.0
+STUBBORN_TIMEOUT = 2.0
+# SIGTERM -> SIGKILL grace of the shell tool (seconds).
+SHELL_GRACE = 1.0
+# kill_after of the stubborn tool's ProcessBackend (seconds).
+FORCED_STOP_AFTER = 1.0
+# How long a stalling handler waits for its client at most (seconds).
+_STALL_LIMIT = 60.0
+_POLL_SLICE = 0.05
+
+
+# ---------------------------------------------------------------------------
+# HTTP server
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if path == "/fast":
+            self._send(200, b'{"ok": true, "endpoint": "fast"}\n')
+        elif path == "/stall":
+            self._stall()
+        else:
+            self._send(404, b'{"ok": false, "error": "not found"}\n')
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def _stall(self) -> None:
+        """Send nothing; return when the client closes its end, when the
+        server closes, or after _STALL_LIMIT seconds."""
+        self.close_connection = True
+        conn = self.connection
+        stop = self.server.stop
+        end = time.monotonic() + _STALL_LIMIT
+        while not stop.is_set() and time.monotonic() < end:
+            readable, _, _ = select.select([conn], [], [], _POLL_SLICE)
+            if readable:
+                try:
+                    if not conn.recv(4096):
+                        return  # the client hung up
+                except OSError:
+                    return
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the demo prints its own table
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    # Handler threads are joined by server_close() (block_on_close).
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class DemoServer:
+    """Local HTTP server with ``/fast`` and ``/stall`` endpoints; use as a
+    context manager. ``base_url`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(self) -> None:
+        self._server = _Server()
+        host, port = self._server.server_address[:2]
+        self.base_url = f"http://{host!s}:{port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_SLICE},
+            name="dshtools-demo-http",
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and join the serving thread and every handler
+        thread. Idempotent."""
+        self._server.stop.set()
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+
+    def __enter__(self) -> DemoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# Process-group liveness (no psutil)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member that is not a
+    zombie: ``os.killpg(pgid, 0)`` raising ``ProcessLookupError`` proves it
+    empty; otherwise (Linux) ``/proc`` is consulted so that a zombie waiting
+    for init to reap it does not count. The same test ``run_process`` uses
+    before it returns (``dshtools.io``)."""
+    return _group_alive(pgid)
+
+
+# ---------------------------------------------------------------------------
+# Tools
+
+
+def _stubborn(args: Any, run: ToolRunContext) -> object:
+    """Ignores its signal: only a forced stop ends it early. Module-level, so
+    it pickles by reference for the worker process."""
+    time.sleep(float(args["seconds"]))
+    return {"slept": args["seconds"]}
+
+
+class DemoTools:
+    """The demo's registry and the bookkeeping that proves quiescence.
+
+    ``base_url``: where ``http_get`` resolves relative URLs. ``workdir``: a
+    directory the demo owns; ``read_file`` reads relative paths there and
+    the ``shell`` tool runs there. Use as a context manager: ``close()``
+    closes the registry (joining any body still running)."""
+
+    def __init__(self, base_url: str, workdir: str) -> None:
+        self.base_url = base_url
+        self.workdir = workdir
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._invoked: set[str] = set()
+        self._pgids: list[int] = []
+        # One worker process for the stubborn tool; closed with the registry.
+        self.process_backend = ProcessBackend(1, kill_after=FORCED_STOP_AFTER)
+        self.process_tools = frozenset({"stubborn"})
+        self.registry = ToolRegistry()
+        self.registry.add_around_dispatch(TimeoutPolicy())
+        for definition in self._definitions():
+            self.registry.register(definition)
+
+    # ------------------------------------------------------------ bookkeeping
+
+    @property
+    def bodies_in_flight(self) -> int:
+        """How many tool bodies are running right now."""
+        with self._lock:
+            return self._in_flight
+
+    def body_invoked(self, call_id: str) -> bool:
+        """Whether the body of ``call_id`` was invoked."""
+        with self._lock:
+            return call_id in self._invoked
+
+    @property
+    def process_groups(self) -> list[int]:
+        """Process group ids of every shell the ``shell`` tool started."""
+        with self._lock:
+            return list(self._pgids)
+
+    def _tracked(self, fn: Callable[[Any, ToolRunContext], object]) -> Callable[[Any, ToolRunContext], object]:
+        def body(args: Any, run: ToolRunContext) -> object:
+            with self._lock:
+                self._in_flight += 1
+                self._invoked.add(run.call_id)
+            try:
+                return fn(args, run)
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
+
+        return body
+
+    # ------------------------------------------------------------------ tools
+
+    def _shell(self, args: Any, run: ToolRunContext) -> object:
+        # The shell writes its own pid first: it is the leader of the new
+        # session/process group run_process creates, so pid == pgid. The
+        # file exists only if the shell got that far, and nothing can have
+        # been started in the group before it did.
+        fd, pidfile = tempfile.mkstemp(prefix="pgid-", dir=self.workdir)
+        os.close(fd)
+        script = f"echo $$ > {shlex.quote(pidfile)}\n{args['command']}"
+        try:
+            done = dio.run_process(["/bin/sh", "-c", script], run.signal, grace=SHELL_GRACE, cwd=self.workdir)
+        finally:
+            self._record_pgid(pidfile)
+        if done.returncode != 0:
+            raise ToolError(
+                f"exit status {done.returncode}: {done.stderr.decode(errors='replace').strip()}",
+                "EXIT_STATUS",
+            )
+        return {"exit_code": done.returncode, "stdout": done.stdout.decode(errors="replace")}
+
+    def _record_pgid(self, pidfile: str) -> None:
+        try:
+            with open(pidfile, encoding="ascii") as f:
+                text = f.read().strip()
+            os.unlink(pidfile)
+        except OSError:
+            return
+        if text.isdigit():
+            with self._lock:
+                self._pgids.append(int(text))
+
+    def _http_get(self, args: Any, run: ToolRunContext) -> object:
+        url = urllib.parse.urljoin(self.base_url + "/", args["url"])
+        response = dio.http_request("GET", url, run.signal)
+        return {"status": response.status, "body": response.body.decode(errors="replace")}
+
+    def _read_file(self, args: Any, run: ToolRunContext) -> object:
+        path = os.path.join(self.workdir, args["path"])
+        data = dio.read_file(path, run.signal)
+        return {"path": args["path"], "text": data.decode(errors="replace")}
+
+    def _sleep(self, args: Any, run: ToolRunContext) -> object:
+        dio.sleep(float(args["seconds"]), run.signal)
+        return {"slept": args["seconds"]}
+
+    def _definitions(self) -> Iterator[ToolDefinition]:
+        yield ToolDefinition(
+            "shell",
+            "Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true.",
+            {
+                "type": "object",
+                "properties": {"command": {"type": "string"}, "read_only": {"type": "boolean"}},
+                "required": ["command"],
+                "additionalProperties": False,
+            },
+            self._tracked(self._shell),
+            timeout=SHELL_TIMEOUT,
+            is_concurrency_safe=lambda args: args.get("read_only") is True,
+        )
+        yield ToolDefinition(
+            "http_get",
+            "GET a URL; relative URLs resolve against the demo's local server.",
+            {
+                "type": "object",
+                "properties": {"url": {"type": "string"}},
+                "required": ["url"],
+                "additionalProperties": False,
+            },
+            self._tracked(self._http_get),
+            timeout=HTTP_TIMEOUT,
+            is_concurrency_safe=lambda args: True,
+        )
+        yield ToolDefinition(
+            "read_file",
+            "Read a text file from the demo's work directory.",
+            {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+                "additionalProperties": False,
+            },
+            self._tracked(self._read_file),
+            timeout=READ_TIMEOUT,
+            is_concurrency_safe=lambda args: True,
+        )
+        yield ToolDefinition(
+            "sleep",
+            "Sleep for some seconds (cancellable).",
+            {
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0}},
+                "required": ["seconds"],
+                "additionalProperties": False,
+            },
+            self._tracked(self._sleep),
+            timeout=SLEEP_TIMEOUT,
+            is_concurrency_safe=lambda args: True,
+        )
+        yield ToolDefinition(
+            "stubborn",
+            "Sleep for some seconds, ignoring cancellation (runs in a worker process, stopped by force).",
+            {
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0}},
+                "required": ["seconds"],
+                "additionalProperties": False,
+            },
+            _stubborn,
+            timeout=STUBBORN_TIMEOUT,
+            is_concurrency_safe=lambda args: True,
+            backend=self.process_backend,
+        )
+
+    def close(self) -> None:
+        """Close the registry (waits for any body still running) and with
+        it the process backend."""
+        self.registry.close()
+        self.process_backend.close()
+
+    def __enter__(self) -> DemoTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

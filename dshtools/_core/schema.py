@@ -1,0 +1,161 @@
+"""JSON Schema compilation and validation with ``jsonschema-rs`` (docs/contract.md §3).
+
+Guarantees:
+
+* A schema is checked against its meta-schema and compiled **once**
+  (``CompiledSchema``); validating a value never compiles anything.
+* Validation never crashes the process on deep values. ``jsonschema-rs``
+  recurses natively, and a native stack overflow is a segfault, not a
+  ``RecursionError``. Values nested at most ``INLINE_DEPTH`` levels are
+  validated in the calling thread; deeper values (up to ``MAX_DEPTH``)
+  are validated on a short-lived helper thread whose stack is sized for
+  the depth. Deeper than ``MAX_DEPTH`` is reported as a problem, never
+  attempted. The helper's creation sets ``threading.stack_size`` briefly
+  (process-global); it is serialised by a lock and restored at once.
+* Validation is bounded (docs/contract.md §8 A6): time and memory grow
+  linearly with the value. The yes/no answer (``is_valid``) is linear in
+  ``jsonschema-rs``; describing violations is not, because an ``anyOf``
+  or ``oneOf`` error carries its branches' errors, each holding a copy of
+  its part of the value, so a recursive schema costs depth × size. So
+  violations are described (at most ``_MAX_ERRORS`` of them) only for an
+  invalid value within ``DESCRIBE_DEPTH`` levels and ``_DESCRIBE_BUDGET``
+  units of depth × size; any other invalid value gets one message saying
+  that it does not match, without asking the validator why.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Final
+
+import jsonschema_rs
+
+from .freeze import json_path
+
+__all__ = ["DESCRIBE_DEPTH", "INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
+
+INLINE_DEPTH: Final = 200
+MAX_DEPTH: Final = 200_000
+DESCRIBE_DEPTH: Final = INLINE_DEPTH
+# depth × size, with size counted in nodes (a string counts one node per
+# 64 characters): describing the violations of a value under this budget
+# stays within milliseconds and a few megabytes, whatever the schema.
+_DESCRIBE_BUDGET: Final = 100_000
+_MAX_ERRORS: Final = 5
+_MAX_MESSAGE: Final = 300
+# Native stack given to the helper thread per level of nesting: more than
+# jsonschema-rs uses per level, recursive ($ref/anyOf) schemas included
+# (tests/test_schema_bounds.py validates 10 000 levels on it).
+_STACK_PER_LEVEL: Final = 4096
+_STACK_BASE: Final = 16 * 1024 * 1024
+_STACK_LOCK: Final = threading.Lock()
+_SLICE: Final = 0.25
+
+
+class CompiledSchema:
+    """A compiled JSON Schema (2020-12 unless ``$schema`` says otherwise).
+
+    ``CompiledSchema(schema, what)`` raises ``ValueError`` naming ``what``
+    when ``schema`` is not a valid JSON Schema."""
+
+    __slots__ = ("_validator",)
+
+    def __init__(self, schema: Any, what: str) -> None:
+        try:
+            jsonschema_rs.meta.validate(schema)
+        except jsonschema_rs.ValidationError as exc:
+            raise ValueError(f"{what} is not a valid JSON Schema: {_short(exc.message)}") from None
+        except Exception as exc:  # e.g. an unknown $schema draft
+            raise ValueError(f"{what} is not a valid JSON Schema: {_short(str(exc))}") from None
+        try:
+            self._validator = jsonschema_rs.validator_for(schema)
+        except Exception as exc:
+            raise ValueError(f"{what} could not be compiled: {_short(str(exc))}") from None
+
+    def problems(self, value: Any, height: int) -> list[str]:
+        """Violations of ``value`` (a frozen JSON value nested ``height``
+        levels), each ``"<message> at <JSON path>"``; empty when valid.
+        Blocks; runs in the calling thread unless the value is deep."""
+        if height <= INLINE_DEPTH:
+            return self._problems(value, height)
+        if height > MAX_DEPTH:
+            return [f"value nests {height} levels deep, more than the {MAX_DEPTH} that can be validated"]
+        return self._problems_on_big_stack(value, height)
+
+    def _problems(self, value: Any, height: int) -> list[str]:
+        out: list[str] = []
+        try:
+            if self._validator.is_valid(value):
+                return out
+            if not _describable(value, height):
+                return [
+                    f"value does not match the schema (too large or too deeply nested, {height} levels, to locate why)"
+                ]
+            for err in self._validator.iter_errors(value):
+                out.append(f"{_short(err.message)} at {json_path(list(err.instance_path))}")
+                if len(out) >= _MAX_ERRORS:
+                    break
+        except ValueError:
+            # jsonschema-rs refuses to describe some deep values ("Recursion
+            # limit reached" while formatting a message): fall back to a
+            # yes/no answer.
+            try:
+                ok = self._validator.is_valid(value)
+            except ValueError as exc:
+                return [f"value could not be validated: {_short(str(exc))}"]
+            return [] if ok else ["value does not match the schema (nested too deeply to locate the violation)"]
+        return out
+
+    def _problems_on_big_stack(self, value: Any, height: int) -> list[str]:
+        box: list[list[str] | BaseException] = []
+
+        def work() -> None:
+            try:
+                box.append(self._problems(value, height))
+            except BaseException as exc:  # pragma: no cover - reported below
+                box.append(exc)
+
+        size = _STACK_BASE + height * _STACK_PER_LEVEL
+        with _STACK_LOCK:
+            old = threading.stack_size(size)
+            try:
+                thread = threading.Thread(target=work, name="dshtools-deep-validate", daemon=True)
+                thread.start()
+            finally:
+                threading.stack_size(old)
+        while thread.is_alive():
+            thread.join(_SLICE)
+        result = box[0] if box else RuntimeError("validation thread died")
+        if isinstance(result, BaseException):
+            return [f"value could not be validated: {type(result).__name__}: {_short(str(result))}"]
+        return result
+
+
+def _describable(value: Any, height: int) -> bool:
+    """Whether asking the validator for messages about ``value`` (a frozen
+    JSON value nested ``height`` levels) stays within the bound: linear,
+    and stops counting as soon as the budget is spent."""
+    if height > DESCRIBE_DEPTH:
+        return False
+    budget = _DESCRIBE_BUDGET // max(height, 1)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            budget -= 1 + len(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            budget -= 1
+            stack.extend(item)
+        elif isinstance(item, str):
+            budget -= 1 + len(item) // 64
+        else:
+            budget -= 1
+        if budget < 0:
+            return False
+    return True
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"

@@ -1,0 +1,215 @@
+"""Admission: step 3 of the pipeline (docs/contract.md §3, §7).
+
+The pre-execute waterfall, approval for ``Ask`` and the guards, run in the
+calling thread. Guarantees:
+
+* Policies fail closed: a hook, guard or approver that raises or returns a
+  value of the wrong type denies the call (``DENIED``, naming the hook);
+  a broken policy never lets a call through.
+* A denial settles the call as ``DENIED`` even when the caller aborted
+  meanwhile (a denial is more specific than a later cancellation, §7).
+  Cancellation observed between the phases (and an approval answered
+  ``"cancelled"`` after the caller aborted, or an ``AbortError`` from a
+  hook while the caller is aborted) settles ``ABORTED_BEFORE_DISPATCH``.
+* An unknown tool is settled ``UNKNOWN_TOOL`` after the hooks ran (they see
+  ``definition is None`` and may deny first). Every outcome of this step
+  still passes through post-execute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Final, Generic, TypeVar, cast
+
+from .._core.errors import AbortError, safe_repr, safe_str, safe_type_name
+from .._types.calls import UNKNOWN_TOOL, ToolExecution, aborted, failure
+from .._types.hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
+from .outcome import denied
+from .run import Run
+
+__all__ = ["ALLOW", "HookReturnError", "Waterfall", "admit", "describe"]
+
+ALLOW: Final = Allow()
+_D = TypeVar("_D")
+
+
+class HookReturnError(Exception):
+    """A hook returned a value of the wrong type."""
+
+
+def describe(fn: Callable[..., object] | object) -> str:
+    """A hook's name for messages; never runs a foreign ``__repr__`` and never
+    raises (docs/contract.md §8 A4)."""
+    try:
+        name = getattr(fn, "__qualname__", None)
+    except Exception:
+        name = None
+    return name if type(name) is str and name else safe_type_name(fn)
+
+
+class Waterfall(Generic[_D]):
+    """A chain of hooks, each given ``next`` (docs/contract.md §3): hook
+    ``i`` is called as ``hooks[i](*args, next)``, where ``next()`` runs hook
+    ``i + 1`` and returns its decision; after the last hook, ``next()``
+    returns ``end()``. Each hook's return must be an instance of
+    ``expected`` (else ``HookReturnError`` naming the hook); ``gate``, when
+    given, runs before each step and may raise (a ``next()`` called too
+    late). Runs in the thread that calls ``at(0)`` (or a hook's ``next()``).
+
+    The ``next`` callables (partials of ``at``) refer to the waterfall,
+    never the other way round, so a finished call leaves no reference cycle behind (its objects
+    are freed at once, not by the cyclic garbage collector)."""
+
+    __slots__ = ("_args", "_end", "_expected", "_gate", "_hooks", "_what")
+
+    def __init__(
+        self,
+        what: str,
+        hooks: Sequence[Callable[..., Any]],
+        args: tuple[object, ...],
+        end: Callable[[], _D],
+        expected: tuple[type, ...],
+        gate: Callable[[], None] | None = None,
+    ) -> None:
+        self._what = what
+        self._hooks = hooks
+        self._args = args
+        self._end = end
+        self._expected = expected
+        self._gate = gate
+
+    def at(self, i: int) -> _D:
+        """Hook ``i``'s decision: ``at(0)`` runs the chain (``end()`` when
+        there are no hooks)."""
+        gate = self._gate
+        if gate is not None:
+            gate()
+        hooks = self._hooks
+        if i == len(hooks):
+            return self._end()
+        fn = hooks[i]
+        # `next` is a partial of this waterfall's bound method: it refers
+        # to the waterfall, which never refers to it.
+        decision = fn(*self._args, partial(self.at, i + 1))
+        if isinstance(decision, self._expected):
+            return cast(_D, decision)
+        names = [t.__name__ for t in self._expected]
+        expected = names[-1] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise HookReturnError(f"{self._what} {describe(fn)} returned {type(decision).__name__}, expected {expected}")
+
+
+def _allow() -> PreExecuteDecision:
+    return ALLOW
+
+
+def _cancelled(run: Run) -> bool:
+    """Settle ``ABORTED_BEFORE_DISPATCH`` when the caller aborted (observed in step 3)."""
+    signal = run.call.signal
+    if signal.aborted:
+        run.settle(aborted(signal.reason, invoked=False), skip_post=False)
+        return True
+    return False
+
+
+def _hook_fault(run: Run, what: str, exc: Exception) -> None:
+    # An AbortError while the caller is aborted is cancellation observed;
+    # anything else fails closed (a broken policy never lets a call through).
+    if isinstance(exc, AbortError) and _cancelled(run):
+        return
+    run.settle(denied(f"{what} failed: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False)
+
+
+def admit(run: Run, approver: Approver | None) -> None:
+    """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread); leaves
+    ``run.result`` unset when the call may be dispatched."""
+    hooks = run.hooks
+    if not (hooks.pre_execute or hooks.guards):  # nothing to ask: the hot path
+        if _cancelled(run):
+            return
+        if run.definition is None:
+            run.settle(
+                failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
+            )
+        return
+    view = run.view
+    # Pre-execute waterfall.
+    pre = hooks.pre_execute
+    decision: PreExecuteDecision = ALLOW
+    if pre:
+        try:
+            decision = Waterfall("pre-execute hook", pre, (view,), _allow, (Allow, Deny, Ask)).at(0)
+        except HookReturnError as exc:
+            run.settle(denied(str(exc)), skip_post=False)
+            return
+        except Exception as exc:
+            _hook_fault(run, "pre-execute hook", exc)
+            return
+    if isinstance(decision, Deny):
+        run.settle(denied(decision.reason), skip_post=False)
+        return
+    if _cancelled(run):
+        return
+    if isinstance(decision, Ask):
+        if not _approve(run, approver, view, decision):
+            return
+        if _cancelled(run):
+            return
+    for guard in hooks.guards:
+        try:
+            verdict = guard(view)
+        except Exception as exc:
+            _hook_fault(run, f"guard {describe(guard)}", exc)
+            return
+        if verdict is None:
+            continue
+        if isinstance(verdict, str):
+            run.settle(denied(verdict or f"denied by guard {describe(guard)}"), skip_post=False)
+        else:
+            run.settle(
+                denied(f"guard {describe(guard)} returned {type(verdict).__name__}, expected str or None"),
+                skip_post=False,
+            )
+        return
+    if _cancelled(run):
+        return
+    if run.definition is None:
+        run.settle(
+            failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
+        )
+
+
+def _approve(run: Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
+    """Ask the approver; True to proceed, else the run is settled."""
+    if approver is None:
+        run.settle(
+            denied(ask.reason or f'tool "{run.call.name}" needs approval and no approver is configured'),
+            skip_post=False,
+        )
+        return False
+    request = ApprovalRequest(view, ask.reason, run.call.signal)
+    try:
+        answer = approver(request)
+    except Exception as exc:
+        _hook_fault(run, "approver", exc)
+        return False
+    if type(answer) is str:
+        if answer == "allowed-once":
+            return True
+        if answer == "cancelled":
+            if not _cancelled(run):
+                run.settle(denied("approval was cancelled"), skip_post=False)
+            return False
+        if answer == "rejected":
+            run.settle(denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
+            return False
+        if answer == "unavailable":
+            run.settle(denied("approval is unavailable"), skip_post=False)
+            return False
+    run.settle(
+        denied(
+            f"approver returned {safe_repr(answer)}, expected one of allowed-once, rejected, cancelled, unavailable"
+        ),
+        skip_post=False,
+    )
+    return False

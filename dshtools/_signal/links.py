@@ -1,0 +1,306 @@
+"""Links between signals: keep-alive, abort propagation and release
+(docs/contract.md §1; the public surface is ``dshtools._signal``).
+
+A *linked* signal (``any_of``/``derive`` and timeout signals) owns
+keep-alive links to its sources or a timer entry. Guarantees:
+
+* Sources hold their dependents weakly until a dependent gets a listener
+  (or a strong dependent of its own); from then until it aborts or is
+  closed, its sources (or its timer entry) keep it alive. Nothing else
+  does: there is no global registry.
+* Before any listener runs, the aborted signal **and every signal derived
+  from it** read ``aborted`` with the same ``reason`` object. Then
+  listeners run once each, in registration order, in the aborting thread,
+  with no lock held: the signal's own listeners first, then each
+  dependent's, dependents in the order they were derived. A
+  ``KeyboardInterrupt`` or ``SystemExit`` from a listener is re-raised
+  after all of them ran.
+* An aborted or closed derived signal pins no source and is pinned by none;
+  the weak entries it leaves in its sources' dependent dicts are pruned in
+  amortised O(1), so a long-lived source's memory follows its live
+  dependents.
+
+Invariants relied on: every ``*_locked`` function runs with ``_LOCK`` held,
+and so does everything that changes ``_deps``, ``_sources``, ``_anchor``,
+``_strong_deps`` or a linked signal's ``_listeners``/abort state. Every
+source's entry for a derived signal is that signal's one shared ``_anchor``
+list, so the links turn strong or weak in one step. Weakref callbacks never
+take ``_LOCK``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core.errors import TimeoutReason
+from . import timer as _timer
+from .state import (
+    _DEFAULT_REASON,
+    _LOCK,
+    ListenerHandle,
+    _Callback,
+    _DefaultReason,
+    _dispatch_plain,
+    _refused,
+    _removed,
+    _shared_reason_locked,
+    _SignalState,
+)
+
+__all__: list[str] = []
+
+
+def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
+    with _LOCK:
+        if not self._aborted:
+            handle = ListenerHandle()
+            handle._signal = self
+            handle._cb = callback
+            listeners = self._listeners
+            if listeners is None:
+                listeners = self._listeners = {}
+            listeners[handle] = callback
+            if len(listeners) == 1:
+                _keepalive_changed_locked(self)
+            return handle
+    return _refused(self, callback, run_if_aborted)
+
+
+def _remove_linked(self: _SignalState, handle: ListenerHandle) -> None:
+    handle._cb = _removed  # a dispatch that has not read it never runs it
+    with _LOCK:
+        listeners = self._listeners
+        if listeners is None or listeners.pop(handle, None) is None:
+            return  # removed before, or the signal aborted
+        if not listeners:
+            _keepalive_changed_locked(self)
+
+
+def _keepalive_changed_locked(self: _SignalState) -> None:
+    """Listener/strong-dependent presence changed on a linked signal:
+    make the links that keep it alive strong or weak accordingly.
+
+    Every source's entry for this signal is its one shared ``_anchor``
+    list: holding ``[self]`` makes all those links strong, an empty one
+    all weak, in one step. So an interrupt between two steps of a
+    detach can never leave some sources pinning a closed signal."""
+    needed = bool(self._listeners) or self._strong_deps > 0
+    timer = self._timer
+    if timer is not None:
+        timer.strong = self if needed else None
+    anchor = self._anchor
+    if needed is bool(anchor):
+        return
+    if needed:
+        anchor.append(self)
+    else:
+        anchor.clear()
+    # Timeout sources count their strong dependents (their timer entry
+    # must then keep them alive).
+    for source in self._sources:
+        if source._linked:
+            source._strong_deps += 1 if needed else -1
+            if source._strong_deps == (1 if needed else 0):
+                _keepalive_changed_locked(source)
+
+
+def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = False) -> None:
+    if reason is None:
+        reason = _DEFAULT_REASON
+    with _LOCK:
+        if self._aborted:
+            return
+        if from_timer and self._closed:
+            # Race: the timer thread popped this signal's entry and is
+            # about to call _on_timer (outside the timer lock) when
+            # another thread calls close(); close() finds nothing left to
+            # cancel and returns. Checking `_closed` here, under the same
+            # lock close() sets it under, makes "after close() returns,
+            # the signal never aborts" hold for that interleaving too.
+            return
+        if reason is _DEFAULT_REASON and self._deps:
+            reason = _DefaultReason()  # shared with dependents
+        if from_timer:
+            self._fired = True  # before any listener runs (Deadline.timed_out)
+        _mark_aborted_locked(self, reason)
+        won, batches = _mark_dependents_locked(self, reason)
+    _finish(won, batches, None)
+
+
+def _on_timer(self: _SignalState) -> None:
+    _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
+
+
+def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
+    # Linked signals only (their every abort path holds _LOCK).
+    self._reason = reason
+    self._aborted = True
+    self._strong_deps = 0
+    timer = self._timer
+    if timer is not None:
+        timer.strong = None
+        # The entry may be the one firing now; a late cancel is harmless.
+        timer.cancelled = True
+        self._timer = None
+    if self._anchor:
+        _release_sources_locked(self)
+    else:
+        self._sources = ()
+
+
+def _release_sources_locked(self: _SignalState) -> None:
+    # An aborted derived signal no longer needs its sources to keep it
+    # alive, nor pins them. Its (weak) entries in the sources' dependent
+    # dicts are left for their amortised prune: that is what makes an
+    # any_of's abort cost nothing per source.
+    sources = self._sources
+    anchor = self._anchor
+    if not anchor:
+        self._sources = ()
+        return
+    anchor.clear()  # every source's link is weak from here on
+    self._sources = ()
+    for source in sources:
+        if source._linked:
+            source._strong_deps -= 1
+            if source._strong_deps == 0:
+                _keepalive_changed_locked(source)
+
+
+def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[_SignalState], list[Any]]:
+    """Mark every live dependent of ``signal`` aborted with ``reason``;
+    return the signals to wake (``signal`` first) and the listener batches
+    of the linked ones to run, in order: ``(signal, iterator of handles)``,
+    the iterator also stored as the signal's ``_pending``. Snapshots are
+    taken under the lock that set ``aborted``: from then on a linked
+    signal's add_listener sees it and runs inline."""
+    won = [signal]
+    deps = signal._deps
+    if deps:
+        signal._deps = None
+        for ref, anchor in (deps,) if type(deps) is tuple else deps.items():
+            dep = anchor[0] if anchor else ref()
+            if dep is not None and not dep._aborted and dep._sources:
+                _mark_aborted_locked(dep, reason)
+                won.append(dep)
+    batches = []
+    for s in won:
+        listeners = s._listeners
+        if listeners and s._linked:
+            s._listeners = None
+            # Frozen from here: removers and adders see `_listeners` None.
+            pending = s._pending = iter(listeners)
+            batches.append((s, pending))
+    return won, batches
+
+
+def _finish(won: list[_SignalState], batches: list[Any], plain: dict[Any, Any] | None) -> None:
+    # Every affected signal now reads aborted. Wake waiters, then run
+    # listeners: own first (`plain`: the listener dict of a plain signal,
+    # `won[0]`), dependents in derivation order.
+    for signal in won:
+        event = signal._event
+        if event is not None:
+            event.set()
+    first = _dispatch_plain(won[0], plain) if plain else None
+    for signal, pending in batches:
+        interrupt = signal._dispatch(pending)
+        if first is None:
+            first = interrupt
+    if first is not None:
+        # A Ctrl-C (or SystemExit) raised inside a listener must not be
+        # swallowed (B16's "several interrupts needed"); it is re-raised
+        # here, after every listener - dependents' too - has run.
+        raise first
+
+
+def _won_plain_with_deps(signal: _SignalState) -> None:
+    # The rest of a plain signal's abort that won, once `_aborted` is
+    # stored, when it has dependents.
+    with _LOCK:
+        won, batches = _mark_dependents_locked(signal, _shared_reason_locked(signal))
+    if len(won) == 1 and not batches and signal._event is None:
+        listeners = signal._listeners  # no live dependent: the plain abort
+        first = _dispatch_plain(signal, listeners) if listeners else None
+        if first is not None:
+            raise first
+        return
+    _finish(won, batches, signal._listeners)
+
+
+def _dep_links(deps: Any) -> Any:
+    """A source's links to its dependents, each ``(weak reference, anchor)``:
+    ``_deps`` is None, one derived signal's ``_link`` (a source's first
+    dependent costs one attribute write), or a dict weak reference ->
+    anchor in derivation order (from the second; its prune point in
+    ``_deps_prune_at``)."""
+    return (deps,) if type(deps) is tuple else deps.items()
+
+
+def _live(ref: Any, anchor: list[_SignalState]) -> _SignalState | None:
+    # The dependent behind a link, if it can still abort.
+    dep = anchor[0] if anchor else ref()
+    if dep is not None and not dep._aborted and dep._sources:
+        return dep
+    return None
+
+
+def _add_dep_locked(root: _SignalState, deps: Any, link: tuple[Any, list[_SignalState]]) -> None:
+    # A link to one more dependent of `root`, whose `_deps` is `deps` (not None).
+    if type(deps) is tuple:
+        if _live(*deps) is None:
+            root._deps = link  # the one link there was is spent
+            return
+        deps = root._deps = {deps[0]: deps[1]}
+        root._deps_prune_at = 32
+    deps[link[0]] = link[1]
+    if len(deps) >= root._deps_prune_at:
+        _prune_deps_locked(root)
+
+
+def _close_linked(self: _SignalState) -> None:
+    with _LOCK:
+        timer = self._timer
+        sources = self._sources
+        if self._closed and timer is None and not sources:
+            return
+        # Each strong link goes in one step, first: the timer entry's (a
+        # timeout signal), every source's at once through the anchor (a
+        # derived signal). So an interrupt (Ctrl-C) at any point of this
+        # block leaves either the signal untouched or no strong link to it -
+        # at most weak entries, pruned once it is gone - and close() again
+        # finishes the job.
+        if timer is not None:
+            timer.strong = None
+        _release_sources_locked(self)
+        self._closed = True
+        self._timer = None
+        for source in sources:
+            deps = source._deps
+            if deps is self._link:
+                source._deps = None
+            elif type(deps) is dict:
+                deps.pop(self._ref, None)
+    if timer is not None:
+        _timer.cancel(timer)
+
+
+def _born_aborted(derived: _SignalState, source: _SignalState) -> None:
+    # Under _LOCK. `source` aborted: `derived` reads aborted with its reason.
+    derived._reason = _shared_reason_locked(source)
+    derived._aborted = True
+
+
+def _prune_deps_locked(signal: _SignalState) -> None:
+    # Amortised O(1): drop links to released, aborted and closed dependents
+    # once the dict has doubled since the last prune, so a long-lived
+    # parent's memory follows its live dependents, not every signal ever
+    # derived from it.
+    deps = signal._deps
+    assert deps is not None
+    live = {}
+    for ref, anchor in deps.items():
+        if _live(ref, anchor) is not None:
+            live[ref] = anchor
+    signal._deps = live
+    signal._deps_prune_at = max(32, 2 * len(live))

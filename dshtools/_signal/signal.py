@@ -1,0 +1,653 @@
+"""``AbortSignal``: the cancellation primitive (docs/contract.md §1).
+
+Guarantees:
+
+* Safe to call from any thread. Of many concurrent ``abort()`` calls exactly
+  one wins; the rest return at once and do nothing.
+* Before any listener runs, the aborted signal **and every signal derived
+  from it** read ``aborted`` with the same ``reason`` object. Then listeners
+  run once each, in registration order, in the aborting thread, with no lock
+  held: the signal's own listeners first, then each dependent's, dependents
+  in the order they were derived.
+* A listener added after abort runs at once in the registering thread
+  (``run_if_aborted=True``) or is refused atomically (``registered is
+  False``): no check-then-register window can lose a wake-up.
+* A listener that raises never stops the others: an ``Exception`` goes to
+  ``sys.unraisablehook``; a ``KeyboardInterrupt`` or ``SystemExit`` is held
+  and re-raised from ``abort()`` after every listener ran, so a Ctrl-C is
+  never swallowed (decision 0011).
+* ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
+  had not started never will; one that already started on another thread
+  may still be running.
+* Derived signals (``any_of``) are flattened onto original sources. Sources
+  hold their dependents weakly until a dependent gets a listener; from then
+  until it aborts or is closed, its sources keep it alive. Nothing else
+  does: there is no global registry.
+
+This module is ``AbortSignal`` and the paths that must stay one frame deep
+(add_listener, wait, any_of/derive); ``AbortController`` and its inlined
+abort are in ``_signal_controller``, and ``_signal`` re-exports both. The
+layers under it, each with its own guarantees and invariants:
+
+* ``_signal_claim``: listener storage, the abort decision, listener
+  dispatch (the boundary ``_ABORTED``), ``ListenerHandle``, the module lock
+  ``_LOCK``;
+* ``_signal_links``: keep-alive links, abort propagation to dependents,
+  release and pruning;
+* ``_signal_budget``: the earliest pending timer (``deadline``).
+
+Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
+``already_aborted``) keeps nothing alive, so its listener and abort paths
+take no lock (below). A *linked* signal (``any_of``/``derive`` and timeout
+signals, class ``_LinkedSignal``) owns keep-alive links to its sources or a
+timer entry; everything that changes those links, and its own abort, runs
+under the one lock ``_LOCK``.
+
+Atomicity assumptions, each a pair of "write, then read" steps that must not
+both miss the other (they hold with the GIL, under which every bytecode and
+every C call on one object is sequentially consistent; a build without the
+GIL would need these stores and loads to be sequentially consistent atomics,
+which CPython's free-threaded dict operations are):
+
+* abort vs ``add_listener`` on a plain signal: the adder inserts its
+  handle and then reads ``_aborted``; the aborter inserts the boundary
+  ``_ABORTED``, stores ``_aborted`` and then snapshots the handles. An
+  adder that reads ``False`` is in the snapshot; one that reads ``True``
+  finds its handle before the boundary (the dispatch runs it) or after it
+  (it and the dispatch both claim it with ``dict.pop``: one wins), see
+  ``_signal_claim``.
+* abort vs ``wait()``: the waiter stores the ``Event`` (then ``_watched``)
+  and then reads ``_aborted``; the aborter stores ``_aborted`` and then
+  reads ``_watched`` and ``_event``.
+* abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
+  (and sets ``_watched``) then reads ``_aborted``; a plain source's
+  aborter stores ``_reason``, then ``_aborted``, and then reads
+  ``_watched`` and its dependents, propagating under
+  ``_LOCK``. Marking a dependent aborted is itself under ``_LOCK`` and
+  checked first, so a dependent both sides reach is marked once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+from .._core.errors import AbortError, check_seconds, safe_repr
+from . import timer as _timer
+from .budget import _deadline_of
+from .links import (
+    _abort_linked,
+    _add_dep_locked,
+    _add_linked,
+    _born_aborted,
+    _close_linked,
+    _dep_links,
+    _keepalive_changed_locked,
+    _mark_aborted_locked,
+    _on_timer,
+    _release_sources_locked,
+    _remove_linked,
+    _won_plain_with_deps,
+)
+from .state import (
+    _ABORTED,
+    _DEFAULT_REASON,
+    _LOCK,
+    ListenerHandle,
+    _added_late,
+    _dispatch,
+    _dispatch_plain,
+    _listener_dict,
+    _pending_count,
+    _reason_of,
+    _refused,
+    _SignalState,
+)
+
+__all__ = ["AbortSignal", "Listener", "ListenerHandle"]
+
+Listener = Callable[["AbortSignal"], object]
+
+# Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
+# blocked in wait() promptly on every platform (B19).
+_WAIT_SLICE: Final = 0.25
+
+_new_signal: Final = object.__new__
+
+
+class AbortSignal:
+    """A one-way flag that says "stop", with listeners.
+
+    Obtain one from ``AbortController().signal`` or the factories
+    ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
+    never aborts. Every method is thread-safe. Source: docs/contract.md §1.
+    """
+
+    # The slots every signal has; `_LinkedSignal` adds those of its links.
+    # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`, `_watched`,
+    # `_linked` and `_listeners` when made, `_reason` when aborted; `_deps_prune_at` and
+    # `_pending` later, if ever (a slot costs every signal's creation and
+    # deallocation a step, written or not).
+    __slots__ = (
+        "__weakref__",
+        "_aborted",
+        "_armed",
+        "_deps",
+        "_deps_prune_at",
+        "_event",
+        "_linked",
+        "_listeners",
+        "_pending",
+        "_reason",
+        "_watched",
+    )
+    # Only on `_LinkedSignal` (`_linked` True). Links are typed as the lower
+    # layers see signals (`_SignalState`).
+    _sources: tuple[_SignalState, ...]
+    _ref: weakref.ref[_SignalState]
+    _link: tuple[weakref.ref[_SignalState], list[_SignalState]]
+    _anchor: list[_SignalState]
+    _strong_deps: int
+    _timer: _timer.TimerEntry | None
+    _timer_code: str
+    _timer_seconds: float
+    _fired: bool
+    _closed: bool
+    _derived: bool
+    _aborts_directly: bool
+    _deps_prune_at: int
+    # The deadline a plain signal reports without a timer of its own: a
+    # slot of `_BudgetSignal` only (decision 0047); a class attribute here,
+    # so that every other signal reads `None` at no cost to its creation.
+    _budget_at: float | None = None
+
+    def __init__(self) -> None:
+        self._linked = False  # True for `_LinkedSignal` (derived and timeout)
+        self._aborted = False
+        self._armed = True  # deleted by the abort that wins (`_signal_claim`)
+        self._reason: object  # written by the abort (read only once aborted)
+        self._event: threading.Event | None = None  # created by the first wait()
+        # handle -> callback, registration order; None until the first listener.
+        self._listeners: dict[Any, Any] | None = None
+        # As a source: its links to derived signals (`_signal_links`).
+        self._deps: Any = None
+        # Set (under `_LOCK`) right after `_event` or `_deps` is first
+        # written, and never cleared: a plain abort reads this one slot
+        # after storing `_aborted`, and `_event` and `_deps` only if it is
+        # set. The writer reads `_aborted` after it: one of them sees the
+        # other (module docstring).
+        self._watched = False
+        self._pending: Any
+
+    # ------------------------------------------------------------------ state
+
+    if TYPE_CHECKING:
+
+        @property
+        def aborted(self) -> bool:
+            """``True`` once aborted; never goes back."""
+
+        @property
+        def reason(self) -> object:
+            """The abort reason (``None`` until aborted; an ``AbortError``
+            when aborted without one)."""
+
+    else:
+        # Read-only properties whose getter is C code (no Python frame per
+        # read): `signal.aborted` is the check a cooperative loop makes on
+        # every iteration, so it should cost no more than Event.is_set().
+        aborted = property(attrgetter("_aborted"), doc="``True`` once aborted; never goes back.")
+        reason = property(
+            _reason_of,
+            doc="The abort reason (``None`` until aborted; an ``AbortError`` when aborted without one).",
+        )
+
+    def throw_if_aborted(self) -> None:
+        """Raise a new ``AbortError(self.reason)`` if aborted; else return."""
+        if self._aborted:
+            raise AbortError(_reason_of(self))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until aborted or ``timeout`` seconds
+        passed (``None``: no limit). Returns ``aborted``. Wakes within about
+        a millisecond of ``abort()`` in another thread; an untimed wait is
+        sliced so ``KeyboardInterrupt`` is delivered promptly."""
+        if self._aborted:
+            return True
+        if timeout is not None:
+            timeout = check_seconds(timeout, "timeout")
+        event = self._event
+        if event is None:
+            with _LOCK:
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+                    self._watched = True  # after `_event`: see `_watched`
+            # Read after the store above; an abort stores `_aborted` before
+            # it reads `_event` (module docstring): one of us sees the other.
+            if self._aborted:
+                return True
+        if timeout is not None:
+            # Clamp: Event.wait() raises OverflowError past
+            # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
+            return event.wait(min(timeout, threading.TIMEOUT_MAX)) or self._aborted
+        while not event.wait(_WAIT_SLICE):
+            pass
+        return True
+
+    @property
+    def listener_count(self) -> int:
+        """Listeners not yet run or removed, plus (for a source) links to
+        live dependents. Diagnostics and leak tests."""
+        with _LOCK:
+            listeners = self._listeners
+            if self._aborted:
+                pending = getattr(self, "_pending", None)
+                n = 0 if pending is None else _pending_count(pending)
+            else:
+                n = 0 if listeners is None else len(listeners) - (_ABORTED in listeners)
+            deps = self._deps
+            if deps:
+                for ref, anchor in _dep_links(deps):
+                    dep = anchor[0] if anchor else ref()
+                    if dep is not None and not dep._aborted and dep._sources:
+                        n += 1
+            return n
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest ``time.monotonic()`` instant (seconds) at which a
+        timer among this signal's sources (or its own, for a timeout signal)
+        will abort it; ``None`` when no pending timer can. An aborted or
+        closed signal has none. In a ``ProcessBackend`` or ``RayBackend``
+        worker, ``run.signal`` reports the caller's timer, re-based on the
+        worker's clock. Source: docs/contract.md §8 A9, docs/decisions/0021,
+        0047."""
+        if self._aborted:
+            return None
+        if not self._linked:
+            return self._budget_at
+        return _deadline_of(self)
+
+    def time_left(self) -> float | None:
+        """Seconds until ``deadline`` (never negative), ``0.0`` once the
+        signal aborted, ``None`` when no timer can abort it: a value to hand
+        to a library that only takes a timeout. Source: docs/contract.md
+        §8 A9, docs/decisions/0021."""
+        if self._aborted:
+            return 0.0
+        at = self.deadline
+        if at is None:
+            return None
+        return max(0.0, at - time.monotonic())
+
+    # -------------------------------------------------------------- listeners
+
+    def add_listener(self, callback: Listener, *, run_if_aborted: bool = True) -> ListenerHandle:
+        """Call ``callback(self)`` once when this signal aborts.
+
+        Runs in the aborting thread (the timer thread for timeouts), outside
+        any lock. If already aborted: with ``run_if_aborted=True`` the
+        callback runs now in this thread; with ``False`` it does not run.
+        Either way ``handle.registered`` is ``False``. An ``Exception`` from
+        the callback goes to ``sys.unraisablehook`` and the other listeners
+        still run; a ``KeyboardInterrupt``/``SystemExit`` does not stop them
+        either, and the first one is re-raised by ``abort()`` once they all
+        ran (or propagates from ``add_listener`` when run inline). Raises
+        ``TypeError`` for a non-callable.
+        """
+        if not callable(callback):
+            raise TypeError(f"listener must be callable, not {type(callback).__name__}")
+        if self._linked:
+            return self._add_linked(callback, run_if_aborted)
+        if self._aborted:
+            return _refused(self, callback, run_if_aborted)
+        handle = ListenerHandle()
+        handle._signal = self
+        handle._cb = callback
+        listeners = self._listeners
+        if listeners is None:
+            listeners = _listener_dict(self)
+        listeners[handle] = callback
+        if not self._aborted:
+            return handle  # the abort, when it comes, snapshots it
+        # Aborted while we inserted: the dispatch or this thread runs it.
+        return _added_late(self, listeners, handle, callback, run_if_aborted)
+
+    # ------------------------------------------------- linked-signal methods
+
+    # Called only where `_linked` is True; implemented with the links they
+    # change (`dshtools._signal.links`).
+    _add_linked = _add_linked
+    _remove_linked = _remove_linked
+    _keepalive_changed_locked = _keepalive_changed_locked
+    _abort_linked = _abort_linked
+    _mark_aborted_locked = _mark_aborted_locked
+    _release_sources_locked = _release_sources_locked
+    _on_timer = _on_timer
+    _close_linked = _close_linked
+
+    # ------------------------------------------------------------------ abort
+
+    def _abort(self, reason: object) -> None:
+        if self._aborted:
+            return
+        if self._linked:
+            self._abort_linked(reason)
+        else:
+            _abort_plain(self, reason)
+
+    # ---------------------------------------------------------------- derived
+
+    def close(self) -> None:
+        """Detach a derived signal from its sources and cancel a pending
+        timer; afterwards it never aborts. Never aborts, idempotent, and a
+        no-op for controller signals. ``with signal:`` closes on exit."""
+        if self._linked:
+            self._close_linked()
+
+    def __enter__(self) -> AbortSignal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _dispatch(self, handles: Iterable[Any]) -> BaseException | None:
+        # A linked signal's listener dispatch, as a method: the one step
+        # tests probe to land an interrupt at its entry.
+        return _dispatch(self, handles)
+
+    # -------------------------------------------------------------- factories
+
+    @staticmethod
+    def any_of(signals: Iterable[AbortSignal]) -> AbortSignal:
+        """A signal that aborts when any of ``signals`` aborts, with the
+        reason of the first to abort (already aborted at creation: the first
+        such in iteration order). Empty input never aborts. Derived inputs
+        are flattened onto their original sources. Raises ``TypeError`` for a
+        non-signal element (every element is checked)."""
+        items = list(signals)
+        if not all(map(isinstance, items, _SIGNAL_TYPES)):
+            for s in items:
+                if not isinstance(s, AbortSignal):
+                    raise TypeError(f"any_of() takes AbortSignals, got {type(s).__name__}")
+        return derive(items)
+
+    @staticmethod
+    def timeout(seconds: float) -> AbortSignal:
+        """A signal that aborts after ``seconds`` (>= 0, finite) with
+        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on the shared
+        timer thread. ``close()`` cancels the timer. Raises ``TypeError`` for
+        a non-number, ``ValueError`` for negative, NaN or infinite."""
+        value = check_seconds(seconds)
+        if value < 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        return _timeout_signal(value, "TIMEOUT")
+
+    @staticmethod
+    def already_aborted(reason: object = None) -> AbortSignal:
+        """A signal that is aborted from the start (``None`` reason: a
+        default ``AbortError``)."""
+        signal = AbortSignal()
+        del signal._armed  # no abort can win
+        signal._reason = AbortError() if reason is None else reason
+        signal._aborted = True
+        return signal
+
+    def __repr__(self) -> str:
+        if self._aborted:
+            return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
+        kind = "derived" if self._linked and self._derived else "source"
+        return f"<AbortSignal {kind} pending>"
+
+
+class _PlainSignal(AbortSignal):
+    """A controller's signal: an ``AbortSignal`` whose slots
+    ``AbortController`` writes itself, so that making one runs no Python
+    ``__init__`` (creating a controller is a hot path)."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
+class _BudgetSignal(_PlainSignal):
+    """The signal of a body that runs in another process than its caller
+    (decision 0047): a plain signal, aborted by the caller's abort message
+    as any controller's, that reports ``deadline == _budget_at`` (a
+    ``time.monotonic()`` instant of this process) while it is pending. It
+    owns no timer: the timer that will abort it runs in the caller's
+    process."""
+
+    __slots__ = ("_budget_at",)
+
+
+# The second argument of every isinstance() in any_of's C pass over its inputs.
+_SIGNAL_TYPES: Final = repeat(AbortSignal)
+
+
+class _LinkedSignal(AbortSignal):
+    """A derived or timeout signal: it owns keep-alive links to its sources
+    (weak until it has listeners or strong dependents) or a timer entry."""
+
+    __slots__ = (
+        "_aborts_directly",
+        "_anchor",
+        "_closed",
+        "_derived",
+        "_fired",
+        "_link",
+        "_ref",
+        "_sources",
+        "_strong_deps",
+        "_timer",
+        "_timer_code",
+        "_timer_seconds",
+    )
+
+    def __init__(self) -> None:
+        self._linked = True
+        self._aborted = False  # decided under _LOCK: no `_armed`
+        self._reason = None
+        self._event = None
+        self._listeners = None
+        self._deps = None
+        self._pending = None
+        self._sources = ()
+        self._ref = weakref.ref(self)
+        self._anchor = []
+        self._strong_deps = 0
+        self._timer = None
+        self._closed = False
+        self._derived = True  # False: a timeout signal (a root)
+        # A derived signal its owner may also abort directly (the registry's
+        # dispatch signal, on KeyboardInterrupt): signals derived from it
+        # link to it as well as to its sources, so that abort reaches them.
+        self._aborts_directly = False
+
+
+def _abort_plain(signal: AbortSignal, reason: object) -> None:
+    # AbortController.abort (`_signal_controller`) is this function,
+    # inlined (one frame fewer on the most common abort); keep the two in
+    # step. The order of the steps is the one `_signal_claim` relies on.
+    try:
+        del signal._armed
+    except AttributeError:
+        return  # an abort won before: this one does nothing
+    listeners = signal._listeners
+    if listeners is not None:
+        listeners[_ABORTED] = None  # the boundary
+    signal._reason = _DEFAULT_REASON if reason is None else reason
+    signal._aborted = True
+    if signal._watched:
+        if signal._deps:
+            _won_plain_with_deps(signal)
+            return
+        event = signal._event
+        if event is not None:
+            event.set()
+    listeners = signal._listeners  # again: the first adder may have made it
+    if listeners:
+        interrupt = _dispatch_plain(signal, listeners)
+        if interrupt is not None:
+            raise interrupt
+
+
+def _timeout_signal(seconds: float, code: str) -> AbortSignal:
+    signal = _LinkedSignal()
+    signal._derived = False
+    signal._timer_code = code
+    signal._timer_seconds = seconds
+    signal._timer = _timer.schedule(seconds, signal)
+    return signal
+
+
+def timer_fired(signal: AbortSignal) -> bool:
+    """``signal`` (a timeout or deadline signal) was aborted by its own
+    timer, decided under the lock that decided the abort, before any
+    listener ran. Package-internal (``Deadline.timed_out``)."""
+    return getattr(signal, "_fired", False)
+
+
+def deadline_signal(upstream: AbortSignal, seconds: float, code: str) -> AbortSignal:
+    """One signal that aborts when ``upstream`` does (with its reason) or
+    ``seconds`` from now (``TimeoutReason(code, seconds)``), whichever comes
+    first: a signal derived from ``upstream`` that carries its own timer,
+    where ``any_of([upstream, timeout])`` would make two signals and two
+    sets of links. Signals derived from it link to it as well as to its
+    sources (its timer is a direct abort). Package-internal (``Deadline``)."""
+    signal = derive([upstream], aborts_directly=True)
+    assert isinstance(signal, _LinkedSignal)
+    signal._timer_code = code
+    signal._timer_seconds = seconds
+    with _LOCK:
+        # Armed only while pending: an abort of the upstream that won
+        # meanwhile leaves no entry behind (an abort clears `_timer` under
+        # this lock).
+        if not signal._aborted:
+            signal._timer = _timer.schedule(seconds, signal)
+    return signal
+
+
+def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts_directly: bool = False) -> AbortSignal:
+    """A signal derived from ``items`` (flattened). With ``listener``, the
+    derived signal is born with that listener (unless an input is already
+    aborted: then no listener is installed and the result reads aborted),
+    under the same lock acquisition as the links: the registry's dispatch
+    signal, one lock round trip instead of two and no handle. With
+    ``aborts_directly`` the caller may abort the result itself
+    (``abort_owned``); signals later derived from it then link to it as well
+    as to its sources. Package-internal (the registry's and ``deadline``'s
+    seam into this module)."""
+    # `_LinkedSignal()`, inlined (a derive is on every registry call).
+    derived = _new_signal(_LinkedSignal)
+    derived._linked = True
+    derived._aborted = False
+    derived._reason = None
+    derived._event = None
+    derived._listeners = None
+    derived._deps = None
+    derived._pending = None
+    derived._sources = ()
+    ref = derived._ref = weakref.ref(derived)
+    anchor: list[_SignalState] = []
+    derived._anchor = anchor
+    derived._strong_deps = 0
+    derived._timer = None
+    derived._closed = False
+    derived._derived = True
+    derived._aborts_directly = aborts_directly
+    with _LOCK:
+        # Already-aborted inputs win in iteration order (a derived input
+        # that aborted counts as itself, before its sources are consulted);
+        # the others are flattened onto their original sources, each once,
+        # in first-seen order. `_sources` is read under the lock: a
+        # concurrent close() of a derived input empties it. Race closed this
+        # way: input D is closed while its root R is still pending; without
+        # the lock (or if close() left `_sources` in place) the new signal
+        # would link to R and abort when R does, although D - its only
+        # input - never aborts.
+        flat = True
+        for s in items:
+            if s._aborted:
+                _born_aborted(derived, s)
+                return derived
+            if s._linked:
+                flat = False
+        roots: list[_SignalState] = items  # type: ignore[assignment]
+        if not flat:
+            roots = []
+            for s in items:
+                if s._linked and s._derived:
+                    roots.extend(s._sources)
+                    if s._aborts_directly and s._sources:
+                        roots.append(s)  # its direct abort must reach us too
+                else:
+                    roots.append(s)
+        if len(roots) > 1 and len(set(roots)) != len(roots):
+            roots = list(dict.fromkeys(roots))
+        sources = derived._sources = tuple(roots)
+        # One link object per derived signal; a source's first dependent is
+        # that object itself (one attribute write), later ones a dict.
+        link = derived._link = (ref, anchor)
+        for root in sources:
+            deps = root._deps
+            if deps is None:
+                root._deps = link
+                root._watched = True  # after `_deps` (set from then on): see `_watched`
+            elif type(deps) is dict and len(deps) + 1 < root._deps_prune_at:
+                deps[ref] = anchor  # a source that had dependents before (no prune due)
+            else:
+                _add_dep_locked(root, deps, link)
+            # A plain root's abort takes no lock: it may have stored
+            # `_aborted` before our link went in and then found no
+            # dependents. Linked, then checked (module docstring), so such
+            # an abort is seen here.
+            if root._aborted:
+                derived._release_sources_locked()
+                _born_aborted(derived, root)
+                return derived
+        if listener is not None:
+            # Never returned, so never removed: it needs no `_signal`, and
+            # without one the signal and its handle form no reference cycle
+            # (a finished call's dispatch signal is freed at once).
+            handle = ListenerHandle()
+            handle._cb = listener
+            derived._listeners = {handle: listener}
+            derived._keepalive_changed_locked()
+    return derived
+
+
+def abort_owned(signal: AbortSignal, reason: object) -> None:
+    """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
+    by the caller that owns it (the registry's dispatch signal on
+    ``KeyboardInterrupt``). If it is already aborted, run the listeners it
+    still has pending: a second interrupt may have landed inside the first
+    abort, after the signal was marked but before its listeners ran, and a
+    body woken only by a listener would then never wake. Both dispatches
+    draw from the one iterator the abort made (``_pending``), so none runs
+    twice. Package-internal."""
+    if not signal._aborted:
+        signal._abort(reason)
+        return
+    pending = signal._pending
+    if pending is not None:
+        interrupt = signal._dispatch(pending)
+        if interrupt is not None:
+            raise interrupt
+
+
+def _ensure_signal(value: Any, what: str) -> AbortSignal:
+    if not isinstance(value, AbortSignal):
+        raise TypeError(f"{what} must be an AbortSignal, not {type(value).__name__}")
+    return value
