@@ -9,7 +9,6 @@ from ._backends.process.backend import ProcessBackend
 from ._backends.thread import ThreadBackend
 from ._core.errors import AbortError, TimeoutReason
 from ._core.freeze import FrozenDict, thaw
-from ._interop.calls import INVALID_CALL
 from ._io.process import ProcessAbortError
 from ._registry.batch import execute_batch
 from ._registry.policies import TimeoutPolicy
@@ -20,6 +19,7 @@ from ._signal.lifecycle import SignalReason, abort_on_signals
 from ._types.calls import (
     DENIED,
     INVALID_ARGS,
+    INVALID_CALL,
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,

@@ -52,6 +52,6 @@ def registry(registry_options: dict[str, Any]) -> Iterator[ToolRegistry]:
 def ray_cluster() -> Iterator[None]:
     """One local Ray (2 CPUs) for every Ray test of the session
     (``tests/ray_support.py``)."""
-    from ray_support import local_ray
+    from tests.ray_support import local_ray
 
     yield from local_ray()

@@ -77,7 +77,7 @@ def local_ray() -> Iterator[None]:
     another run left behind), in a short temporary directory of its own
     (Ray's socket paths), removed after ``ray.shutdown()``. A generator for
     a session fixture."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: test modules import as tests.*
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = here if not old else here + os.pathsep + old
     temp_dir = tempfile.mkdtemp(prefix="dshray", dir="/tmp")

@@ -45,7 +45,7 @@ _MAX_ERRORS: Final = 5
 _MAX_MESSAGE: Final = 300
 # Native stack given to the helper thread per level of nesting: more than
 # jsonschema-rs uses per level, recursive ($ref/anyOf) schemas included
-# (tests/test_schema_bounds.py validates 10 000 levels on it).
+# (tests/core/test_bounded_validation.py validates 10 000 levels on it).
 _STACK_PER_LEVEL: Final = 4096
 _STACK_BASE: Final = 16 * 1024 * 1024
 _STACK_LOCK: Final = threading.Lock()

@@ -32,6 +32,8 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from .._types.calls import INVALID_CALL, InvalidCall
+
 __all__ = [
     "INVALID_CALL",
     "MAX_DEPTH",
@@ -45,11 +47,6 @@ __all__ = [
     "parse_arguments",
     "utf8_safe",
 ]
-
-INVALID_CALL: Final = "INVALID_CALL"
-"""The code of a model tool call that cannot be run as written: an empty or
-repeated call id, an unsupported call type, no tool name (docs/contract.md
-§8 A11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
 
 MAX_DEPTH: Final = 1000
 """Deepest nesting of model arguments accepted (docs/contract.md §8 A11)."""
@@ -93,22 +90,6 @@ class MalformedArguments:
 
     def __str__(self) -> str:
         return self.message
-
-
-@attrs.frozen
-class InvalidCall:
-    """The ``arguments`` of a model tool call that cannot run as written
-    (an empty or repeated call id, an unsupported call type, no tool name).
-    The registry answers such a call with an ``INVALID_CALL`` failure whose
-    text is ``Error: invalid call: <problem>``, before any hook runs
-    (docs/contract.md §8 A11). ``arguments`` keeps what the model sent, for
-    display."""
-
-    problem: str
-    arguments: object = None
-
-    def __str__(self) -> str:
-        return f"invalid call: {self.problem}"
 
 
 def _too_deep(raw: str) -> MalformedArguments:

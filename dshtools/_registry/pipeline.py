@@ -49,13 +49,14 @@ from .._backends.base import Backend, BodyReport, Dispatch, Error, NotInvoked, V
 from .._backends.thread import ThreadBackend, WithdrawalSlot, worker_owners
 from .._core.errors import AbortError, report_unraisable, safe_repr, safe_str
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
-from .._interop.calls import INVALID_CALL, InvalidCall
 from .._signal import AbortSignal, abort_owned, derive
 from .._types.calls import (
     ANY_OBJECT,
     INVALID_ARGS,
+    INVALID_CALL,
     UNKNOWN_TOOL,
     WORKER_LOST,
+    InvalidCall,
     SignalSlot,
     ToolExecution,
     ToolExecutionInput,

@@ -41,6 +41,7 @@ __all__ = [
     "ANY_OBJECT",
     "DENIED",
     "INVALID_ARGS",
+    "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
@@ -53,6 +54,7 @@ __all__ = [
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
+    "InvalidCall",
     "ToolBody",
     "ToolDefinition",
     "ToolDispatchExecution",
@@ -83,6 +85,11 @@ INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
 DENIED: Final = "DENIED"
 TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
+INVALID_CALL: Final = "INVALID_CALL"
+"""The code of a model tool call that cannot be run as written: an empty or
+repeated call id, an unsupported call type, no tool name (docs/contract.md
+§8 A11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
+
 
 ANY_OBJECT: Final = freeze({"type": "object"})
 """The ``parameters`` of every ``ToolDefinition`` whose schema is exactly
@@ -90,6 +97,22 @@ ANY_OBJECT: Final = freeze({"type": "object"})
 
 ContentBlock = Mapping[str, Any]
 """A content block: a JSON object with a ``"type"``, e.g. ``{"type": "text", "text": "..."}``."""
+
+
+@attrs.frozen
+class InvalidCall:
+    """The ``arguments`` of a model tool call that cannot run as written
+    (an empty or repeated call id, an unsupported call type, no tool name).
+    The registry answers such a call with an ``INVALID_CALL`` failure whose
+    text is ``Error: invalid call: <problem>``, before any hook runs
+    (docs/contract.md §8 A11). ``arguments`` keeps what the model sent, for
+    display."""
+
+    problem: str
+    arguments: object = None
+
+    def __str__(self) -> str:
+        return f"invalid call: {self.problem}"
 
 
 # ------------------------------------------------------------------ token

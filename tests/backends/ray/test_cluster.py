@@ -1,0 +1,701 @@
+"""RayBackend against a local Ray (docs/contract.md §9, §10; docs/ray.md).
+
+One ``ray.init(num_cpus=2)`` for the whole session (started by the first
+test that needs it, shut down at session end), one registry on one
+``RayBackend(kill_after=1.0)`` for the module. The bodies talk to the test
+through a small named actor (``Events``, tests/ray_support.py): they announce that they started
+(and their pids) and count what they ran, so no test sleeps to wait for an
+interleaving. Skipped only when ``ray`` is not importable.
+"""
+
+from __future__ import annotations
+
+import _thread
+import functools
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[ray]')")
+
+from dshtools import (  # noqa: E402
+    INVALID_TOOL_OUTPUT,
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
+    TOOL_TIMEOUT,
+    WORKER_LOST,
+    AbortController,
+    AbortSignal,
+    TimeoutPolicy,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolRegistry,
+    ToolRunContext,
+    ToolSuccess,
+    execute_batch,
+)
+from dshtools.ray import RayBackend  # noqa: E402
+from tests.ray_support import EventsActor, actor, announce  # noqa: E402
+
+OBJECT: dict[str, Any] = {"type": "object"}
+EVENTS = "dshtools-test-events"
+
+
+# ------------------------------------------------------------------ Ray
+
+
+def _events() -> Any:
+    """The events actor, from a body or a test (cached per process)."""
+    return actor(EVENTS)
+
+
+def _announce(tag: str, value: Any = True) -> None:
+    announce(EVENTS, tag, value)
+
+
+@pytest.fixture(scope="session")
+def events_actor(ray_cluster: None) -> Iterator[Any]:
+    handle = EventsActor.options(name=EVENTS).remote()
+    ray.get(handle.count.remote("warm-up"))
+    yield handle
+    ray.kill(handle)
+
+
+class _Recording(RayBackend):
+    """Keeps every dispatch so a test can ask Ray about its task."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.dispatches: list[Any] = []
+
+    def submit(self, body: Any, args: object, run: ToolRunContext) -> Any:
+        dispatch = super().submit(body, args, run)
+        self.dispatches.append(dispatch)
+        return dispatch
+
+
+@pytest.fixture(scope="module")
+def backend(events_actor: Any) -> Iterator[_Recording]:
+    backend = _Recording(kill_after=1.0)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def registry(backend: _Recording) -> Iterator[ToolRegistry]:
+    registry = ToolRegistry(backend=backend)
+    registry.add_around_dispatch(TimeoutPolicy())
+    yield registry
+    registry.close()
+
+
+@pytest.fixture
+def events(events_actor: Any) -> Any:
+    return events_actor
+
+
+def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], object], **kw: Any) -> Callable[[], None]:
+    return registry.register(ToolDefinition(name, f"{name} tool", OBJECT, body, **kw))
+
+
+def _call(name: str, arguments: Any, signal: AbortSignal, call_id: str = "c1") -> ToolExecutionInput:
+    return ToolExecutionInput(call_id, name, arguments, signal)
+
+
+class _InThread:
+    """Runs ``registry.execute`` in a thread; ``result()`` joins it."""
+
+    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
+        self._out: list[ToolExecutionResult] = []
+        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
+        self._thread.join(timeout)
+        assert self._out, "execute did not return"
+        return self._out[0]
+
+
+# ------------------------------------------------------------------ bodies
+# Module-level functions: Ray pickles them by reference (workers import this module).
+
+
+def _echo(args: Any, run: ToolRunContext) -> object:
+    run.defer_context({"worker_pid": os.getpid()})
+    return {"echo": args["x"], "call_id": run.call_id, "name": run.name}
+
+
+def _cooperative(args: Any, run: ToolRunContext) -> object:
+    _announce(args["tag"], os.getpid())
+    run.signal.wait(30)
+    run.defer_context({"seen_reason": repr(run.signal.reason), "aborted": run.signal.aborted})
+    run.signal.throw_if_aborted()
+    return "never aborted"
+
+
+def _stubborn(args: Any, run: ToolRunContext) -> object:
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    _announce(args["tag"], [os.getpid(), child.pid])
+    time.sleep(60)
+    return "slept"
+
+
+def _counted(args: Any, run: ToolRunContext) -> object:
+    _events().incr.remote(args["counter"]).future().result()
+    return "ran"
+
+
+def _batch_body(args: Any, run: ToolRunContext) -> object:
+    if args["i"] < 5:
+        return args["i"]
+    _announce(f"batch-{args['i']}")
+    _announce("batch-blocking", args["i"])
+    run.signal.wait(30)
+    run.signal.throw_if_aborted()
+    return args["i"]
+
+
+def _nested(args: Any, run: ToolRunContext) -> object:
+    try:
+        run.dispatch("echo", {"x": 1})
+    except RuntimeError as exc:
+        return str(exc)
+    return "nested call ran"
+
+
+def _unpicklable_value(args: Any, run: ToolRunContext) -> object:
+    return threading.Lock()
+
+
+class _Stubborn(Exception):
+    def __init__(self, a: int, b: int) -> None:  # unpickling calls _Stubborn(*args) with one arg
+        super().__init__(f"{a}+{b}")
+
+
+def _raises_unpicklable(args: Any, run: ToolRunContext) -> object:
+    raise _Stubborn(1, 2)
+
+
+def _failure(result: ToolExecutionResult) -> ToolFailure:
+    assert isinstance(result, ToolFailure), result
+    return result
+
+
+def _success(result: ToolExecutionResult) -> ToolSuccess:
+    assert isinstance(result, ToolSuccess), result
+    return result
+
+
+def _meta(result: ToolExecutionResult) -> Mapping[str, Any]:
+    return result.meta or {}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.timeout(60)
+def test_a_body_runs_remotely_and_its_contexts_come_back(registry: ToolRegistry) -> None:
+    remove = _register(registry, "echo", _echo)
+    try:
+        result = registry.execute(_call("echo", {"x": 7}, AbortController().signal, "call-7"))
+    finally:
+        remove()
+    assert _success(result).value == {"echo": 7, "call_id": "call-7", "name": "echo"}
+    (context,) = result.additional_contexts
+    assert context["worker_pid"] != os.getpid()
+
+
+@pytest.mark.timeout(60)
+def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "coop", _cooperative)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, _call("coop", {"tag": "coop-started"}, controller.signal))
+        assert ray.get(events.wait.remote("coop-started", 30)) is not None
+        controller.abort(ValueError("user pressed stop"))
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert isinstance(_meta(result)["reason"], ValueError)
+    # The worker's own run.signal aborted with the same reason (it pickles).
+    (context,) = result.additional_contexts
+    assert context == {"seen_reason": "ValueError('user pressed stop')", "aborted": True}
+    assert "killed" not in _meta(result)
+
+
+@pytest.mark.timeout(60)
+def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "coop", _cooperative)
+    controller = AbortController()
+    reason = threading.Lock()
+    try:
+        running = _InThread(registry, _call("coop", {"tag": "lock-started"}, controller.signal))
+        assert ray.get(events.wait.remote("lock-started", 30)) is not None
+        controller.abort(reason)
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["reason"] is reason  # the caller's result keeps the caller's object
+    (context,) = result.additional_contexts
+    assert context["aborted"] is True
+    assert context["seen_reason"] == repr(repr(reason))  # the worker saw its repr, a str
+
+
+@pytest.mark.timeout(60)
+def test_non_cooperative_body_is_killed_after_kill_after(
+    registry: ToolRegistry, backend: _Recording, events: Any
+) -> None:
+    remove = _register(registry, "stubborn", _stubborn)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, _call("stubborn", {"tag": "stubborn-started"}, controller.signal))
+        worker_pid, child_pid = ray.get(events.wait.remote("stubborn-started", 30))
+        dispatch = backend.dispatches[-1]
+        aborted_at = time.monotonic()
+        controller.abort("stop")
+        result = running.result()
+        returned_after = time.monotonic() - aborted_at
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["killed"] is True
+    overrun = _meta(result)["overrun_s"]
+    assert isinstance(overrun, float) and overrun >= 1.0
+    assert 1.0 <= returned_after < 30.0
+    # Ray reports the task ended (cancelled), and the processes are gone:
+    # the worker and the child it started in a session of its own.
+    ready, _ = ray.wait([dispatch.task], timeout=0)
+    assert ready == [dispatch.task]
+    with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+        ray.get(dispatch.task)
+    assert _gone(worker_pid)
+    assert _gone(child_pid)
+    assert backend.running_tasks() == 0
+
+
+@pytest.mark.timeout(60)
+def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backend: _Recording, events: Any) -> None:
+    removes = [_register(registry, "coop", _cooperative), _register(registry, "counted", _counted)]
+    holders = AbortController()
+    queued = AbortController()
+    try:
+        # Two bodies hold both CPU slots until `holders` aborts.
+        held = [_InThread(registry, _call("coop", {"tag": f"hold-{i}"}, holders.signal, f"h{i}")) for i in range(2)]
+        for i in range(2):
+            assert ray.get(events.wait.remote(f"hold-{i}", 30)) is not None
+        before = len(backend.dispatches)
+        waiting = [
+            _InThread(registry, _call("counted", {"counter": "queued-ran"}, queued.signal, f"q{i}")) for i in range(4)
+        ]
+        deadline = time.monotonic() + 30
+        while len(backend.dispatches) < before + 4:  # the four tasks are submitted (queued in Ray)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        queued.abort("withdraw")
+        results = [w.result() for w in waiting]
+        holders.abort("release")
+        for h in held:
+            assert h.result().code == TOOL_ABORTED
+    finally:
+        for remove in removes:
+            remove()
+    assert [r.code for r in results] == [TOOL_ABORTED_BEFORE_DISPATCH] * 4
+    assert ray.get(events.count.remote("queued-ran")) == 0
+    for dispatch in backend.dispatches[before:]:
+        ready, _ = ray.wait([dispatch.task], timeout=10)
+        assert ready, "a withdrawn task is still running"
+
+
+@pytest.mark.timeout(60)
+def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registry: ToolRegistry, events: Any) -> None:
+    # kill_after=0 makes the forced stop due at the abort itself: a task that
+    # Ray is still dropping from its queue must come back withdrawn, not
+    # killed (it never started).
+    remove_holder = _register(registry, "coop", _cooperative)
+    holders = AbortController()
+    eager = RayBackend(kill_after=0.0)
+    try:
+        held = [
+            _InThread(registry, _call("coop", {"tag": f"zero-hold-{i}"}, holders.signal, f"z{i}")) for i in range(2)
+        ]
+        for i in range(2):
+            assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
+        with ToolRegistry(backend=eager) as other:
+            _register(other, "counted", _counted)
+            queued = AbortController()
+            waiting = _InThread(other, _call("counted", {"counter": "zero-ran"}, queued.signal, "zq"))
+            deadline = time.monotonic() + 30
+            while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            queued.abort("withdraw")
+            result = waiting.result()
+        holders.abort("release")
+        for h in held:
+            assert h.result().code == TOOL_ABORTED
+    finally:
+        remove_holder()
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    assert "killed" not in _meta(result)
+    assert eager.tasks_killed == 0
+    assert ray.get(events.count.remote("zero-ran")) == 0
+
+
+@pytest.mark.timeout(60)
+def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "slow", _cooperative, timeout=0.5)
+    try:
+        result = registry.execute(_call("slow", {"tag": "slow-started"}, AbortController().signal))
+    finally:
+        remove()
+    assert result.code == TOOL_TIMEOUT
+    assert "killed" not in _meta(result)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_of_a_non_cooperative_body_is_tool_timeout_and_killed(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "stuck", _stubborn, timeout=0.3)
+    try:
+        result = registry.execute(_call("stuck", {"tag": "stuck-started"}, AbortController().signal))
+        worker_pid, child_pid = ray.get(events.wait.remote("stuck-started", 1))
+    finally:
+        remove()
+    assert result.code == TOOL_TIMEOUT
+    assert _meta(result)["killed"] is True  # kept through the policy's own failure
+    assert _gone(worker_pid) and _gone(child_pid)
+
+
+@pytest.mark.timeout(60)
+def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_order(
+    registry: ToolRegistry, events: Any
+) -> None:
+    remove = _register(registry, "batch", _batch_body, is_concurrency_safe=lambda args: True)
+    published: dict[str, ToolExecutionResult] = {}
+
+    def observe(execution: ToolExecution, result: ToolExecutionResult) -> None:
+        published[execution.call_id] = result
+
+    remove_observer = registry.add_result_observer(observe)
+    batch = AbortController()
+    calls = [_call("batch", {"i": i}, AbortController().signal, f"b{i}") for i in range(20)]
+    out: list[list[ToolExecutionResult]] = []
+    try:
+        runner = threading.Thread(target=lambda: out.append(execute_batch(registry, calls, signal=batch.signal)))
+        runner.start()
+        # Mid-batch: a body from call 5 on runs and waits for the abort
+        # (which one Ray starts first is Ray's choice).
+        assert ray.get(events.wait.remote("batch-blocking", 30)) is not None
+        batch.abort("turn stopped")
+        runner.join(60)
+    finally:
+        remove_observer()
+        remove()
+    (results,) = out
+    # One result per call, in model order: the very result each call published.
+    assert len(results) == 20
+    assert all(results[i] is published[f"b{i}"] for i in range(20))
+    for i, result in enumerate(results):
+        if result.is_error:
+            assert result.code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH), (i, result)
+        else:
+            assert i < 5 and _success(result).value == i
+    # From call 5 on every body waits for the abort: one that ran (it says
+    # so first thing) is ABORTED, one that never started ABORTED_BEFORE_DISPATCH.
+    ran = [i for i in range(5, 20) if ray.get(events.wait.remote(f"batch-{i}", 0)) is not None]
+    for i in range(5, 20):
+        assert results[i].code == (TOOL_ABORTED if i in ran else TOOL_ABORTED_BEFORE_DISPATCH), (i, ran, results[i])
+    # Two slots held by blocking bodies: no third started, nothing started after the abort.
+    assert 1 <= len(ran) <= 2, ran
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_from_outside_is_worker_lost(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "victim", _cooperative)
+    try:
+        running = _InThread(registry, _call("victim", {"tag": "victim-started"}, AbortController().signal))
+        pid = ray.get(events.wait.remote("victim-started", 30))
+        os.kill(pid, signal.SIGKILL)
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == WORKER_LOST
+    info = _failure(result).error.info
+    assert info is not None and info.name == "WorkerLost"
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: ToolRegistry, events: Any) -> None:
+    remove = _register(registry, "coop", _cooperative)
+    seen: list[ToolExecutionResult] = []
+
+    def observer(execution: ToolExecution, result: ToolExecutionResult) -> None:
+        seen.append(result)
+
+    remove_observer = registry.add_result_observer(observer)
+
+    def interrupt() -> None:
+        ray.get(events.wait.remote("ctrl-c-started", 30))
+        _thread.interrupt_main()
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            registry.execute(_call("coop", {"tag": "ctrl-c-started"}, AbortController().signal))
+    finally:
+        helper.join()
+        remove_observer()
+        remove()
+    (result,) = seen
+    assert result.code == TOOL_ABORTED
+    assert isinstance(_meta(result)["reason"], KeyboardInterrupt)
+    (context,) = result.additional_contexts  # the body ran to its end: joined
+    assert context["aborted"] is True
+
+
+def _guarded(args: Any, run: ToolRunContext) -> object:
+    from dshtools._backends.ray import remote as _ray_remote
+
+    task_id = ray.get_runtime_context().get_task_id()
+    _announce(args["tag"], task_id)
+    # Python code keeps running here between short waits: an interrupt that
+    # raised would land in this loop and end the body.
+    deadline = time.monotonic() + 30
+    while _ray_remote._interrupted_task != task_id:
+        if time.monotonic() > deadline:
+            return "Ray's interrupt never arrived"
+        run.signal.wait(0.01)
+    _announce(f"{args['tag']}-interrupted")
+    run.signal.wait(30)
+    run.defer_context({"aborted": run.signal.aborted})
+    run.signal.throw_if_aborted()
+    return "never aborted"
+
+
+@pytest.mark.timeout(60)
+def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
+    registry: ToolRegistry, backend: _Recording, events: Any
+) -> None:
+    # The withdrawal sends ray.cancel(force=False) to a task that may have
+    # started: Ray delivers it as an interrupt, which the worker's guard
+    # must keep out of a claimed body (docs/contract.md §9: no injection).
+    remove = _register(registry, "guarded", _guarded)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, _call("guarded", {"tag": "guarded-started"}, controller.signal))
+        assert ray.get(events.wait.remote("guarded-started", 30)) is not None
+        ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
+        assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
+        controller.abort("stop")  # the body still runs and still cooperates
+        result = running.result()
+    finally:
+        remove()
+    assert result.code == TOOL_ABORTED
+    assert _meta(result)["reason"] == "stop"
+    assert "killed" not in _meta(result)
+    (context,) = result.additional_contexts
+    assert context["aborted"] is True
+
+
+def _plain_task(tag: str) -> str:
+    from dshtools._backends.ray import remote as _ray_remote
+
+    _ray_remote._install_guard()  # as in a worker that ran a RayBackend body
+    _announce(tag)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "not cancelled"
+
+
+_plain_task_remote: Any = ray.remote(max_retries=0)(_plain_task)
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_ray_task_in_a_guarded_worker_is_still_cancelled(events: Any) -> None:
+    # The guard is the worker's SIGINT handler: any other task of that
+    # worker keeps Ray's own cancellation.
+    ref = _plain_task_remote.remote("plain-started")
+    assert ray.get(events.wait.remote("plain-started", 30)) is True
+    ray.cancel(ref, force=False, recursive=False)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=30)
+
+
+def _large_body(blob: bytes, args: Any, run: ToolRunContext) -> object:
+    return len(blob)
+
+
+@pytest.mark.timeout(60)
+def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -> None:
+    blob = os.urandom(200_000)  # above the inline limit: passed by reference
+    remove = _register(registry, "large", functools.partial(_large_body, blob))
+    try:
+        first = registry.execute(_call("large", {}, AbortController().signal, "l1"))
+        second = registry.execute(_call("large", {}, AbortController().signal, "l2"))
+    finally:
+        remove()
+    assert _success(first).value == 200_000
+    assert _success(second).value == 200_000
+
+
+@pytest.mark.timeout(60)
+def test_run_dispatch_raises_in_a_remote_body(registry: ToolRegistry) -> None:
+    remove = _register(registry, "nested", _nested)
+    try:
+        result = registry.execute(_call("nested", {}, AbortController().signal))
+    finally:
+        remove()
+    assert "thread backend" in _success(result).value
+
+
+@pytest.mark.timeout(60)
+def test_what_does_not_pickle(registry: ToolRegistry) -> None:
+    lock = threading.Lock()
+    with pytest.raises(ValueError, match="'locked'"):
+        _register(registry, "locked", lambda args, run: lock.locked())
+    removes = [
+        _register(registry, "bad-value", _unpicklable_value),
+        _register(registry, "bad-error", _raises_unpicklable),
+    ]
+    try:
+        value = registry.execute(_call("bad-value", {}, AbortController().signal))
+        error = registry.execute(_call("bad-error", {}, AbortController().signal))
+    finally:
+        for remove in removes:
+            remove()
+    assert value.code == INVALID_TOOL_OUTPUT
+    assert "cannot be serialized by Ray" in _failure(value).error.message
+    detail = _failure(error).error
+    assert detail.info is not None and detail.info.name == "_Stubborn"
+    assert detail.message == "1+2"
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_is_refused_at_once(registry: ToolRegistry) -> None:
+    remove = _register(registry, "echo", _echo)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never touches Ray, never returns into pytest
+            try:
+                result = registry.execute(_call("echo", {"x": 1}, AbortController().signal))
+                os.write(write_end, f"{result.code}|{_meta(result).get('reason')}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            reported = pipe.read()
+        os.waitpid(pid, 0)
+    finally:
+        remove()
+    code, _, reason = reported.partition("|")
+    assert code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert "fork" in reason
+
+
+def test_retries_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_retries"):
+        RayBackend(max_retries=3)
+    with pytest.raises(ValueError, match="retry_exceptions"):
+        RayBackend(retry_exceptions=True)
+    with pytest.raises(ValueError):
+        RayBackend(kill_after=-1)
+    assert RayBackend(max_retries=0).kill_after == 5.0
+
+
+@pytest.mark.timeout(60)
+def test_closed_backend_refuses_and_is_quiescent(ray_cluster: Any) -> None:
+    backend = RayBackend(kill_after=0.5)
+    with ToolRegistry(backend=backend) as registry:
+        _register(registry, "echo", _echo)
+        assert not registry.execute(_call("echo", {"x": 1}, AbortController().signal)).is_error
+    assert backend.running_tasks() == 0
+    assert backend.tasks_started == 1
+    with ToolRegistry() as other:
+        _register(other, "echo", _echo, backend=backend)
+        result = other.execute(_call("echo", {"x": 1}, AbortController().signal))
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert "closed" in str(_meta(result)["reason"])
+
+
+@pytest.mark.timeout(90)
+def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
+    ray_cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dshtools._cli.main import main
+
+    status = main(["demo", "--backend", "ray"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "the connected Ray" in out
+    assert "FAIL" not in out
+    assert "ok   no Ray task of the run still running" in out
+    assert "stopped by force" in out
+    # Every call of the bundled transcript runs under its own id: none is
+    # refused as a repeated id, and the transcript's last call still runs.
+    assert "INVALID_CALL" not in out
+    assert "call_11  http_get" in out
+    # The shared Ray is still up for the other tests (the demo did not start it).
+    assert ray.is_initialized()
+
+
+def _exits_when_loaded(_args: Any, _run: ToolRunContext) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def _raises_exiting_error(_args: Any, _run: ToolRunContext) -> object:
+    import sys as sys_
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys_.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
+
+
+@pytest.mark.timeout(60)
+def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
+    registry: ToolRegistry,
+) -> None:
+    # The driver unpickles what the task sent back, in the thread blocked in
+    # execute(): foreign code. Its SystemExit must fail only that call
+    # (docs/contract.md §8 A4, §9), never escape execute() half-settled.
+    removes = [
+        _register(registry, "exits_v", _exits_when_loaded),
+        _register(registry, "exits_e", _raises_exiting_error),
+    ]
+    try:
+        bad_value = registry.execute(_call("exits_v", {}, AbortController().signal, "v1"))
+        assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
+        bad_error = registry.execute(_call("exits_e", {}, AbortController().signal, "e1"))
+        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+    finally:
+        for remove in removes:
+            remove()

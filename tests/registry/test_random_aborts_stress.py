@@ -1,0 +1,165 @@
+"""Stress: 2 000 calls with aborts at random moments from another thread.
+
+Pins the registry's global guarantees under real interleavings: exactly one
+result per call (to the caller and to observers), ``ABORTED_BEFORE_DISPATCH``
+only when the body never ran, ``ABORTED`` only when it did, no body still
+running when ``execute`` returned, and no listener left on any caller signal
+(docs/contract.md §3, "Never: ...")."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from dshtools import (
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    AbortController,
+    ToolError,
+    ToolExecutionInput,
+    ToolRegistry,
+)
+from tests.registry_support import tool
+
+CALLS = 2000
+CALLER_THREADS = 8
+
+
+class Aborter:
+    """Aborts controllers at scheduled monotonic times, on its own thread."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, AbortController]] = []
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.seq = 0
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def schedule(self, controller: AbortController, delay: float) -> None:
+        with self.cond:
+            self.seq += 1
+            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, controller))
+            self.cond.notify()
+
+    def loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopped and (not self.heap or self.heap[0][0] > time.monotonic()):
+                    timeout = None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic())
+                    self.cond.wait(timeout)
+                if self.stopped and not self.heap:
+                    return
+                _, _, controller = heapq.heappop(self.heap)
+            controller.abort("random")
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+        self.thread.join(10)
+
+
+@pytest.mark.timeout(120)
+def test_two_thousand_calls_with_random_aborts() -> None:
+    rng = random.Random(1234)
+    lock = threading.Lock()
+    invoked: set[str] = set()
+    running: set[str] = set()
+    observed: Counter[str] = Counter()
+    problems: list[str] = []
+
+    def body(args: Any, run: Any) -> Any:
+        with lock:
+            invoked.add(run.call_id)
+            running.add(run.call_id)
+        try:
+            mode = args["mode"]
+            run.signal.wait(args["wait"])
+            if mode == "raise-tool-error":
+                raise ToolError("tool failed", "E_TOOL")
+            if mode == "throw-if-aborted":
+                run.signal.throw_if_aborted()
+            return {"mode": mode}
+        finally:
+            with lock:
+                running.discard(run.call_id)
+
+    def pre(e: Any, nxt: Any) -> Any:
+        if e.arguments["slow_admission"]:
+            e.signal.wait(0.001)
+        return nxt()
+
+    def observer(e: Any, r: Any) -> None:
+        with lock:
+            observed[e.call_id] += 1
+
+    aborter = Aborter()
+    plans: list[dict[str, Any]] = []
+    for i in range(CALLS):
+        plans.append(
+            {
+                "id": f"call-{i}",
+                "mode": rng.choice(["return", "raise-tool-error", "throw-if-aborted"]),
+                "wait": rng.choice([0.0, 0.0005, 0.002]),
+                "slow_admission": rng.random() < 0.3,
+                "abort": rng.choice(["none", "before", "random", "random"]),
+                "delay": rng.uniform(0, 0.004),
+            }
+        )
+    results: dict[str, Any] = {}
+    controllers: dict[str, AbortController] = {}
+
+    with ToolRegistry(max_workers=4) as registry:
+        registry.add_pre_execute(pre)
+        registry.add_result_observer(observer)
+        registry.register(tool("work", body))
+
+        def caller(chunk: list[dict[str, Any]]) -> None:
+            for plan in chunk:
+                controller = AbortController()
+                controllers[plan["id"]] = controller
+                if plan["abort"] == "before":
+                    controller.abort("before")
+                elif plan["abort"] == "random":
+                    aborter.schedule(controller, plan["delay"])
+                args = {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]}
+                result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
+                with lock:
+                    if plan["id"] in running:
+                        problems.append(f"{plan['id']}: execute returned while its body was running")
+                    results[plan["id"]] = result
+
+        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(100)
+        aborter.stop()
+
+    assert problems == []
+    assert len(results) == CALLS
+    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    codes: Counter[str | None] = Counter()
+    for plan in plans:
+        cid = plan["id"]
+        result = results[cid]
+        codes[result.code] += 1
+        if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
+            assert cid not in invoked, f"{cid}: ABORTED_BEFORE_DISPATCH but the body ran"
+        elif result.code == TOOL_ABORTED:
+            assert cid in invoked, f"{cid}: ABORTED but the body never ran"
+        if plan["abort"] == "before":
+            assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        if plan["abort"] == "none":
+            assert result.code in (None, "E_TOOL")
+        assert controllers[cid].signal.listener_count == 0
+    # The interleavings really were exercised.
+    assert codes[TOOL_ABORTED] > 20 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 20 and codes[None] > 20
+    assert running == set()
