@@ -38,8 +38,8 @@ from dshtools import (
     timeout_of,
 )
 from dshtools._backends.remote import call_controller
+from tests.helpers import OBJECT
 
-OBJECT: dict[str, Any] = {"type": "object"}
 LONG = 30.0  # a budget no call here comes near: the calls never time out
 SHORT = 0.3  # the budget a body spends in full, waiting on a library's timeout
 

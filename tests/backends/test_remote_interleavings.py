@@ -31,10 +31,9 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.process.pool import _Job, _Worker
+from tests.helpers import OBJECT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
-
-OBJECT: dict[str, Any] = {"type": "object"}
 
 
 def _ok(args: object, run: object) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import dshtools
-from tests.io_support import alive, wait_for_descendant
+from tests.helpers import alive, wait_for_descendant
 
 TOOLS = r"""
 import os

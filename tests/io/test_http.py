@@ -25,7 +25,7 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # docs/contract.md §5: a blocked connect or read is unblocked within
 # 100 ms of the abort.

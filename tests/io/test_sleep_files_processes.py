@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
 from dshtools import io as dio
 from dshtools._io import session as _process_session
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
 # "about a millisecond" (docs/contract.md §1, wait) with slack for a shared 2-core box.

@@ -25,31 +25,30 @@ from dshtools import (
 )
 from dshtools._registry import batch as _batch
 from dshtools._registry import pipeline as _pipeline
-from tests.batch_support import Recorder, calls, tool
-from tests.registry_support import error_of, value_of
+from tests.helpers import CallEventRecorder, calls, error_of, recorded_tool, value_of
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 
 
 @pytest.fixture
-def rec() -> Recorder:
-    return Recorder()
+def rec() -> CallEventRecorder:
+    return CallEventRecorder()
 
 
 @pytest.fixture
-def registry(registry: ToolRegistry, rec: Recorder) -> ToolRegistry:
+def registry(registry: ToolRegistry, rec: CallEventRecorder) -> ToolRegistry:
     rec.install(registry)
     return registry
 
 
-def _assert_one_result_per_call(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
+def _assert_one_result_per_call(rec: CallEventRecorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     assert len(results) == len(ids)
     assert rec.order("result") == ids  # published once each, in model order
     for cid, result in zip(ids, results, strict=False):
         assert rec.results[cid] == [result]
 
 
-def _assert_invocation_consistent(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
+def _assert_invocation_consistent(rec: CallEventRecorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     """ABORTED_BEFORE_DISPATCH exactly where the body never started."""
     for cid, result in zip(ids, results, strict=False):
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
@@ -77,17 +76,17 @@ def test_bad_arguments_are_rejected(registry: ToolRegistry) -> None:
 
 
 @pytest.mark.timeout(10)
-def test_parallel_safe_calls_overlap(registry: ToolRegistry, rec: Recorder) -> None:
+def test_parallel_safe_calls_overlap(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     # Both bodies must be inside each other's running window to pass the
     # barrier; run one after the other and the barrier breaks (timeout).
     barrier = threading.Barrier(2, timeout=5)
-    registry.register(tool("meet", rec, lambda _a, _r: barrier.wait() >= 0))
+    registry.register(recorded_tool("meet", rec, lambda _a, _r: barrier.wait() >= 0))
     results = execute_batch(registry, calls("meet", 2, AbortController().signal), signal=AbortController().signal)
     assert [value_of(r) for r in results] == [True, True]
 
 
 @pytest.mark.timeout(10)
-def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> None:
+def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     peak = [0]
     gate = threading.Barrier(3, timeout=5)
 
@@ -97,7 +96,7 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
         gate.wait()  # three at a time must meet here
         return 1
 
-    registry.register(tool("g", rec, body))
+    registry.register(recorded_tool("g", rec, body))
     results = execute_batch(
         registry, calls("g", 9, AbortController().signal), signal=AbortController().signal, max_parallel=3
     )
@@ -106,9 +105,9 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
 
 
 @pytest.mark.timeout(10)
-def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("p", rec, lambda _a, _r: "p"))
-    registry.register(tool("x", rec, lambda _a, _r: "x", parallel=False))
+def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("p", rec, lambda _a, _r: "p"))
+    registry.register(recorded_tool("x", rec, lambda _a, _r: "x", parallel=False))
     sig = AbortController().signal
     batch = [
         ToolExecutionInput("p1", "p", {}, sig),
@@ -128,7 +127,7 @@ def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Reco
 
 
 @pytest.mark.timeout(10)
-def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: Recorder) -> None:
+def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     # c0's body finishes last: it waits until c2's body has finished.
     c2_done = threading.Event()
 
@@ -139,7 +138,7 @@ def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: 
             c2_done.set()
         return run.call_id
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     results = execute_batch(registry, calls("t", 3, AbortController().signal), signal=AbortController().signal)
     assert [value_of(r) for r in results] == ["c0", "c1", "c2"]
     assert rec.order("body_end")[-1] == "c0"
@@ -149,7 +148,7 @@ def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: 
 
 
 @pytest.mark.timeout(10)
-def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
+def test_execution_mode_only_exactly_true_is_parallel(rec: CallEventRecorder) -> None:
     from dshtools import ToolDefinition
 
     def make(name: str, classifier: Callable[[Any], Any] | None) -> ToolDefinition:
@@ -178,8 +177,10 @@ def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
 
 
 @pytest.mark.timeout(10)
-def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
+def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(
+    registry: ToolRegistry, rec: CallEventRecorder
+) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
     live = AbortController().signal
     dead = AbortSignal.already_aborted("gone")
     batch = [
@@ -196,8 +197,8 @@ def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: To
 
 
 @pytest.mark.timeout(10)
-def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
+def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
     sig = AbortController().signal
     results = execute_batch(
         registry, [ToolExecutionInput("a", "nope", {}, sig), ToolExecutionInput("b", "t", {}, sig)], signal=sig
@@ -206,9 +207,9 @@ def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegi
 
 
 @pytest.mark.timeout(10)
-def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
-    registry.register(tool("x", rec, lambda _a, _r: "ok", parallel=False))
+def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
+    registry.register(recorded_tool("x", rec, lambda _a, _r: "ok", parallel=False))
     call_sig = AbortController().signal
     batch_sig = AbortController().signal
     batch = [ToolExecutionInput(f"c{i}", "t" if i % 3 else "x", {}, call_sig) for i in range(12)]
@@ -221,7 +222,7 @@ def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec:
 
 
 @pytest.mark.timeout(20)
-def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegistry, rec: Recorder) -> None:
+def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     """20 calls, max_parallel=4, the batch is aborted as the 6th body starts."""
     batch = AbortController()
     abort_time: list[float] = []
@@ -235,7 +236,7 @@ def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegis
             run.signal.wait(10)
         return "ok"
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     ids = [f"c{i}" for i in range(20)]
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 20, AbortController().signal), signal=batch.signal, max_parallel=4)
@@ -254,9 +255,9 @@ def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegis
 
 
 @pytest.mark.timeout(20)
-def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegistry, rec: Recorder) -> None:
+def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     batch = AbortController()
-    registry.register(tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))  # type: ignore[func-returns-value]
+    registry.register(recorded_tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))  # type: ignore[func-returns-value]
     results = execute_batch(registry, calls("x", 5, AbortController().signal), signal=batch.signal)
     assert [r.code for r in results] == [TOOL_ABORTED] + [TOOL_ABORTED_BEFORE_DISPATCH] * 4
     assert rec.order("pre") == ["c0"]
@@ -265,14 +266,14 @@ def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegist
 
 @pytest.mark.timeout(20)
 def test_scheduler_fault_drains_and_raises_without_inventing_results(
-    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+    rec: CallEventRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Boom(Exception):
         pass
 
     with ToolRegistry() as registry:
         rec.install(registry)
-        registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
+        registry.register(recorded_tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
         real = _pipeline.dispatch
 
         def faulty(run: Any) -> Any:
@@ -294,7 +295,7 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(
 
 
 @pytest.mark.timeout(20)
-def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     batch = AbortController()
     two_started = threading.Barrier(3, timeout=5)
 
@@ -307,7 +308,7 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
                 break
         return "done"
 
-    registry.register(tool("work", rec, body))
+    registry.register(recorded_tool("work", rec, body))
     result_box: list[list[ToolExecutionResult]] = []
     t = threading.Thread(
         target=lambda: result_box.append(
@@ -328,18 +329,18 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
     assert codes.count(TOOL_ABORTED) == 2 and codes.count(TOOL_ABORTED_BEFORE_DISPATCH) == 8
 
 
-def _thirty_cooperative_calls(registry: ToolRegistry, rec: Recorder, three_started: threading.Barrier) -> None:
+def _thirty_cooperative_calls(registry: ToolRegistry, rec: CallEventRecorder, three_started: threading.Barrier) -> None:
     def body(_a: Any, run: ToolRunContext) -> str:
         if len(rec.started) <= 3:
             three_started.wait()
         run.signal.wait(1.0)  # 1 s of cooperative work
         return "done"
 
-    registry.register(tool("work", rec, body))
+    registry.register(recorded_tool("work", rec, body))
 
 
 @pytest.mark.timeout(20)
-def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     batch = AbortController()
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
@@ -362,7 +363,7 @@ def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: R
 
 
 @pytest.mark.timeout(20)
-def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     assert threading.current_thread() is threading.main_thread()
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
@@ -391,7 +392,7 @@ def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistr
 
 
 @pytest.mark.timeout(20)
-def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     all_started = threading.Barrier(5, timeout=5)
     failed = threading.Event()
 
@@ -404,7 +405,7 @@ def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec:
         # Finish after the sibling failed; the signal must still be clear.
         return "aborted?" if run.signal.aborted else "ok"
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 5, AbortController().signal), signal=AbortController().signal)
     assert time.monotonic() - t0 < 2

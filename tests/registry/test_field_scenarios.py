@@ -30,7 +30,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolRegistry,
 )
-from tests.registry_support import run_in_thread, tool, tool_threads, wait_until
+from tests.helpers import run_in_thread, tool, tool_threads, wait_until
 
 
 def _tool_threads_gone(timeout: float = 1.0) -> None:

@@ -34,9 +34,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from tests.registry_support import Recorder, call, tool
-
-SAFE: dict[str, Any] = {"type": "object"}
+from tests.helpers import OBJECT, HookRecorder, call, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -46,7 +44,7 @@ def nap_tool(name: str = "nap") -> ToolDefinition:
         run.signal.wait(args["s"])
         return args["s"]
 
-    return ToolDefinition(name, "naps", SAFE, body, is_concurrency_safe=lambda a: True)
+    return ToolDefinition(name, "naps", OBJECT, body, is_concurrency_safe=lambda a: True)
 
 
 # ------------------------------------------------------------------ A1 (N1)
@@ -66,7 +64,7 @@ def test_n1_batch_cancel_does_not_relabel_a_call_that_finished_while_waiting_its
     """Field case N1: ``execute_batch([s=5, s=0.01])`` aborted at 0.3 s: the
     first is ABORTED, the second a success with its value, and the observers
     see exactly those."""
-    rec = Recorder()
+    rec = HookRecorder()
     controller = AbortController()
     with ToolRegistry() as registry:
         registry.register(nap_tool())
@@ -217,7 +215,7 @@ def test_base_exception_from_a_hook_publishes_one_result_then_is_reraised(site: 
     body_ran = threading.Event()
     exc = kind()
     registry = _registry_raising_at(site, exc, body_ran)
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     with pytest.raises(kind) as raised:
         registry.execute(call("t"))
@@ -237,7 +235,7 @@ def test_base_exception_from_a_hook_publishes_one_result_then_is_reraised(site: 
 def test_base_exception_from_a_hook_in_a_batch_publishes_every_result_then_is_reraised(site: str) -> None:
     body_ran = threading.Event()
     registry = _registry_raising_at(site, HookExit(), body_ran)
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     calls = [call("t", call_id="a"), call("t", call_id="b")]
     with pytest.raises(HookExit):
@@ -395,7 +393,7 @@ def test_submit_returning_not_a_future_still_joins_the_body_and_gives_one_result
         finished.set()
         return "slept"
 
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", body, is_concurrency_safe=lambda a: True))
     registry.add_result_observer(rec.observer)
@@ -414,7 +412,7 @@ def test_submit_returning_not_a_future_still_joins_the_body_and_gives_one_result
 
 @pytest.mark.timeout(10)
 def test_a_raising_submit_gives_one_result_per_call_in_model_order() -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     ran = threading.Event()
     registry = ToolRegistry(executor=RaisingExecutor())
     registry.register(tool("par", lambda a, r: ran.set(), is_concurrency_safe=lambda a: True))

@@ -39,8 +39,8 @@ from dshtools import (
     thaw,
 )
 from dshtools._registry import pipeline as _pipeline
-from tests.registry_support import (
-    Recorder,
+from tests.helpers import (
+    HookRecorder,
     blocked_in_wait,
     call,
     run_in_thread,
@@ -79,7 +79,7 @@ def test_string_value_is_its_own_text(registry: ToolRegistry) -> None:
 
 
 def test_invalid_args_wins_over_an_already_aborted_signal(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     registry.register(tool("t", ok_body, parameters={"type": "object", "properties": {"n": {"type": "integer"}}}))
     result = registry.execute(call("t", {"n": "x"}, AbortSignal.already_aborted("stop")))
@@ -96,7 +96,7 @@ def test_unknown_tool(registry: ToolRegistry) -> None:
 
 
 def test_unknown_tool_still_passes_post_execute(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     assert registry.execute(call("nope")).code == UNKNOWN_TOOL
     assert rec.events == ["pre-execute", "guard", "post-execute"]
@@ -128,7 +128,7 @@ def test_tool_error_keeps_its_code(registry: ToolRegistry) -> None:
 
 @pytest.mark.timeout(10)
 def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     approvals: list[object] = []
     registry._approver = lambda req: approvals.append(req) or "allowed-once"  # type: ignore[func-returns-value]
@@ -264,7 +264,7 @@ def test_wrapper_that_supplies_an_aborted_signal_never_invokes_the_body(registry
 @pytest.mark.timeout(10)
 def test_wrapper_short_circuit_overtaken_by_cancellation(registry: ToolRegistry) -> None:
     controller = AbortController()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
 
     def wrapper(e: Any, nxt: Any) -> Any:
@@ -372,7 +372,7 @@ def test_late_post_execute_success_becomes_aborted_and_keeps_contexts(registry: 
 @pytest.mark.timeout(10)
 def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegistry) -> None:
     controller = AbortController()
-    rec = Recorder()
+    rec = HookRecorder()
 
     def wrapper(e: Any, nxt: Any) -> Any:
         nxt()
@@ -701,7 +701,7 @@ def test_allow_and_unregistering_hooks(registry: ToolRegistry) -> None:
 
 
 def test_observer_that_raises_is_reported_and_changes_nothing(registry: ToolRegistry, unraisable: list[Any]) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
 
     def bad(e: Any, r: Any) -> None:
         raise RuntimeError("observer broke")
@@ -715,7 +715,7 @@ def test_observer_that_raises_is_reported_and_changes_nothing(registry: ToolRegi
 
 
 def test_observers_see_the_frozen_final_result_once(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     registry.add_post_execute(lambda e, r, nxt: Accept(content="post"))
     registry.register(tool("t", ok_body))
@@ -900,7 +900,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
     assert threading.current_thread() is threading.main_thread()
     started = threading.Event()
     body_done = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
 
     def body(args: Any, run: Any) -> Any:
@@ -926,7 +926,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch(registry: ToolRegistry) -> None:
     assert threading.current_thread() is threading.main_thread()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     body_ran = threading.Event()
     entered = threading.Event()
@@ -955,7 +955,7 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
 def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
     """The package-internal phases the batch uses: begin (steps 1-3),
     dispatch (4-5), complete (6-7)."""
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     registry.register(tool("t", lambda a, r: "v"))
     run = _pipeline.begin(registry, call("t"))

@@ -25,7 +25,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolRegistry,
 )
-from tests.registry_support import tool
+from tests.helpers import tool
 
 CALLS = 2000
 CALLER_THREADS = 8

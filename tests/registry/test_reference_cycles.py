@@ -20,8 +20,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-
-OBJECT: dict[str, Any] = {"type": "object"}
+from tests.helpers import OBJECT
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:

@@ -30,8 +30,7 @@ from dshtools import (
 )
 from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
-from tests.batch_support import Recorder, tool
-from tests.registry_support import error_of
+from tests.helpers import CallEventRecorder, error_of, recorded_tool
 
 
 @pytest.fixture
@@ -46,7 +45,7 @@ def _call(name: str, signal: AbortSignal, call_id: str = "c1", **args: Any) -> T
 
 @pytest.mark.timeout(10)
 def test_cooperative_body_times_out_and_was_joined_before_execute_returned(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     saw: list[object] = []
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -54,7 +53,7 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
         saw.append(run.signal.reason)
         return "finished"
 
-    registry.register(tool("slow", rec, body, timeout=0.05))
+    registry.register(recorded_tool("slow", rec, body, timeout=0.05))
     caller = AbortController()
     result = registry.execute(_call("slow", caller.signal))
     # The body had returned (recorded its end) before execute() returned.
@@ -74,7 +73,7 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
 
 @pytest.mark.timeout(10)
 def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     started = threading.Event()
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -82,7 +81,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
         run.signal.wait(10)
         return "ignored"
 
-    registry.register(tool("slow", rec, body, timeout=5))
+    registry.register(recorded_tool("slow", rec, body, timeout=5))
     caller = AbortController()
     threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
     result = registry.execute(_call("slow", caller.signal))
@@ -94,7 +93,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
 
 @pytest.mark.timeout(10)
 def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     seen: list[tuple[AbortSignal, int]] = []
 
     def inner(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
@@ -102,7 +101,7 @@ def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegis
         return nxt()
 
     registry.add_around_dispatch(inner)  # registered after TimeoutPolicy: runs inside it
-    registry.register(tool("plain", rec, lambda _a, _r: "ok"))
+    registry.register(recorded_tool("plain", rec, lambda _a, _r: "ok"))
     caller = AbortController()
     before = _timer.pending_count()
     result = registry.execute(_call("plain", caller.signal))
@@ -112,14 +111,14 @@ def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegis
 
 @pytest.mark.timeout(10)
 def test_timer_is_cancelled_after_a_fast_call(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     pending_inside: list[int] = []
 
     def body(_a: Any, _run: ToolRunContext) -> str:
         pending_inside.append(_timer.pending_count())
         return "fast"
 
-    registry.register(tool("fast", rec, body, timeout=60))
+    registry.register(recorded_tool("fast", rec, body, timeout=60))
     caller = AbortController()
     before = _timer.pending_count()
     result = registry.execute(_call("fast", caller.signal))
@@ -152,7 +151,7 @@ def _outer_deadline(seconds: float, fired: list[str]) -> Callable[..., ToolExecu
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(("outer", "inner", "expected"), [(0.05, 5.0, "OUTER_TIMEOUT"), (5.0, 0.05, TOOL_TIMEOUT)])
 def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner: float, expected: str) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     fired: list[str] = []
     inner_results: list[ToolExecutionResult] = []
 
@@ -172,7 +171,7 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
     with ToolRegistry() as registry:
         registry.add_around_dispatch(_outer_deadline(outer, fired))
         registry.add_around_dispatch(recording_policy)
-        registry.register(tool("slow", rec, lambda _a, run: run.signal.wait(10), timeout=inner))
+        registry.register(recorded_tool("slow", rec, lambda _a, run: run.signal.wait(10), timeout=inner))
         result = registry.execute(_call("slow", AbortController().signal))
     assert result.code == expected
     if expected == "OUTER_TIMEOUT":
@@ -189,7 +188,7 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
 
 @pytest.mark.timeout(20)
 def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     post_seen: list[object] = []
 
     def body(_a: Any, _run: ToolRunContext) -> str:
@@ -200,7 +199,7 @@ def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
         registry.add_around_dispatch(TimeoutPolicy())
         rec.install(registry)
         registry.add_post_execute(lambda e, r, nxt: (post_seen.append(r), nxt())[1])  # type: ignore[func-returns-value]
-        registry.register(tool("stubborn", rec, body, timeout=0.1))
+        registry.register(recorded_tool("stubborn", rec, body, timeout=0.1))
         caller = AbortController()
         t0 = time.monotonic()
         single = registry.execute(_call("stubborn", caller.signal, "solo"))
@@ -229,11 +228,11 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
     alarms: list[int] = []
     previous = process_signal.signal(process_signal.SIGALRM, lambda *_: alarms.append(1))
     try:
-        rec = Recorder()
+        rec = CallEventRecorder()
         results: dict[str, tuple[str | None, float]] = {}
         with ToolRegistry() as registry:
             registry.add_around_dispatch(TimeoutPolicy())
-            registry.register(tool("slow", rec, lambda _a, run: run.signal.wait(1), timeout=0.1))
+            registry.register(recorded_tool("slow", rec, lambda _a, run: run.signal.wait(1), timeout=0.1))
 
             def timed(where: str) -> None:
                 t0 = time.monotonic()
@@ -263,7 +262,7 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
 
 @pytest.mark.timeout(60)
 def test_B28_timeout_and_user_abort_are_never_confused() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
         started = threading.Event()
@@ -272,8 +271,8 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
             started.set()
             return run.signal.wait(5)
 
-        registry.register(tool("waits", rec, body, timeout=0.1))
-        registry.register(tool("racy", rec, lambda _a, run: run.signal.wait(5), timeout=0.01))
+        registry.register(recorded_tool("waits", rec, body, timeout=0.1))
+        registry.register(recorded_tool("racy", rec, lambda _a, run: run.signal.wait(5), timeout=0.01))
 
         # (a) the timeout fires
         a = registry.execute(_call("waits", AbortController().signal, "a"))
@@ -318,7 +317,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("variant", ["timeout", "caller-abort"])
 def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     inner_woke: list[float] = []
     inner_results: list[ToolExecutionResult] = []
 
@@ -336,8 +335,8 @@ def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None
 
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.register(tool("inner", rec, inner_body))
-        registry.register(tool("outer", rec, outer_body, timeout=0.2))
+        registry.register(recorded_tool("inner", rec, inner_body))
+        registry.register(recorded_tool("outer", rec, outer_body, timeout=0.2))
         caller = AbortController()
         t0 = time.monotonic()
         if variant == "caller-abort":
@@ -356,7 +355,7 @@ def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None
 
 @pytest.mark.timeout(20)
 def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     body_saw_abort_at: list[float] = []
     started = threading.Event()
 
@@ -379,7 +378,7 @@ def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
         registry.add_around_dispatch(own_signal_wrapper)
-        registry.register(tool("waits", rec, body, timeout=10))
+        registry.register(recorded_tool("waits", rec, body, timeout=10))
         caller = AbortController()
         aborted_at: list[float] = []
 

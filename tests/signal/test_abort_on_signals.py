@@ -17,7 +17,7 @@ import pytest
 
 import dshtools
 from dshtools import AbortController, SignalReason, abort_on_signals
-from tests.io_support import alive, wait_for_descendant
+from tests.helpers import alive, wait_for_descendant
 
 AGENT = r"""
 import signal, sys

@@ -42,10 +42,9 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._os.tree import session_alive
+from tests.helpers import OBJECT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
-
-OBJECT: dict[str, Any] = {"type": "object"}
 
 
 def gone(pid: int) -> bool:

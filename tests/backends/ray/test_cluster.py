@@ -3,7 +3,7 @@
 One ``ray.init(num_cpus=2)`` for the whole session (started by the first
 test that needs it, shut down at session end), one registry on one
 ``RayBackend(kill_after=1.0)`` for the module. The bodies talk to the test
-through a small named actor (``Events``, tests/ray_support.py): they announce that they started
+through a small named actor (``Events``, tests/helpers.py): they announce that they started
 (and their pids) and count what they ran, so no test sleeps to wait for an
 interleaving. Skipped only when ``ray`` is not importable.
 """
@@ -46,9 +46,8 @@ from dshtools import (  # noqa: E402
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.ray_support import EventsActor, actor, announce  # noqa: E402
+from tests.helpers import OBJECT, announce, events_handle, start_events  # noqa: E402
 
-OBJECT: dict[str, Any] = {"type": "object"}
 EVENTS = "dshtools-test-events"
 
 
@@ -57,7 +56,7 @@ EVENTS = "dshtools-test-events"
 
 def _events() -> Any:
     """The events actor, from a body or a test (cached per process)."""
-    return actor(EVENTS)
+    return events_handle(EVENTS)
 
 
 def _announce(tag: str, value: Any = True) -> None:
@@ -66,8 +65,7 @@ def _announce(tag: str, value: Any = True) -> None:
 
 @pytest.fixture(scope="session")
 def events_actor(ray_cluster: None) -> Iterator[Any]:
-    handle = EventsActor.options(name=EVENTS).remote()
-    ray.get(handle.count.remote("warm-up"))
+    handle = start_events(EVENTS)
     yield handle
     ray.kill(handle)
 

@@ -3,7 +3,8 @@
 probe actor the bodies report to, never with a sleep.
 
 Runs on the session's local Ray (the ``ray_cluster`` fixture,
-tests/ray_support.py), shared with test_ray_backend.py.
+tests/backends/conftest.py), shared with test_cluster.py; the probe is the
+``Events`` actor of tests/helpers.py.
 """
 
 from __future__ import annotations
@@ -33,14 +34,13 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.ray_support import EventsActor, actor, announce  # noqa: E402
+from tests.helpers import OBJECT, announce, events_handle, start_events  # noqa: E402
 
-OBJECT: dict[str, Any] = {"type": "object"}
 PROBE = "dshtools-review-probe"
 
 
 def _probe() -> Any:
-    return actor(PROBE)
+    return events_handle(PROBE)
 
 
 def _announce(tag: str) -> None:
@@ -49,8 +49,7 @@ def _announce(tag: str) -> None:
 
 @pytest.fixture(scope="module")
 def probe(ray_cluster: None) -> Iterator[Any]:
-    handle = EventsActor.options(name=PROBE).remote()
-    ray.get(handle.count.remote("warm-up"))
+    handle = start_events(PROBE)
     yield handle
     ray.kill(handle)
 

@@ -26,9 +26,7 @@ from dshtools import (
 )
 from dshtools._registry.policies import _format_ms
 from dshtools._types.calls import failure
-from tests.registry_support import value_of
-
-OBJ = {"type": "object"}
+from tests.helpers import OBJECT, value_of
 
 
 def _call(name: str, call_id: str = "c1", signal: Any = None, **args: Any) -> ToolExecutionInput:
@@ -45,8 +43,8 @@ def test_nested_dispatch_from_a_helper_thread_of_the_body_runs_with_one_worker()
         return value_of(box[0]) if box else "hung"
 
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("inner", "d", OBJ, lambda _a, _r: "inner ok"))
-        r.register(ToolDefinition("outer", "d", OBJ, outer))
+        r.register(ToolDefinition("inner", "d", OBJECT, lambda _a, _r: "inner ok"))
+        r.register(ToolDefinition("outer", "d", OBJECT, outer))
         result = r.execute(_call("outer"))
     assert value_of(result) == "inner ok"
 
@@ -60,8 +58,8 @@ def test_execute_batch_inside_a_body_runs_with_one_worker() -> None:
     r_holder: list[ToolRegistry] = []
     with ToolRegistry(max_workers=1) as r:
         r_holder.append(r)
-        r.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf", is_concurrency_safe=lambda _a: True))
-        r.register(ToolDefinition("agent", "d", OBJ, sub_agent))
+        r.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "leaf", is_concurrency_safe=lambda _a: True))
+        r.register(ToolDefinition("agent", "d", OBJECT, sub_agent))
         result = r.execute(_call("agent"))
     assert value_of(result) == ("leaf",) * 4
 
@@ -88,7 +86,7 @@ def test_executor_dropping_a_queued_call_does_not_hang_execute() -> None:
         return "ok"
 
     r = ToolRegistry(executor=executor)
-    r.register(ToolDefinition("t", "d", OBJ, body))
+    r.register(ToolDefinition("t", "d", OBJECT, body))
     first: list[ToolExecutionResult] = []
     t = threading.Thread(target=lambda: first.append(r.execute(_call("t", "a", who="first"))))
     t.start()
@@ -120,7 +118,7 @@ def test_close_during_admission_settles_the_call_without_running_it() -> None:
 
     r = ToolRegistry()
     r.add_pre_execute(gate)
-    r.register(ToolDefinition("t", "d", OBJ, lambda _a, _r: ran.append(1)))
+    r.register(ToolDefinition("t", "d", OBJECT, lambda _a, _r: ran.append(1)))
     box: list[ToolExecutionResult] = []
     t = threading.Thread(target=lambda: box.append(r.execute(_call("t"))))
     t.start()
@@ -142,8 +140,8 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
         threading.Thread(target=r.close).start()  # close() from a body would wait for itself
         return "closing"
 
-    r.register(ToolDefinition("x", "d", OBJ, closer))
-    r.register(ToolDefinition("p", "d", OBJ, lambda _a, _r: "p", is_concurrency_safe=lambda _a: True))
+    r.register(ToolDefinition("x", "d", OBJECT, closer))
+    r.register(ToolDefinition("p", "d", OBJECT, lambda _a, _r: "p", is_concurrency_safe=lambda _a: True))
     sig = AbortController().signal
     calls = [ToolExecutionInput("c0", "x", {}, sig)] + [ToolExecutionInput(f"c{i}", "p", {}, sig) for i in range(1, 5)]
     results = execute_batch(r, calls, signal=sig)
@@ -156,18 +154,18 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
 def test_a_registry_used_and_closed_inside_another_registrys_body() -> None:
     def body(_a: Any, _r: ToolRunContext) -> Any:
         with ToolRegistry() as sub:
-            sub.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf"))
+            sub.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "leaf"))
             return value_of(sub.execute(_call("leaf")))
 
     with ToolRegistry() as r:
-        r.register(ToolDefinition("t", "d", OBJ, body))
+        r.register(ToolDefinition("t", "d", OBJECT, body))
         assert value_of(r.execute(_call("t"))) == "leaf"
 
 
 @pytest.mark.timeout(20)
 def test_a_closed_registry_refuses_calls_from_another_registrys_worker() -> None:
     closed = ToolRegistry()
-    closed.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "ran"))
+    closed.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "ran"))
     closed.close()
 
     def body(_a: Any, _r: ToolRunContext) -> str:
@@ -178,7 +176,7 @@ def test_a_closed_registry_refuses_calls_from_another_registrys_worker() -> None
         return "ran on a closed registry"
 
     with ToolRegistry() as r:
-        r.register(ToolDefinition("t", "d", OBJ, body))
+        r.register(ToolDefinition("t", "d", OBJECT, body))
         assert str(value_of(r.execute(_call("t")))).startswith("refused")
 
 
@@ -203,7 +201,7 @@ def test_a_wrapper_that_returns_early_cannot_leave_the_body_running() -> None:
     caller = AbortController()
     with ToolRegistry() as r:
         r.add_around_dispatch(racing)
-        r.register(ToolDefinition("t", "d", OBJ, body))
+        r.register(ToolDefinition("t", "d", OBJECT, body))
         result = r.execute(_call("t", signal=caller.signal))
         assert state["running"] is False  # joined before the result was reported
     assert result.code == "IMPATIENT"
@@ -227,7 +225,7 @@ def test_next_and_run_dispatch_after_settlement_are_refused() -> None:
 
     with ToolRegistry() as r:
         r.add_around_dispatch(keep)
-        r.register(ToolDefinition("t", "d", OBJ, body))
+        r.register(ToolDefinition("t", "d", OBJECT, body))
         assert value_of(r.execute(_call("t"))) == "ok"
         with pytest.raises(RuntimeError, match="settled"):
             stored[0]()
