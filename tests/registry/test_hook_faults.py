@@ -546,8 +546,15 @@ def test_a_registry_created_before_fork_works_in_the_child_or_refuses_naming_the
     owned pool (even with a body blocked in the parent at the fork) and a
     refusal naming the fork for a supplied executor; never a hang. Forked
     in a helper script: pytest itself never forks a threaded process."""
-    script = pathlib.Path(__file__).with_name("fork_child.py")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50, check=False)
+    checkout = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.registry.fork_child"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"own_pool": [None, True], "supplied": [TOOL_ABORTED_BEFORE_DISPATCH, True], "closed": True}

@@ -43,6 +43,7 @@ from tests.helpers import (
     HookRecorder,
     blocked_in_wait,
     call,
+    cyclic_garbage_of,
     run_in_thread,
     tool,
     value_of,
@@ -1009,8 +1010,6 @@ def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
     waits for the cyclic garbage collector (no self-referential ``next``,
     no hand-off <-> signal loop). Checked with ``gc.DEBUG_SAVEALL``, which
     keeps whatever a collection finds unreachable."""
-    import gc
-
     from dshtools import TimeoutPolicy, ToolDefinition
 
     with ToolRegistry(max_workers=2) as registry:
@@ -1023,23 +1022,12 @@ def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
             registry.add_post_execute(lambda e, r, next: next())
             registry.add_result_observer(lambda e, r: None)
         signal = AbortController().signal
-        assert not registry.execute(call("t", signal=signal)).is_error  # warm-up
-        gc.collect()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            for i in range(20):
-                result = registry.execute(call("t", call_id=f"c{i}", signal=signal))
-                assert value_of(result) == {"n": 1}
-            found = gc.collect()
-            garbage = [type(o).__name__ for o in gc.garbage]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if was_enabled:
-                gc.enable()
-    assert found == 0, garbage[:20]
+
+        def run(i: int) -> None:
+            assert value_of(registry.execute(call("t", signal=signal, call_id=f"c{i}"))) == {"n": 1}
+
+        found, kinds = cyclic_garbage_of(run, repeat=20)
+    assert found == 0, kinds
 
 
 @pytest.mark.timeout(30)

@@ -5,7 +5,6 @@ for the cyclic garbage collector."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import OBJECT
+from tests.helpers import OBJECT, cyclic_garbage_of
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -42,26 +41,6 @@ def _batch(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
     assert not any(r.is_error for r in execute_batch(registry, calls, signal=signal))
 
 
-def _garbage_of(run: Callable[[int], None]) -> tuple[int, list[str]]:
-    """What the cyclic collector finds after ``run(i)`` for ten ``i`` (with
-    ``gc.DEBUG_SAVEALL``, which keeps whatever it finds unreachable)."""
-    run(-1)  # warm-up: pools and caches made once
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for i in range(10):
-            run(i)
-        found = gc.collect()
-        return found, sorted({type(o).__name__ for o in gc.garbage})
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if was_enabled:
-            gc.enable()
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("path", [_nested, _batch], ids=["nested-dispatch", "batch-on-own-pool"])
 def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
@@ -71,7 +50,7 @@ def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
     with ToolRegistry(max_workers=2) as registry:
         registry.register(ToolDefinition("child", "child", OBJECT, _child, is_concurrency_safe=lambda _a: True))
         registry.register(ToolDefinition("parent", "parent", OBJECT, _parent))
-        found, kinds = _garbage_of(lambda i: path(registry, signal, i))
+        found, kinds = cyclic_garbage_of(lambda i: path(registry, signal, i))
     assert found == 0, kinds
 
 

@@ -30,17 +30,13 @@ from dshtools import (
 )
 from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
-from tests.helpers import CallEventRecorder, error_of, recorded_tool
+from tests.helpers import CallEventRecorder, call, error_of, recorded_tool
 
 
 @pytest.fixture
 def registry(registry: ToolRegistry) -> ToolRegistry:
     registry.add_around_dispatch(TimeoutPolicy())
     return registry
-
-
-def _call(name: str, signal: AbortSignal, call_id: str = "c1", **args: Any) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, args, signal)
 
 
 @pytest.mark.timeout(10)
@@ -55,7 +51,7 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
 
     registry.register(recorded_tool("slow", rec, body, timeout=0.05))
     caller = AbortController()
-    result = registry.execute(_call("slow", caller.signal))
+    result = registry.execute(call("slow", signal=caller.signal))
     # The body had returned (recorded its end) before execute() returned.
     assert rec.finished.keys() == {"c1"} and rec.running == 0
     assert result.code == TOOL_TIMEOUT
@@ -84,7 +80,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
     registry.register(recorded_tool("slow", rec, body, timeout=5))
     caller = AbortController()
     threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
-    result = registry.execute(_call("slow", caller.signal))
+    result = registry.execute(call("slow", signal=caller.signal))
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["reason"] == "user"
     assert timeout_of(caller.signal) is None
@@ -104,7 +100,7 @@ def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegis
     registry.register(recorded_tool("plain", rec, lambda _a, _r: "ok"))
     caller = AbortController()
     before = _timer.pending_count()
-    result = registry.execute(_call("plain", caller.signal))
+    result = registry.execute(call("plain", signal=caller.signal))
     assert result.code is None and not result.is_error
     assert seen == [(caller.signal, before)]  # same signal object, no timer armed
 
@@ -121,7 +117,7 @@ def test_timer_is_cancelled_after_a_fast_call(registry: ToolRegistry) -> None:
     registry.register(recorded_tool("fast", rec, body, timeout=60))
     caller = AbortController()
     before = _timer.pending_count()
-    result = registry.execute(_call("fast", caller.signal))
+    result = registry.execute(call("fast", signal=caller.signal))
     assert result.code is None
     assert pending_inside == [before + 1]  # armed while the body ran
     assert _timer.pending_count() == before  # and gone afterwards
@@ -172,7 +168,7 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
         registry.add_around_dispatch(_outer_deadline(outer, fired))
         registry.add_around_dispatch(recording_policy)
         registry.register(recorded_tool("slow", rec, lambda _a, run: run.signal.wait(10), timeout=inner))
-        result = registry.execute(_call("slow", AbortController().signal))
+        result = registry.execute(call("slow"))
     assert result.code == expected
     if expected == "OUTER_TIMEOUT":
         # The inner policy saw the outer's abort, not its own timer.
@@ -202,7 +198,7 @@ def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
         registry.register(recorded_tool("stubborn", rec, body, timeout=0.1))
         caller = AbortController()
         t0 = time.monotonic()
-        single = registry.execute(_call("stubborn", caller.signal, "solo"))
+        single = registry.execute(call("stubborn", signal=caller.signal, call_id="solo"))
         single_elapsed = time.monotonic() - t0
         t0 = time.monotonic()
         batch = execute_batch(
@@ -236,7 +232,7 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
 
             def timed(where: str) -> None:
                 t0 = time.monotonic()
-                r = registry.execute(_call("slow", AbortController().signal, where))
+                r = registry.execute(call("slow", call_id=where))
                 results[where] = (r.code, time.monotonic() - t0)
 
             def outer_body(_a: Any, _run: ToolRunContext) -> str:
@@ -248,7 +244,7 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
             t = threading.Thread(target=timed, args=("thread",))
             t.start()
             t.join(5)
-            outer = registry.execute(_call("outer", AbortController().signal, "outer"))
+            outer = registry.execute(call("outer", call_id="outer"))
             assert outer.code is None
         assert set(results) == {"main", "thread", "pool-worker"}
         for where, (code, elapsed) in results.items():
@@ -275,7 +271,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
         registry.register(recorded_tool("racy", rec, lambda _a, run: run.signal.wait(5), timeout=0.01))
 
         # (a) the timeout fires
-        a = registry.execute(_call("waits", AbortController().signal, "a"))
+        a = registry.execute(call("waits", call_id="a"))
         assert a.code == TOOL_TIMEOUT
         assert a.meta is not None and isinstance(a.meta["reason"], TimeoutReason)
 
@@ -283,7 +279,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
         caller = AbortController()
         started.clear()
         threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
-        b = registry.execute(_call("waits", caller.signal, "b"))
+        b = registry.execute(call("waits", signal=caller.signal, call_id="b"))
         assert b.code == TOOL_ABORTED
         assert b.meta is not None and b.meta["reason"] == "user"
 
@@ -299,7 +295,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
             delay = 0.01 + rng.uniform(-0.001, 0.001)
             t = threading.Timer(delay, caller.abort, args=("user",))
             t.start()
-            r = registry.execute(_call("racy", caller.signal, f"c{i}"))
+            r = registry.execute(call("racy", signal=caller.signal, call_id=f"c{i}"))
             t.join()
             assert r.meta is not None
             reason = r.meta["reason"]
@@ -342,7 +338,7 @@ def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None
         if variant == "caller-abort":
             timer = threading.Timer(0.1, caller.abort, args=("stop",))
             timer.start()
-        result = registry.execute(_call("outer", caller.signal, "outer"))
+        result = registry.execute(call("outer", signal=caller.signal, call_id="outer"))
         returned = time.monotonic()
         assert rec.running == 0  # inner's body exited before outer's call returned
     fire = 0.2 if variant == "timeout" else 0.1
@@ -388,7 +384,7 @@ def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
             caller.abort("stop")
 
         threading.Thread(target=stop).start()
-        result = registry.execute(_call("waits", caller.signal))
+        result = registry.execute(call("waits", signal=caller.signal))
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["reason"] == "stop"
     assert body_saw_abort_at[0] - aborted_at[0] < 0.02

@@ -42,7 +42,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._os.tree import session_alive
-from tests.helpers import OBJECT
+from tests.helpers import OBJECT, call
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -150,10 +150,6 @@ DEFINITIONS = [
 ]
 
 
-def call(name: str, arguments: dict[str, Any] | None = None, controller: AbortController | None = None) -> Any:
-    return ToolExecutionInput(f"c-{name}", name, arguments or {}, (controller or AbortController()).signal)
-
-
 def abort_when_started(controller: AbortController, fifo: str, out: list[int]) -> threading.Thread:
     """Abort ``controller`` once the body announced itself on ``fifo``
     (its worker's pid goes to ``out``)."""
@@ -175,7 +171,7 @@ def test_a_sleeping_body_is_killed_after_kill_after_with_nothing_left(registry: 
     controller = AbortController()
     worker: list[int] = []
     thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("stubborn", {"started": fifo}, controller))
+    result = registry.execute(call("stubborn", {"started": fifo}, signal=controller.signal))
     thread.join()
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["killed"] is True
@@ -209,7 +205,7 @@ def test_a_cooperative_body_returns_on_its_signal_and_is_not_killed(
     controller = AbortController()
     worker: list[int] = []
     thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("cooperative", {"started": fifo}, controller))
+    result = registry.execute(call("cooperative", {"started": fifo}, signal=controller.signal))
     thread.join()
     assert result.code == TOOL_ABORTED
     assert not (result.meta or {}).get("killed")
