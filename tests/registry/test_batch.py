@@ -17,7 +17,6 @@ from dshtools import (
     UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -25,7 +24,7 @@ from dshtools import (
 )
 from dshtools._registry import batch as _batch
 from dshtools._registry import pipeline as _pipeline
-from tests.helpers import CallEventRecorder, calls, error_of, recorded_tool, value_of
+from tests.helpers import CallEventRecorder, call, calls, error_of, recorded_tool, value_of
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 
@@ -110,10 +109,10 @@ def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Call
     registry.register(recorded_tool("x", rec, lambda _a, _r: "x", parallel=False))
     sig = AbortController().signal
     batch = [
-        ToolExecutionInput("p1", "p", {}, sig),
-        ToolExecutionInput("p2", "p", {}, sig),
-        ToolExecutionInput("x1", "x", {}, sig),
-        ToolExecutionInput("p3", "p", {}, sig),
+        call("p", signal=sig, call_id="p1"),
+        call("p", signal=sig, call_id="p2"),
+        call("x", signal=sig, call_id="x1"),
+        call("p", signal=sig, call_id="p3"),
     ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
     assert [value_of(r) for r in results] == ["p", "p", "x", "p"]
@@ -164,7 +163,7 @@ def test_execution_mode_only_exactly_true_is_parallel(rec: CallEventRecorder) ->
         r.register(make("none", None))
         sig = AbortController().signal
         modes = {
-            n: r.execution_mode(ToolExecutionInput("c", n, {}, sig))
+            n: r.execution_mode(call(n, signal=sig, call_id="c"))
             for n in ["yes", "truthy", "raises", "none", "unknown"]
         }
     assert modes == {
@@ -184,9 +183,9 @@ def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(
     live = AbortController().signal
     dead = AbortSignal.already_aborted("gone")
     batch = [
-        ToolExecutionInput("a", "t", {}, live),
-        ToolExecutionInput("b", "t", {}, dead),
-        ToolExecutionInput("c", "t", {}, live),
+        call("t", signal=live, call_id="a"),
+        call("t", signal=dead, call_id="b"),
+        call("t", signal=live, call_id="c"),
     ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
     assert [r.code for r in results] == [None, TOOL_ABORTED_BEFORE_DISPATCH, None]
@@ -201,7 +200,7 @@ def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegi
     registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
     sig = AbortController().signal
     results = execute_batch(
-        registry, [ToolExecutionInput("a", "nope", {}, sig), ToolExecutionInput("b", "t", {}, sig)], signal=sig
+        registry, [call("nope", signal=sig, call_id="a"), call("t", signal=sig, call_id="b")], signal=sig
     )
     assert [r.code for r in results] == [UNKNOWN_TOOL, None]
 
@@ -212,7 +211,7 @@ def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec:
     registry.register(recorded_tool("x", rec, lambda _a, _r: "ok", parallel=False))
     call_sig = AbortController().signal
     batch_sig = AbortController().signal
-    batch = [ToolExecutionInput(f"c{i}", "t" if i % 3 else "x", {}, call_sig) for i in range(12)]
+    batch = [call("t" if i % 3 else "x", signal=call_sig, call_id=f"c{i}") for i in range(12)]
     execute_batch(registry, batch, signal=batch_sig, max_parallel=4)
     assert call_sig.listener_count == 0
     assert batch_sig.listener_count == 0

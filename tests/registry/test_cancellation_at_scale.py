@@ -34,7 +34,6 @@ from dshtools import (
     AbortController,
     Deny,
     TimeoutPolicy,
-    ToolExecutionInput,
     ToolRegistry,
 )
 from tests.helpers import call, run_in_thread, tool, tool_threads, wait_until
@@ -99,14 +98,14 @@ def test_b03_no_listener_left_on_the_caller_signal_on_any_exit_path() -> None:
         kinds = ["ok", "raise", "deny"]
         expected = {"ok": None, "raise": TOOL_ERROR, "deny": DENIED, "timeout": TOOL_TIMEOUT}
         for i in range(200):  # warm-up (caches, worker threads) before measuring
-            registry.execute(ToolExecutionInput(f"w{i}", "t", {"kind": kinds[i % 3]}, caller))
+            registry.execute(call("t", {"kind": kinds[i % 3]}, signal=caller, call_id=f"w{i}"))
         gc.collect()
         tracemalloc.start()
         try:
             before = tracemalloc.take_snapshot()
             for i in range(10_000):
                 kind = "timeout" if i % 100 == 99 else kinds[i % 3]
-                result = registry.execute(ToolExecutionInput(f"c{i}", "t", {"kind": kind}, caller))
+                result = registry.execute(call("t", {"kind": kind}, signal=caller, call_id=f"c{i}"))
                 # A fast call may still hit the 50 ms budget on a loaded machine.
                 assert result.code in (expected[kind], TOOL_TIMEOUT), (i, kind, result)
                 if kind == "raise" and result.code == TOOL_ERROR:
@@ -148,7 +147,7 @@ def test_b16_no_body_starts_after_the_abort() -> None:
     with ToolRegistry(max_workers=3) as registry:
         registry.register(tool("t", body))
         callers = [
-            run_in_thread(lambda i=i: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, controller.signal)))  # type: ignore[misc]
+            run_in_thread(lambda i=i: registry.execute(call("t", signal=controller.signal, call_id=f"c{i}")))  # type: ignore[misc]
             for i in range(30)
         ]
         three_running.wait(5)
@@ -209,7 +208,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
         t0 = time.monotonic()
         callers = [
             run_in_thread(
-                lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))  # type: ignore[misc]
+                lambda i=i: registry.execute(call("outer", call_id=f"o{i}"))  # type: ignore[misc]
             )
             for i in range(outers)
         ]
@@ -247,7 +246,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     for i in range(1000):
         controller = AbortController()
         t, box = run_in_thread(
-            lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s))  # type: ignore[misc]
+            lambda i=i, s=controller.signal: registry.execute(call("t", signal=s, call_id=f"c{i}"))  # type: ignore[misc]
         )
         controller.abort()
         callers.append((f"c{i}", t, box))
@@ -337,7 +336,7 @@ def test_b22_timeouts_never_inject_exceptions_into_bodies() -> None:
 
         def caller(indices: list[int]) -> None:
             for i in indices:
-                codes.append(registry.execute(ToolExecutionInput(f"c{i}", f"t{i}", {}, AbortController().signal)).code)
+                codes.append(registry.execute(call(f"t{i}", call_id=f"c{i}")).code)
 
         threads = [threading.Thread(target=caller, args=(list(range(k, 150, 4)),)) for k in range(4)]
         for t in threads:

@@ -28,7 +28,6 @@ from dshtools import (
     Accept,
     Ask,
     ToolDefinition,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolSuccess,
@@ -81,8 +80,8 @@ def test_n1_batch_cancel_does_not_relabel_a_call_that_finished_while_waiting_its
         timer = threading.Thread(target=abort_later, args=(controller, fast_done, 0.3))
         timer.start()
         calls = [
-            ToolExecutionInput("slow", "nap", {"s": 5}, AbortController().signal),
-            ToolExecutionInput("fast", "nap", {"s": 0.01}, AbortController().signal),
+            call("nap", {"s": 5}, call_id="slow"),
+            call("nap", {"s": 0.01}, call_id="fast"),
         ]
         started = time.monotonic()
         results = execute_batch(registry, calls, signal=controller.signal)
@@ -110,9 +109,7 @@ def test_batch_abort_during_the_calls_own_post_execute_still_replaces_its_succes
         registry.add_post_execute(post)
         aborter = threading.Thread(target=abort_later, args=(controller, in_post))
         aborter.start()
-        results = execute_batch(
-            registry, [ToolExecutionInput("a", "nap", {"s": 0}, AbortController().signal)], signal=controller.signal
-        )
+        results = execute_batch(registry, [call("nap", {"s": 0}, call_id="a")], signal=controller.signal)
         aborter.join(5)
     assert results[0].code == TOOL_ABORTED
 

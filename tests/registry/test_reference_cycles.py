@@ -14,12 +14,11 @@ from dshtools import (
     AbortController,
     AbortSignal,
     ToolDefinition,
-    ToolExecutionInput,
     ToolRegistry,
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import OBJECT, cyclic_garbage_of
+from tests.helpers import OBJECT, call, cyclic_garbage_of
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -33,11 +32,11 @@ def _parent(_args: Any, run: ToolRunContext) -> object:
 
 
 def _nested(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
-    assert not registry.execute(ToolExecutionInput(f"p{i}", "parent", {}, signal)).is_error
+    assert not registry.execute(call("parent", signal=signal, call_id=f"p{i}")).is_error
 
 
 def _batch(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
-    calls = [ToolExecutionInput(f"b{i}-{j}", "child", {}, signal) for j in range(3)]
+    calls = [call("child", signal=signal, call_id=f"b{i}-{j}") for j in range(3)]
     assert not any(r.is_error for r in execute_batch(registry, calls, signal=signal))
 
 

@@ -20,7 +20,6 @@ from dshtools import (
     TimeoutReason,
     ToolDefinition,
     ToolDispatchExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -203,7 +202,7 @@ def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
         t0 = time.monotonic()
         batch = execute_batch(
             registry,
-            [ToolExecutionInput(f"b{i}", "stubborn", {}, caller.signal) for i in range(3)],
+            [call("stubborn", signal=caller.signal, call_id=f"b{i}") for i in range(3)],
             signal=caller.signal,
         )
         batch_elapsed = time.monotonic() - t0

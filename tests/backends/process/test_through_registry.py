@@ -36,7 +36,6 @@ from dshtools import (
     TimeoutPolicy,
     ToolDefinition,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     execute_batch,
@@ -278,7 +277,7 @@ def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
         read_line(fifo)  # the only worker is busy now
         controller = AbortController()
         calls = [
-            ToolExecutionInput(f"q{i}", "counted", {"log": str(log), "id": f"q{i}"}, controller.signal)
+            call("counted", {"log": str(log), "id": f"q{i}"}, signal=controller.signal, call_id=f"q{i}")
             for i in range(4)
         ]
         queued = threading.Thread(
@@ -329,7 +328,7 @@ def test_200_calls_with_random_aborts_keep_every_invariant(tmp_path: Path) -> No
                     c.abort("before")
                 wait = rng.choice([0, 0, 0.01, 0.05])
                 calls.append(
-                    ToolExecutionInput(f"r{n}", "counted", {"log": str(log), "id": f"r{n}", "wait": wait}, c.signal)
+                    call("counted", {"log": str(log), "id": f"r{n}", "wait": wait}, signal=c.signal, call_id=f"r{n}")
                 )
                 controllers.append(c)
             timers = [

@@ -18,7 +18,6 @@ from dshtools import (
     AbortController,
     ToolDefinition,
     ToolDispatchExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -48,7 +47,7 @@ def test_nested_dispatch_from_a_helper_thread_of_the_body_runs_with_one_worker()
 @pytest.mark.timeout(20)
 def test_execute_batch_inside_a_body_runs_with_one_worker() -> None:
     def sub_agent(_a: Any, run: ToolRunContext) -> Any:
-        calls = [ToolExecutionInput(f"s{i}", "leaf", {}, run.signal) for i in range(4)]
+        calls = [call("leaf", signal=run.signal, call_id=f"s{i}") for i in range(4)]
         return [value_of(r) for r in execute_batch(r_holder[0], calls, signal=run.signal)]
 
     r_holder: list[ToolRegistry] = []
@@ -139,7 +138,7 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
     r.register(ToolDefinition("x", "d", OBJECT, closer))
     r.register(ToolDefinition("p", "d", OBJECT, lambda _a, _r: "p", is_concurrency_safe=lambda _a: True))
     sig = AbortController().signal
-    calls = [ToolExecutionInput("c0", "x", {}, sig)] + [ToolExecutionInput(f"c{i}", "p", {}, sig) for i in range(1, 5)]
+    calls = [call("x", signal=sig, call_id="c0")] + [call("p", signal=sig, call_id=f"c{i}") for i in range(1, 5)]
     results = execute_batch(r, calls, signal=sig)
     assert len(results) == 5 and value_of(results[0]) == "closing"
     assert seen == [f"c{i}" for i in range(5)]
