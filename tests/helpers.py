@@ -29,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from dshtools import (
     AbortController,
@@ -45,6 +45,8 @@ from dshtools import (
     ToolSuccess,
 )
 from dshtools._backends import thread as _thread_backend
+
+T = TypeVar("T")
 
 # ------------------------------------------------------------------ building
 
@@ -299,16 +301,21 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
-def signal_and_collect(proc: subprocess.Popen[str], signum: int, timeout: float) -> tuple[str, str, float]:
-    """Send ``signum`` to ``proc`` and wait up to ``timeout`` seconds for it
-    to exit; return its stdout, its stderr and the seconds from the signal
+def signal_and_collect(
+    proc: subprocess.Popen[str], signum: int, timeout: float, when_ready: Callable[[], T]
+) -> tuple[T, str, str, float]:
+    """Call ``when_ready()`` (it returns once ``proc`` reached the point to
+    interrupt, or raises), send ``signum`` to ``proc`` and wait up to
+    ``timeout`` seconds for it to exit. Returns what ``when_ready``
+    returned, ``proc``'s stdout and stderr, and the seconds from the signal
     to the exit. ``proc`` is killed and reaped if it is still running when
     this returns or raises (``subprocess.TimeoutExpired`` on a hang)."""
     try:
+        ready = when_ready()
         sent = time.monotonic()
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=timeout)
-        return out, err, time.monotonic() - sent
+        return ready, out, err, time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 
 from dshtools import AbortController, AbortSignal
+from tests.helpers import run_python
 
 
 def _raiser(exc: BaseException) -> Any:
@@ -110,10 +110,4 @@ sys.exit(os.waitstatus_to_exitcode(status))
 def test_a_fork_while_another_thread_holds_the_signal_lock_does_not_deadlock_the_child() -> None:
     # docs/contract.md §8 A10. A deadlocked child would hang the helper; the
     # subprocess timeout bounds it.
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_WHILE_LOCKED],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_python(_FORK_WHILE_LOCKED)

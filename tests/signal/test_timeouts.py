@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
+from tests.helpers import run_python
 
 
 def pending_baseline() -> int:
@@ -428,10 +428,4 @@ def test_timeouts_fire_in_a_forked_child() -> None:
     # worker. A timer inherited from the parent, a new one and a deadline's
     # must all fire in the child, even if the fork landed while the parent's
     # timer lock was held.
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_TIMERS],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_python(_FORK_TIMERS)

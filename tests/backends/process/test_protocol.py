@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, T
 from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult, ToolRunContext
+from tests.helpers import write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -93,22 +93,6 @@ class Fifos:
             f.write("go\n")
 
 
-def announce(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text + "\n")
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[ProcessBackend]:
-    # One pool for the module: starting a worker (a fresh interpreter) is
-    # the slow part, so tests share warm workers where they can.
-    b = ProcessBackend(2, kill_after=0.5)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 # ------------------------------------------------------------- bodies
 
 
@@ -128,13 +112,13 @@ def echo_body(args: Any, run: ToolRunContext) -> object:
 
 
 def cooperative_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     run.signal.wait()
     return {"reason": run.signal.reason, "aborted": run.signal.aborted}
 
 
 def stubborn_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     time.sleep(60)
     return "unreachable"
 
@@ -151,7 +135,7 @@ def spawning_body(args: Any, run: ToolRunContext) -> object:
     orphaned = int(orphan.stdout.readline())
     orphan.wait()
     pids = [own_a.pid, own_b.pid, same.pid, orphaned]
-    announce(args["started"], " ".join(map(str, [os.getpid(), *pids])))
+    write_line(args["started"], " ".join(map(str, [os.getpid(), *pids])))
     time.sleep(60)
     return "unreachable"
 
@@ -181,7 +165,7 @@ def lock_returning_body(args: Any, run: ToolRunContext) -> object:
 def io_sleep_body(args: Any, run: ToolRunContext) -> object:
     from dshtools import io as dio
 
-    announce(args["started"], "1")
+    write_line(args["started"], "1")
     dio.sleep(60, run.signal)
     return "slept"
 
@@ -325,7 +309,7 @@ def counting_body(args: Any, run: ToolRunContext) -> object:
 
 
 def blocking_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     with open(args["release"], encoding="ascii") as f:
         f.readline()
     return "released"

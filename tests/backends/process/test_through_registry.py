@@ -41,7 +41,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._os.tree import session_alive
-from tests.helpers import OBJECT, call
+from tests.helpers import OBJECT, call, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -51,11 +51,6 @@ def gone(pid: int) -> bool:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-
-
-def announce(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text + "\n")
 
 
 def read_line(path: str) -> str:
@@ -81,15 +76,6 @@ def fifo(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[ProcessBackend]:
-    b = ProcessBackend(2, kill_after=0.5)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def registry(backend: ProcessBackend) -> Iterator[ToolRegistry]:
     # Module-wide, like its backend: closing the last registry that uses a
     # backend closes the backend.
@@ -107,13 +93,13 @@ def registry(backend: ProcessBackend) -> Iterator[ToolRegistry]:
 
 
 def stubborn(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     time.sleep(60)
     return "unreachable"
 
 
 def cooperative(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     run.signal.wait()
     return "stopped when asked"
 
@@ -251,7 +237,7 @@ def test_a_per_tool_backend_runs_only_that_tool_in_a_worker(backend: ProcessBack
 
 
 def blocker(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     with open(args["release"], encoding="ascii") as f:
         f.readline()
     return "released"
