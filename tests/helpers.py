@@ -23,18 +23,21 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from dshtools import (
     AbortController,
     AbortSignal,
     ErrorDetail,
+    TimeoutPolicy,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
@@ -336,11 +339,76 @@ def run_python(code: str, timeout: float = 50) -> subprocess.CompletedProcess[st
     return proc
 
 
+_FORK_WHILE_HELD = """\
+held, release = threading.Event(), threading.Event()
+
+def hold():
+    with {lock}:
+        held.set()
+        release.wait(10)
+
+holder = threading.Thread(target=hold)
+holder.start()
+assert held.wait(5)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+{child}
+    finally:
+        os._exit(code)
+release.set()
+holder.join(5)
+_, status = os.waitpid(pid, 0)
+"""
+
+
+def fork_while_held(lock: str, child: str, *, setup: str = "", after: str = "") -> str:
+    """The source of a script for ``run_python``: after ``setup`` (imports
+    and any state), a helper thread holds ``lock`` (an expression naming a
+    lock) while the main thread forks. The child runs ``child``, which sets
+    ``code`` (0 for success), and exits with it; the parent releases the
+    lock, reaps the child, runs ``after`` and exits with the child's status.
+    A child that deadlocks on the lock hangs until ``run_python``'s timeout."""
+    body = textwrap.indent(textwrap.dedent(child).strip("\n"), " " * 8)
+    return (
+        "import os, sys, threading\n"
+        + textwrap.dedent(setup).strip("\n")
+        + "\n\n"
+        + _FORK_WHILE_HELD.format(lock=lock, child=body)
+        + textwrap.dedent(after).strip("\n")
+        + "\nsys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+
+
 def write_line(path: str, text: str) -> None:
     """Write ``text`` and a newline to ``path`` (a FIFO a test blocks on
     reading: a body announces that it started)."""
     with open(path, "w", encoding="ascii") as f:
         f.write(text + "\n")
+
+
+def blocked_until_released(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body for a worker: writes its pid to the FIFO ``args["started"]``,
+    then blocks reading the FIFO ``args["release"]`` (ignoring its signal)
+    until the test writes a line; returns ``"released"``."""
+    write_line(args["started"], str(os.getpid()))
+    with open(args["release"], encoding="ascii") as f:
+        f.readline()
+    return "released"
+
+
+def registry_serving(registry: ToolRegistry, definitions: Iterable[ToolDefinition]) -> Iterator[ToolRegistry]:
+    """For a fixture (``yield from``): ``registry`` with a ``TimeoutPolicy``
+    and ``definitions`` registered, closed when the fixture is torn down
+    (the last registry of a backend closes the backend)."""
+    registry.add_around_dispatch(TimeoutPolicy())
+    for definition in definitions:
+        registry.register(definition)
+    try:
+        yield registry
+    finally:
+        registry.close()
 
 
 # ------------------------------------------------------------------ checking

@@ -27,7 +27,6 @@ from dshtools import (
     AbortController,
     AbortSignal,
     ProcessBackend,
-    TimeoutPolicy,
     ToolDefinition,
     ToolError,
     ToolExecutionResult,
@@ -37,7 +36,7 @@ from dshtools import (
     timeout_of,
 )
 from dshtools._backends.remote import call_controller
-from tests.helpers import OBJECT, call
+from tests.helpers import OBJECT, call, registry_serving
 
 LONG = 30.0  # a budget no call here comes near: the calls never time out
 SHORT = 0.3  # the budget a body spends in full, waiting on a library's timeout
@@ -87,13 +86,7 @@ def registry(request: pytest.FixtureRequest) -> Iterator[ToolRegistry]:
         from dshtools.ray import RayBackend
 
         r = ToolRegistry(backend=RayBackend(kill_after=120.0))
-    r.add_around_dispatch(TimeoutPolicy())
-    for definition in DEFINITIONS:
-        r.register(definition)
-    try:
-        yield r
-    finally:
-        r.close()  # the last registry of its backend closes the backend
+    yield from registry_serving(r, DEFINITIONS)
 
 
 def _execute(registry: ToolRegistry, name: str, signal: AbortSignal) -> tuple[ToolExecutionResult, float]:

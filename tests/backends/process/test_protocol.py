@@ -26,7 +26,7 @@ from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, T
 from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult, ToolRunContext
-from tests.helpers import write_line
+from tests.helpers import blocked_until_released, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -308,13 +308,6 @@ def counting_body(args: Any, run: ToolRunContext) -> object:
     return None
 
 
-def blocking_body(args: Any, run: ToolRunContext) -> object:
-    write_line(args["started"], str(os.getpid()))
-    with open(args["release"], encoding="ascii") as f:
-        f.readline()
-    return "released"
-
-
 @pytest.mark.timeout(30)
 def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path) -> None:
     fifos = Fifos(tmp_path)
@@ -322,7 +315,7 @@ def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
     counter.write_text("")
     with ProcessBackend(1, kill_after=0.5) as b:
         first = b.submit(
-            blocking_body, {"started": fifos.started, "release": fifos.release}, ctx(AbortController().signal)
+            blocked_until_released, {"started": fifos.started, "release": fifos.release}, ctx(AbortController().signal)
         )
         fifos.wait_started()  # the only worker is busy
         controllers = [AbortController() for _ in range(5)]

@@ -33,7 +33,6 @@ from dshtools import (
     WORKER_LOST,
     AbortController,
     ProcessBackend,
-    TimeoutPolicy,
     ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
@@ -41,7 +40,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._os.tree import session_alive
-from tests.helpers import OBJECT, call, write_line
+from tests.helpers import OBJECT, blocked_until_released, call, registry_serving, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -79,14 +78,7 @@ def fifo(tmp_path: Path) -> str:
 def registry(backend: ProcessBackend) -> Iterator[ToolRegistry]:
     # Module-wide, like its backend: closing the last registry that uses a
     # backend closes the backend.
-    r = ToolRegistry(backend=backend)
-    r.add_around_dispatch(TimeoutPolicy())
-    for definition in DEFINITIONS:
-        r.register(definition)
-    try:
-        yield r
-    finally:
-        r.close()
+    yield from registry_serving(ToolRegistry(backend=backend), DEFINITIONS)
 
 
 # -------------------------------------------------------------- bodies
@@ -236,13 +228,6 @@ def test_a_per_tool_backend_runs_only_that_tool_in_a_worker(backend: ProcessBack
     assert backend.worker_pids  # a shared backend stays open for its other users
 
 
-def blocker(args: Any, run: Any) -> object:
-    write_line(args["started"], str(os.getpid()))
-    with open(args["release"], encoding="ascii") as f:
-        f.readline()
-    return "released"
-
-
 @pytest.mark.timeout(30)
 def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path, fifo: str) -> None:
     release = str(tmp_path / "release")
@@ -251,7 +236,7 @@ def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
     log.write_text("")
     backend = ProcessBackend(1, kill_after=0.5)
     with ToolRegistry(backend=backend) as r:
-        r.register(ToolDefinition("blocker", "", OBJECT, blocker))
+        r.register(ToolDefinition("blocker", "", OBJECT, blocked_until_released))
         r.register(DEFINITIONS[-1])  # counted
         results: dict[str, ToolExecutionResult] = {}
         first = threading.Thread(
