@@ -39,6 +39,7 @@ from dshtools import (
     ErrorDetail,
     TimeoutPolicy,
     ToolDefinition,
+    ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -75,6 +76,24 @@ def tool(name: str, body: Callable[[Any, Any], object], **kw: Any) -> ToolDefini
     every other keyword goes to ``ToolDefinition``."""
     params = kw.pop("parameters", OBJECT)
     return ToolDefinition(name, f"{name} tool", params, body, **kw)
+
+
+def swapping_signal(
+    signal: AbortSignal,
+) -> Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]:
+    """An around-dispatch hook that hands ``signal`` to the rest of the
+    dispatch in place of the view's own signal, and puts the own one back
+    after."""
+
+    def wrapper(e: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        own = e.signal
+        e.signal = signal
+        try:
+            return nxt()
+        finally:
+            e.signal = own
+
+    return wrapper
 
 
 # ------------------------------------------------------------------ recording

@@ -45,6 +45,7 @@ from tests.helpers import (
     call,
     cyclic_garbage_of,
     run_in_thread,
+    swapping_signal,
     tool,
     value_of,
     wait_until,
@@ -245,15 +246,7 @@ def test_rejection_after_cancellation_stays_denied() -> None:
 def test_wrapper_that_supplies_an_aborted_signal_never_invokes_the_body(registry: ToolRegistry) -> None:
     body_ran = threading.Event()
 
-    def wrapper(e: Any, nxt: Any) -> Any:
-        upstream = e.signal
-        e.signal = AbortSignal.already_aborted("wrapper says no")
-        try:
-            return nxt()
-        finally:
-            e.signal = upstream
-
-    registry.add_around_dispatch(wrapper)
+    registry.add_around_dispatch(swapping_signal(AbortSignal.already_aborted("wrapper says no")))
     registry.register(tool("t", lambda a, r: body_ran.set()))
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))

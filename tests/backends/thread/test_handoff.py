@@ -38,15 +38,23 @@ from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
     AbortSignal,
-    ToolDispatchExecution,
-    ToolExecutionResult,
     ToolRegistry,
 )
 from dshtools._backends import thread as _thread_backend
 from dshtools._registry import pipeline as _pipeline
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
-from tests.helpers import HookRecorder, blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
+from tests.helpers import (
+    HookRecorder,
+    blocked_in_wait,
+    call,
+    error_of,
+    run_in_thread,
+    swapping_signal,
+    tool,
+    value_of,
+    wait_until,
+)
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH
@@ -445,17 +453,9 @@ def test_inline_executor_is_never_called_when_the_wrapper_signal_is_already_abor
     executor = InlineExecutor()
     ran = threading.Event()
 
-    def wrapper(e: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
-        own = e.signal
-        e.signal = AbortSignal.already_aborted("wrapper")
-        try:
-            return nxt()
-        finally:
-            e.signal = own
-
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
-    registry.add_around_dispatch(wrapper)
+    registry.add_around_dispatch(swapping_signal(AbortSignal.already_aborted("wrapper")))
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))
     assert result.code == ABD and result.meta is not None and result.meta["reason"] == "wrapper"
