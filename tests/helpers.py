@@ -31,24 +31,28 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dshtools import (
     AbortController,
     AbortSignal,
-    ErrorDetail,
     TimeoutPolicy,
     ToolDefinition,
-    ToolDispatchExecution,
-    ToolExecution,
     ToolExecutionInput,
-    ToolExecutionResult,
     ToolFailure,
-    ToolRegistry,
-    ToolRunContext,
     ToolSuccess,
 )
 from dshtools._backends import thread as _thread_backend
+
+if TYPE_CHECKING:  # only in annotations
+    from dshtools import (
+        ErrorDetail,
+        ToolDispatchExecution,
+        ToolExecution,
+        ToolExecutionResult,
+        ToolRegistry,
+        ToolRunContext,
+    )
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from dshtools import (
 )
 from dshtools._registry import batch as _batch
 from dshtools._registry import pipeline as _pipeline
-from tests.helpers import CallEventRecorder, call, calls, error_of, recorded_tool, value_of
+from tests.helpers import CallEventRecorder, call, calls, error_of, recorded_tool, run_in_thread, value_of
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 
@@ -308,13 +308,11 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
         return "done"
 
     registry.register(recorded_tool("work", rec, body))
-    result_box: list[list[ToolExecutionResult]] = []
-    t = threading.Thread(
-        target=lambda: result_box.append(
-            execute_batch(registry, calls("work", 10, AbortController().signal), signal=batch.signal, max_parallel=2)
+    t, result_box = run_in_thread(
+        lambda: execute_batch(
+            registry, calls("work", 10, AbortController().signal), signal=batch.signal, max_parallel=2
         )
     )
-    t.start()
     two_started.wait()
     aborted_at = time.monotonic()
     batch.abort("user")
@@ -343,13 +341,11 @@ def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: C
     batch = AbortController()
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
-    box: list[list[ToolExecutionResult]] = []
-    t = threading.Thread(
-        target=lambda: box.append(
-            execute_batch(registry, calls("work", 30, AbortController().signal), signal=batch.signal, max_parallel=3)
+    t, box = run_in_thread(
+        lambda: execute_batch(
+            registry, calls("work", 30, AbortController().signal), signal=batch.signal, max_parallel=3
         )
     )
-    t.start()
     three.wait()
     aborted_at = time.monotonic()
     batch.abort("stop")

@@ -150,8 +150,10 @@ def test_b02_fused_timeout_with_listener_fires_after_the_test_drops_everything()
 # ---------------------------------------------------------------------- B04
 
 
-def _make_and_drop_10000(close: bool) -> None:
-    signals = [AbortSignal.timeout(3600) for _ in range(10_000)]
+def _make_and_drop(count: int, seconds: float, close: bool) -> None:
+    """``count`` timeouts of ``seconds``, each subscribed and unsubscribed,
+    then closed (``close``) or dropped."""
+    signals = [AbortSignal.timeout(seconds) for _ in range(count)]
     for s in signals:
         s.add_listener(lambda s: None).remove()
     if close:
@@ -168,7 +170,7 @@ def test_b04_10000_long_timeouts_are_not_pinned_until_their_deadline(close: bool
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        _make_and_drop_10000(close)
+        _make_and_drop(10_000, 3600, close)
         gc.collect()
         # "within 1 s": release is synchronous here, so check at once.
         assert _timer.pending_count() == baseline
@@ -195,13 +197,7 @@ def test_b04_no_timer_callback_fires_later_for_released_timeouts(close: bool, mo
         original(self)
 
     monkeypatch.setattr(AbortSignal, "_on_timer", counting)
-    signals = [AbortSignal.timeout(0.2) for _ in range(200)]
-    for s in signals:
-        s.add_listener(lambda s: None).remove()
-    if close:
-        for s in signals:
-            s.close()
-    del signals, s
+    _make_and_drop(200, 0.2, close)
     gc.collect()
     # The timer fires in deadline order: once this later sentinel has fired,
     # every one of the 200 would have.
