@@ -65,15 +65,22 @@ class Server:
             ready, _, _ = select.select([conn, self._stop_r], [], [])
             if self._stop_r in ready:
                 return False
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
+            chunk = self.recv_or_record_close(conn)
             if not chunk:
-                self.record_close()
                 return False
             data += chunk
         return True
+
+    def recv_or_record_close(self, conn: socket.socket) -> bytes:
+        """What the client sent next; ``b""`` once it closed (or reset),
+        recording the time of the close."""
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionError:
+            chunk = b""
+        if not chunk:
+            self.record_close()
+        return chunk
 
     def record_close(self) -> None:
         with self._closes:
@@ -96,12 +103,7 @@ class Server:
                 return False
             if conn not in ready:
                 return True  # stopping
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
-            if not chunk:
-                self.record_close()
+            if not self.recv_or_record_close(conn):
                 return True
 
     def stop(self) -> None:

@@ -293,9 +293,30 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(
 # ------------------------------------------------------------- field cases
 
 
+def _abort_batch_once_started(
+    registry: ToolRegistry, n: int, max_parallel: int, started: threading.Barrier
+) -> tuple[list[ToolExecutionResult], float, float]:
+    """Run a batch of ``n`` calls of ``work`` (``max_parallel`` at a time)
+    in a thread; once ``started`` trips, abort the batch's signal. Returns
+    the results, the monotonic time of the abort and the seconds the batch
+    took to return after it."""
+    batch = AbortController()
+    t, box = run_in_thread(
+        lambda: execute_batch(
+            registry, calls("work", n, AbortController().signal), signal=batch.signal, max_parallel=max_parallel
+        )
+    )
+    started.wait()
+    aborted_at = time.monotonic()
+    batch.abort("stop")
+    t.join(5)
+    took = time.monotonic() - aborted_at
+    assert box, "the batch did not return"
+    return box[0], aborted_at, took
+
+
 @pytest.mark.timeout(20)
 def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRegistry, rec: CallEventRecorder) -> None:
-    batch = AbortController()
     two_started = threading.Barrier(3, timeout=5)
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -308,17 +329,8 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
         return "done"
 
     registry.register(recorded_tool("work", rec, body))
-    t, result_box = run_in_thread(
-        lambda: execute_batch(
-            registry, calls("work", 10, AbortController().signal), signal=batch.signal, max_parallel=2
-        )
-    )
-    two_started.wait()
-    aborted_at = time.monotonic()
-    batch.abort("user")
-    t.join(5)
-    assert time.monotonic() - aborted_at < 0.3
-    results = result_box[0]
+    results, _, took = _abort_batch_once_started(registry, 10, 2, two_started)
+    assert took < 0.3
     ids = [f"c{i}" for i in range(10)]
     _assert_one_result_per_call(rec, results, ids)
     _assert_invocation_consistent(rec, results, ids)
@@ -338,23 +350,14 @@ def _thirty_cooperative_calls(registry: ToolRegistry, rec: CallEventRecorder, th
 
 @pytest.mark.timeout(20)
 def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: CallEventRecorder) -> None:
-    batch = AbortController()
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
-    t, box = run_in_thread(
-        lambda: execute_batch(
-            registry, calls("work", 30, AbortController().signal), signal=batch.signal, max_parallel=3
-        )
-    )
-    three.wait()
-    aborted_at = time.monotonic()
-    batch.abort("stop")
-    t.join(5)
-    assert time.monotonic() - aborted_at < 0.5
-    codes = [r.code for r in box[0]]
+    results, aborted_at, took = _abort_batch_once_started(registry, 30, 3, three)
+    assert took < 0.5
+    codes = [r.code for r in results]
     assert codes.count(TOOL_ABORTED) == 3 and codes.count(TOOL_ABORTED_BEFORE_DISPATCH) == 27
     assert all(start <= aborted_at for start in rec.started.values())
-    _assert_one_result_per_call(rec, box[0], [f"c{i}" for i in range(30)])
+    _assert_one_result_per_call(rec, results, [f"c{i}" for i in range(30)])
 
 
 @pytest.mark.timeout(20)
