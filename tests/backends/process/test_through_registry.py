@@ -127,17 +127,22 @@ DEFINITIONS = [
 ]
 
 
-def abort_when_started(controller: AbortController, fifo: str, out: list[int]) -> threading.Thread:
-    """Abort ``controller`` once the body announced itself on ``fifo``
-    (its worker's pid goes to ``out``)."""
+def execute_aborted_once_started(registry: ToolRegistry, name: str, fifo: str) -> tuple[ToolExecutionResult, int]:
+    """Execute tool ``name`` (its body announces its worker's pid on
+    ``fifo``) and abort the call's signal once the body announced itself.
+    Returns the result and the worker's pid."""
+    controller = AbortController()
+    worker: list[int] = []
 
-    def run() -> None:
-        out.append(int(read_line(fifo)))
+    def abort_when_started() -> None:
+        worker.append(int(read_line(fifo)))
         controller.abort("user pressed stop")
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=abort_when_started)
     thread.start()
-    return thread
+    result = registry.execute(call(name, {"started": fifo}, signal=controller.signal))
+    thread.join()
+    return result, worker[0]
 
 
 # --------------------------------------------------------------- tests
@@ -145,16 +150,12 @@ def abort_when_started(controller: AbortController, fifo: str, out: list[int]) -
 
 @pytest.mark.timeout(30)
 def test_a_sleeping_body_is_killed_after_kill_after_with_nothing_left(registry: ToolRegistry, fifo: str) -> None:
-    controller = AbortController()
-    worker: list[int] = []
-    thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("stubborn", {"started": fifo}, signal=controller.signal))
-    thread.join()
+    result, worker = execute_aborted_once_started(registry, "stubborn", fifo)
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["killed"] is True
     overrun = result.meta["overrun_s"]
     assert isinstance(overrun, float) and overrun >= 0.5
-    assert gone(worker[0]) and session_alive(worker[0]) == []
+    assert gone(worker) and session_alive(worker) == []
 
 
 @pytest.mark.timeout(30)
@@ -179,15 +180,11 @@ def test_a_cooperative_body_returns_on_its_signal_and_is_not_killed(
     registry: ToolRegistry, backend: ProcessBackend, fifo: str
 ) -> None:
     kills = backend.kills
-    controller = AbortController()
-    worker: list[int] = []
-    thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("cooperative", {"started": fifo}, signal=controller.signal))
-    thread.join()
+    result, worker = execute_aborted_once_started(registry, "cooperative", fifo)
     assert result.code == TOOL_ABORTED
     assert not (result.meta or {}).get("killed")
     assert backend.kills == kills
-    assert worker[0] in backend.worker_pids  # the worker lives on, reused
+    assert worker in backend.worker_pids  # the worker lives on, reused
 
 
 @pytest.mark.timeout(30)
