@@ -9,7 +9,7 @@
   arguments for the constructor), and specialises it by overriding
   ``registry`` with a fixture that takes this one (pytest's documented way
   to extend a fixture: the construction and teardown stay here). Used by
-  the registry, interop and thread-backend tests.
+  the registry and interop tests.
 """
 
 from __future__ import annotations

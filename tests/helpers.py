@@ -272,6 +272,42 @@ def tool_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
 
 
+def race_in_lockstep(
+    rounds: int, *steps: Callable[[int], object], barrier_timeout: float = 10, join: float = 50
+) -> None:
+    """Run each of ``steps`` on a daemon thread of its own for ``rounds``
+    rounds: in round ``i`` every thread waits at one barrier, then calls its
+    ``step(i)`` (what it returns is ignored), so the steps of a round start
+    together and the race is forced every round; after the last round they
+    meet at the barrier once more. A barrier wait longer than
+    ``barrier_timeout`` seconds (a round whose steps did not all return in
+    time) breaks the barrier. Raises the first exception a step raised
+    (``threading.BrokenBarrierError`` for a round too slow); fails if a
+    thread is still blocked ``join`` seconds after the start of its join
+    (a deadlock)."""
+    barrier = threading.Barrier(len(steps))
+    errors: list[BaseException] = []
+
+    def loop(step: Callable[[int], object]) -> None:
+        try:
+            for i in range(rounds):
+                barrier.wait(timeout=barrier_timeout)
+                step(i)
+            barrier.wait(timeout=barrier_timeout)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=loop, args=(step,), daemon=True) for step in steps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join)
+    assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
+    if errors:
+        raise errors[0]
+
+
 class AbortLater:
     """Abort ``controller`` with ``reason`` after ``seconds`` on the shared
     timer thread, recording the monotonic time of the abort in ``at``."""
