@@ -1,5 +1,5 @@
 """dshtools.io: sleep, wait_future, read_file, run_process; argument checks of
-http_request (its behaviour is in test_io_http.py). docs/contract.md §5.
+http_request (its behaviour is in test_http.py). docs/contract.md §5.
 
 Aborts "from another thread at time t" are scheduled on the shared timer
 thread (a listener on ``AbortSignal.timeout(t)`` that aborts the caller's

@@ -1,8 +1,8 @@
 """The pipeline of one ``execute`` (docs/contract.md §3 steps 1-7) and the
 precedence of docs/contract.md §7: one test per cancellation scenario of §3, plus
 the dispatch mechanics (queue withdrawal, joining, fused signal, nesting,
-close). Bad inputs: test_registry_bad_input.py; stress:
-test_registry_stress.py; field cases: test_registry_field_cases.py."""
+close). Bad inputs: test_malformed_input.py; stress:
+test_random_aborts_stress.py; field cases: test_cancellation_at_scale.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """AbortController / AbortSignal semantics (docs/contract.md §1, "Semantics" and
-"Precise points"). Timeouts live in test_timer.py, deadlines in
-test_deadline.py, field cases in test_field_signal.py."""
+"Precise points"). Timeouts live in test_timeouts.py, deadlines in
+test_deadlines.py, field cases in test_forced_races.py."""
 
 from __future__ import annotations
 
