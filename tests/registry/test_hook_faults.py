@@ -33,7 +33,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from tests.helpers import OBJECT, HookRecorder, call, tool
+from tests.helpers import HookRecorder, call, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -43,7 +43,7 @@ def nap_tool(name: str = "nap") -> ToolDefinition:
         run.signal.wait(args["s"])
         return args["s"]
 
-    return ToolDefinition(name, "naps", OBJECT, body, is_concurrency_safe=lambda a: True)
+    return tool(name, body, is_concurrency_safe=lambda a: True)
 
 
 # ------------------------------------------------------------------ A1 (N1)

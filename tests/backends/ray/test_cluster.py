@@ -34,7 +34,6 @@ from dshtools import (  # noqa: E402
     WORKER_LOST,
     AbortController,
     TimeoutPolicy,
-    ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -45,7 +44,7 @@ from dshtools import (  # noqa: E402
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, announce, call, events_handle, start_events  # noqa: E402
+from tests.helpers import announce, call, events_handle, start_events, tool  # noqa: E402
 
 EVENTS = "dshtools-test-events"
 
@@ -103,7 +102,7 @@ def events(events_actor: Any) -> Any:
 
 
 def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], object], **kw: Any) -> Callable[[], None]:
-    return registry.register(ToolDefinition(name, f"{name} tool", OBJECT, body, **kw))
+    return registry.register(tool(name, body, **kw))
 
 
 class _InThread:
