@@ -10,6 +10,7 @@ import _thread
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,9 +31,11 @@ from dshtools import (
     Ask,
     Block,
     Deny,
+    ErrorDetail,
     ThreadBackend,
     ToolError,
     ToolExecutionInput,
+    ToolExecutionResult,
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
@@ -44,6 +47,7 @@ from tests.helpers import (
     blocked_in_wait,
     call,
     cyclic_garbage_of,
+    error_of,
     run_in_thread,
     swapping_signal,
     tool,
@@ -381,47 +385,54 @@ def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegist
     assert rec.events == []  # post-execute skipped for a wrapper that raised
 
 
-@pytest.mark.timeout(10)
-def test_wrapper_returned_failure_after_cancellation_stays(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _wrapper_returns_a_failure(registry: ToolRegistry, controller: AbortController) -> None:
     def wrapper(e: Any, nxt: Any) -> Any:
         nxt()
         controller.abort()
-        return ToolFailure(__import__("dshtools").ErrorDetail("nope", None), "Error: nope")
+        return ToolFailure(ErrorDetail("nope", None), "Error: nope")
 
     registry.add_around_dispatch(wrapper)
-    registry.register(tool("t", ok_body))
-    result = registry.execute(call("t", signal=controller.signal))
-    assert result.is_error and result.error.message == "nope"
 
 
-@pytest.mark.timeout(10)
-def test_post_execute_failure_after_cancellation_stays_a_failure(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _post_execute_raises(registry: ToolRegistry, controller: AbortController) -> None:
     def post(e: Any, r: Any, nxt: Any) -> Any:
         controller.abort()
         raise LookupError("post broke")
 
     registry.add_post_execute(post)
-    registry.register(tool("t", ok_body))
-    result = registry.execute(call("t", signal=controller.signal))
-    assert result.error.info.name == "LookupError"  # type: ignore[union-attr]
 
 
-@pytest.mark.timeout(10)
-def test_post_execute_block_after_cancellation_stays_blocked(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _post_execute_blocks(registry: ToolRegistry, controller: AbortController) -> None:
     def post(e: Any, r: Any, nxt: Any) -> Any:
         controller.abort()
         return Block("redacted")
 
     registry.add_post_execute(post)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "install, is_that_failure",
+    [
+        (_wrapper_returns_a_failure, lambda r: error_of(r).message == "nope"),
+        (_post_execute_raises, lambda r: getattr(error_of(r).info, "name", None) == "LookupError"),
+        (_post_execute_blocks, lambda r: r.is_error and r.content[0]["text"] == "redacted"),
+    ],
+    ids=["wrapper-returns-a-failure", "post-execute-raises", "post-execute-blocks"],
+)
+def test_a_failure_a_hook_makes_after_cancellation_stays_that_failure(
+    registry: ToolRegistry,
+    install: Callable[[ToolRegistry, AbortController], None],
+    is_that_failure: Callable[[ToolExecutionResult], bool],
+) -> None:
+    """The caller's signal aborts while a wrapper or a post-execute hook
+    runs, and the hook then fails the call (returns a failure, raises,
+    blocks): the result is that failure, not ``ABORTED``."""
+    controller = AbortController()
+    install(registry, controller)
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.is_error and result.content[0]["text"] == "redacted"
+    assert is_that_failure(result), result
 
 
 # ------------------------------------------------------- dispatch mechanics
