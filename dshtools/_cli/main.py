@@ -208,6 +208,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})",
                 not left,
             )
+            if left is not None
+            else ("no process a worker started is alive: NOT CHECKED (/proc cannot be read)", True)
         )
         backend.close()
         checks += [

@@ -197,6 +197,7 @@ class _Supervisor:
                     time.sleep(_GROUP_POLL_MAX)
             self.sel.close()
             if self.pidfd is not None:
+                self.session.pidfd = None
                 os.close(self.pidfd)
             for f in (proc.stdin, proc.stdout, proc.stderr):
                 if f is not None:
@@ -227,6 +228,7 @@ class _Supervisor:
             except OSError:
                 self.pidfd = None
             if self.pidfd is not None:
+                self.session.pidfd = self.pidfd
                 sel.register(self.pidfd, selectors.EVENT_READ)
 
         # No lost wake-up: abort() sets signal.aborted *before* the listener
@@ -237,10 +239,14 @@ class _Supervisor:
         # No stranger killed: the session id (= group id) is the leader's
         # pid, which the kernel does not hand out again while any process
         # still has it as its pid, group id or session id (zombies
-        # included). Signals go out only while the loop has just seen a
-        # member (or the unreaped leader); the one window left for killpg
-        # (the last member dies and the pid is reused between that scan and
-        # a killpg a few microseconds later) needs a full pid wrap-around.
+        # included). The group is signalled through the leader's pidfd
+        # (_procfs.killpg_pinned), which names the group the leader made,
+        # not its number, even after the leader was reaped. Where the kernel
+        # cannot do that (before Linux 6.9) signals go out only while the
+        # loop has just seen a member (or the unreaped leader); the window
+        # left (the last member dies and the pid is reused, by a process
+        # that makes itself a group leader, between that scan and a killpg
+        # a few microseconds later) needs a full pid wrap-around.
         # Each member found by the scan is re-checked right before it is
         # signalled (see _kill_member).
         session = self.session

@@ -26,22 +26,10 @@ import os
 from .._os import procfs as _procfs
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    _procfs.killpg(pgid, sig)
-
-
 def _session_members(sid: int) -> list[int] | None:
     """Pids of the live (not zombie) processes whose session id is ``sid``;
-    ``None`` when ``/proc`` cannot be scanned (not Linux).
-
-    Zombies are excluded because they are dead: an orphaned grandchild's
-    zombie waits for PID 1 to reap it, which in some containers never
-    happens, and must not make us wait forever.
-    """
-    procs = _procfs.try_scan()
-    if procs is None:
-        return None
-    return [p.pid for p in procs.values() if p.sid == sid and p.alive]
+    ``None`` when ``/proc`` cannot be scanned (``_procfs.session_members``)."""
+    return _procfs.session_members(sid)
 
 
 def _kill_member(pid: int, sid: int, sig: int) -> None:
@@ -88,10 +76,13 @@ class _Session:
     process group is covered.
     """
 
-    __slots__ = ("sid",)
+    __slots__ = ("pidfd", "sid")
 
     def __init__(self, sid: int) -> None:
         self.sid = sid
+        # A pidfd of the leader while the supervisor holds one: the group is
+        # then signalled through it (``_procfs.killpg_pinned``).
+        self.pidfd: int | None = None
 
     def members(self) -> list[int] | None:
         """Live members (see ``_session_members``); ``None``: unknown."""
@@ -104,6 +95,6 @@ class _Session:
     def send(self, sig: int, members: list[int] | None) -> None:
         """Signal the group and each of ``members`` (re-checked, see
         ``_kill_member``)."""
-        _killpg(self.sid, sig)
+        _procfs.killpg_pinned(self.pidfd, self.sid, sig)
         for pid in members or ():
             _kill_member(pid, self.sid, sig)

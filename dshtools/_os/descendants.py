@@ -24,18 +24,6 @@ from typing import Any
 from . import procfs as _procfs
 
 
-def _proc_parents() -> dict[int, list[_procfs.ProcStat]] | None:
-    """parent pid -> its children's stat lines, for every process in
-    ``/proc``, or ``None`` where ``/proc`` cannot be read."""
-    procs = _procfs.try_scan()
-    if procs is None:
-        return None
-    parents: dict[int, list[_procfs.ProcStat]] = {}
-    for info in procs.values():
-        parents.setdefault(info.ppid, []).append(info)
-    return parents
-
-
 def live_descendants() -> tuple[list[int], str]:
     """PIDs of every live (non-zombie) descendant of this process - children,
     their children, and so on - and how they were found: ``"psutil"`` when
@@ -59,20 +47,10 @@ def live_descendants() -> tuple[list[int], str]:
             except psutil.NoSuchProcess:
                 pass
         return sorted(alive), "psutil"
-    parents = _proc_parents()
-    if parents is None:
+    procs = _procfs.try_scan()
+    if procs is None:
         return [], "none"
-    found: list[int] = []
-    seen = {os.getpid()}
-    todo = [os.getpid()]
-    while todo:
-        for info in parents.get(todo.pop(), ()):
-            if info.pid in seen:
-                continue
-            seen.add(info.pid)
-            todo.append(info.pid)  # a zombie has no children, but walk it anyway
-            if info.alive:
-                found.append(info.pid)
+    found = [p.pid for p in _procfs.descendants(procs, os.getpid()) if p.alive]
     return sorted(found), "/proc"
 
 

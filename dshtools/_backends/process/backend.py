@@ -58,6 +58,7 @@ from collections import deque
 from typing import Any, Final
 
 from ..._core.errors import AbortError, safe_str
+from ..._core.interrupts import INTERRUPT_SLICE
 from ..._os.tree import left_behind, stop_tree
 from ..._types.calls import ToolRunContext
 from ..base import Body, BodyReport, Dispatch, Error, Value, WorkerLost
@@ -163,11 +164,12 @@ class ProcessBackend:
         with self._lock:
             return list(self._started)
 
-    def left_behind(self) -> list[int]:
-        """Live processes that a worker started and that outlived the body
-        that started them (descendants of live workers, members of any
-        worker's session), for quiescence reports. Linux only (``[]``
-        elsewhere)."""
+    def left_behind(self) -> list[int] | None:
+        """Pids of the live processes that a worker started and that
+        outlived the body that started them (descendants of live workers,
+        members of any worker's session), for quiescence reports; ``None``
+        when ``/proc`` cannot be read (not Linux, or no file descriptor
+        left): not checked, which is never "none left"."""
         return left_behind(self.workers_started, self.worker_pids)
 
     @property
@@ -267,7 +269,7 @@ class ProcessBackend:
             job.withdraw(RuntimeError("ProcessBackend closed before the call was dispatched"))
         with self._lock:
             while self._handing_off or any(w.job is not None and not w.job.done.is_set() for w in self._workers):
-                self._changed.wait(0.25)
+                self._changed.wait(INTERRUPT_SLICE)
             self._stopping = True
             manager = self._manager
         self._wake()

@@ -46,6 +46,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..._core.errors import AbortError, report_unraisable, safe_str
+from ..._os import procfs as _procfs
 from ..._signal import AbortController
 from ..remote import RemoteRun, call_controller
 from .wire import describe_error, load_reason
@@ -105,7 +106,7 @@ class _Reader:
         for controller in pending:
             _abort(controller, gone)
         self.inbox.put(None)
-        timer = threading.Timer(self.kill_after, os.killpg, (0, _os_signal.SIGKILL))
+        timer = threading.Timer(self.kill_after, _procfs.killpg, (0, _os_signal.SIGKILL))
         timer.daemon = True
         timer.start()
 
