@@ -226,3 +226,12 @@ def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
     if alive:
         return (f"no live descendant process ({scope}; alive: {', '.join(map(str, alive))})", False)
     return (f"no live descendant process ({scope})", True)
+
+
+def _left_behind_check(left: list[int] | None) -> tuple[str, bool]:
+    """The quiescence line for the processes ``ProcessBackend`` workers
+    started, given ``ProcessBackend.left_behind()``: ``None`` (``/proc``
+    unreadable) is NOT CHECKED, never a pass that looked at nothing."""
+    if left is None:
+        return ("no process a worker started is alive: NOT CHECKED (/proc cannot be read)", True)
+    return (f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})", not left)
