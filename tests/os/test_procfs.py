@@ -255,7 +255,12 @@ def test_a_recorded_group_is_signalled_through_its_leaders_pidfd_never_by_number
     # its session).
     by_number: list[int] = []
     real_killpg = os.killpg
-    monkeypatch.setattr(os, "killpg", lambda pgid, sig: (by_number.append(pgid), real_killpg(pgid, sig)))
+
+    def killpg(pgid: int, sig: int) -> None:
+        by_number.append(pgid)
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", killpg)
     leader, member = _group_with_member()
     fd = os.pidfd_open(leader.pid)
     try:
