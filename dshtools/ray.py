@@ -91,6 +91,7 @@ from ._backends.ray.remote import (
     _run_remote_task,
     _SignalActorRemote,
 )
+from ._backends.remote import ErrorDetail, rebuilt_error
 from ._core.errors import AbortError, safe_repr, safe_str
 from ._signal import AbortSignal, ListenerHandle
 from ._signal.lifecycle import sigint_deferred
@@ -140,10 +141,15 @@ def _pickle_reason(reason: object) -> bytes:
         return _dumps(safe_repr(reason))
 
 
-def _stand_in(name: str, message: str) -> BaseException:
-    """An exception of class name ``name`` for one that did not pickle."""
-    cls: type[Exception] = type(name, (Exception,), {"__module__": "dshtools.ray"})
-    return cls(message)
+def _error(payload: tuple[bytes, ErrorDetail] | ErrorDetail) -> BaseException:
+    """The exception a task sent back: deserialized, or (a stub, or one
+    whose class this process cannot import) a stand-in with its class name,
+    message, code and timeout reason. Foreign code runs in the load: what it
+    raises fails only this call; a ``KeyboardInterrupt`` propagates."""
+    if len(payload) == 2:
+        data, detail = payload
+        return rebuilt_error(data, detail, _loads, _CONTAINED)
+    return rebuilt_error(None, payload, _loads, _CONTAINED)
 
 
 def _cancel(ref: Any, *, force: bool) -> None:
@@ -410,17 +416,8 @@ class _RayDispatch:
                 # reached it before its claim.
                 return NotInvoked(RuntimeError("the Ray task was cancelled before its body started")), False
             return NotInvoked(), False
-        if kind == "not_invoked":
-            try:
-                refusal = _loads(payload)
-            except _CONTAINED as exc:
-                refusal = _stand_in(
-                    type(exc).__name__,
-                    f"the task's error before its claim cannot be deserialized here: {safe_str(exc)}",
-                )
-            return NotInvoked(refusal), False
-        if kind == "not_invoked_stub":
-            return NotInvoked(_stand_in(*payload)), False
+        if kind in ("not_invoked", "not_invoked_stub"):
+            return NotInvoked(_error(payload)), False
         if kind == "value":
             try:
                 value = _loads(payload)
@@ -429,15 +426,7 @@ class _RayDispatch:
             return Value(value), True
         if kind == "bad_value":
             return Value(_NotJSON(payload)), True
-        if kind == "error":
-            try:
-                error = _loads(payload)
-            except _CONTAINED as exc:
-                error = _stand_in(
-                    type(exc).__name__, f"the tool's exception cannot be deserialized here: {safe_str(exc)}"
-                )
-            return Error(error), True
-        return Error(_stand_in(*payload)), True
+        return Error(_error(payload)), True
 
     def report(self) -> BodyReport:
         if self._report is None:

@@ -53,7 +53,7 @@ from ray import cloudpickle
 from ..._core.errors import report_unraisable, safe_str
 from ..._signal import AbortController
 from ..base import Body
-from ..remote import RemoteRun, call_controller
+from ..remote import RemoteRun, call_controller, describe_error
 from . import reap as _ray_reap
 
 __all__: list[str] = []
@@ -504,14 +504,20 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 
 
 def _pack_error(exc: BaseException) -> tuple[str, object]:
+    """``("error", (serialized exception, its ErrorDetail))``, or
+    ``("error_stub", ErrorDetail)`` when it does not round-trip here. The
+    description always travels: the caller may lack the exception's module
+    (installed only on the workers) and then stands in for it by name and
+    message."""
     # After the claim nothing may escape the wrapper: Ray would report a
     # task that raised, which reads as a body that never started.
+    detail = describe_error(exc)
     try:
         data = _dumps(exc)
         _loads(data)  # the caller will do this: foreign code may run here
     except BaseException:
-        return "error_stub", (type(exc).__name__, safe_str(exc))
-    return "error", data
+        return "error_stub", detail
+    return "error", (data, detail)
 
 
 def _not_invoked(exc: BaseException) -> bytes:
@@ -521,10 +527,10 @@ def _not_invoked(exc: BaseException) -> bytes:
 
 def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
-    ``withdrawn``, ``not_invoked`` (pickled error), ``not_invoked_stub``
-    (class name, message), ``value`` (pickled value), ``bad_value`` (problem
-    text), ``error`` (pickled exception) or ``error_stub`` (class name,
-    message). ``packed`` is ``_pack((actor name, namespace, call key, body
+    ``withdrawn``, ``not_invoked`` (pickled error and its description),
+    ``not_invoked_stub`` (its description), ``value`` (pickled value),
+    ``bad_value`` (problem text), ``error`` (pickled exception and its
+    description) or ``error_stub`` (its description; ``ErrorDetail``). ``packed`` is ``_pack((actor name, namespace, call key, body
     key, serialized body or None, args, fields))``, paired with the body's
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
