@@ -1,11 +1,11 @@
 """The ``run`` services of a body that runs outside the caller's process
-(docs/contract.md §9): a ``ProcessBackend`` worker or a Ray worker.
+(docs/contract.md#9-execution-backends): a ``ProcessBackend`` worker or a Ray worker.
 
 * ``run.signal`` is the signal of ``call_controller``: aborted by the
   caller's abort message; when the caller's dispatch signal had a timer
   (a tool ``timeout``, a caller's ``AbortSignal.timeout``), it also reports
   that budget as ``deadline``/``time_left()``, re-based on this process's
-  clock at receipt (docs/contract.md §8 A9; decision 0047).
+  clock at receipt (docs/contract.md#a9).
 * ``run.defer_context(ctx)`` works: the JSON object is deep-frozen at once
   (a non-object or non-JSON value raises ``TypeError``/``ValueError`` in the
   body, as in a thread) and kept in ``contexts`` for the trip back; after the
@@ -144,7 +144,7 @@ def call_controller(left: float | None, received: float) -> AbortController:
     call arrived. With a budget the signal reports ``deadline ==
     received + left``: the clocks of two processes (two machines, on Ray)
     are never compared, only a duration crosses. It never aborts by itself:
-    the caller's timer does, through the abort message (decision 0047)."""
+    the caller's timer does, through the abort message."""
     if left is None:
         return AbortController()
     return budget_controller(received + left)
@@ -191,5 +191,5 @@ class RemoteRun:
     ) -> ToolExecutionResult:
         raise RuntimeError(
             f"run.dispatch() is not available in a tool running on {self._where}: "
-            "nested calls need the thread backend (docs/contract.md §9)"
+            "nested calls need the thread backend (docs/contract.md#9-execution-backends)"
         )

@@ -1,4 +1,4 @@
-"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md §5):
+"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md#5-cancellable-blocking-io):
 the abort self-pipe and the ``select`` loop that feeds the child, drains
 its pipes, terminates its session and reaps it. Who is in the session and
 how a member is signalled safely is ``dshtools._io.session``.
@@ -53,8 +53,7 @@ class ProcessAbortError(AbortError):
     caller's abort, or its own ``timeout``). An ``AbortError``: ``reason``
     is the signal's reason (a ``TimeoutReason`` with code
     ``PROCESS_TIMEOUT`` for the timeout, so ``timeout_of`` finds it), and it
-    keeps the evidence the stop would otherwise throw away (field case
-    B47):
+    keeps the evidence the stop would otherwise throw away:
 
     * ``stdout``, ``stderr``: ``bytes`` every member of the child's session
       wrote to the pipes before it died (read until the pipes were drained);
@@ -64,7 +63,7 @@ class ProcessAbortError(AbortError):
       already aborted and no process was started (both outputs are then
       empty).
 
-    Source: docs/contract.md §8 A14."""
+    Source: docs/contract.md#a14."""
 
     stdout: bytes
     stderr: bytes

@@ -1,6 +1,7 @@
 """The child's POSIX session, as ``dshtools.io.run_process`` sees it
-(docs/contract.md §5): who is in it (read from ``/proc``), whether anyone in it is
-still alive, and how to signal its members without hitting a stranger.
+(docs/contract.md#5-cancellable-blocking-io): who is in it (read from
+``/proc``), whether anyone in it is still alive, and how to signal its
+members without hitting a stranger.
 
 Guarantees:
 
@@ -11,7 +12,10 @@ Guarantees:
 * **No stranger signalled.** A member is signalled only if its session id,
   re-read right before, is still the one asked for; with ``pidfd_open``
   the process is pinned before that re-read (``_kill_member`` writes the
-  interleaving down). Errors of a member that died meanwhile are ignored.
+  interleaving down). The group is signalled through the leader's pidfd
+  while the supervisor holds one (``_procfs.killpg_pinned``), so it is the
+  group the leader made even after the leader was reaped. Errors of a
+  member that died meanwhile are ignored.
 * **Any thread, no state.** Nothing here holds a lock or caches a pid;
   ``run_process`` calls it from its own thread, ``dshtools._cli.demo`` uses
   ``_group_alive`` for its quiescence check.

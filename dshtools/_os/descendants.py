@@ -1,4 +1,4 @@
-"""The process half of the command line's quiescence check (docs/contract.md §6):
+"""The process half of the command line's quiescence check (docs/contract.md#6-interop-and-command-line):
 every live descendant of this process, and the Linux child subreaper that
 keeps orphaned grandchildren among them.
 
@@ -99,7 +99,7 @@ class _subreaper:
     exit. ``active`` says whether it took effect (``False`` off Linux or
     when ``prctl`` is unavailable).
 
-    **Adopted processes are reaped as they exit** (docs/contract.md §8 A13),
+    **Adopted processes are reaped as they exit** (docs/contract.md#a13),
     by a thread this class starts and joins, every _REAP_EVERY seconds: an
     adopted process that exits would otherwise stay a zombie of this
     process until it ends. Only processes that were certainly *adopted*

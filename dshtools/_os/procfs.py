@@ -1,5 +1,6 @@
 """Processes as ``/proc`` shows them (Linux), and signals that reach only
-the process that was read (docs/contract.md §5 and §9: what a forced stop
+the process that was read (docs/contract.md#5-cancellable-blocking-io and
+#9-execution-backends: what a forced stop
 kills, and that it never signals a stranger).
 
 One reader for every caller: ``run_process``'s session
@@ -21,10 +22,17 @@ Guarantees:
   window of microseconds remains between the read and ``kill``, in which
   the process would have to die, be reaped and its pid be handed on.
   A process that is gone, or not ours to signal, is ignored.
+* ``descendants(procs, root)`` is the one walk of the parent tree.
+* A process group is signalled by number (``killpg``) only where its id
+  cannot be handed on meanwhile (this process's own group, or one led by
+  an unreaped child); any other group only through a pidfd of its leader
+  (``killpg_same``, ``killpg_pinned``), which on Linux 6.9+ names the group
+  the leader made, never a later group that reuses its number.
 
 Without ``/proc`` (not Linux), ``HAVE_PROC`` is false, ``stat`` returns
-``None``, ``try_scan`` ``None`` and ``scan`` an empty dict. Any thread; holds no lock, keeps no
-state.
+``None``, ``try_scan`` and ``session_members`` ``None`` and ``scan`` an
+empty dict. Any thread; holds no lock; keeps no state but one flag (the
+kernel refused the pidfd group signal once: the fallback is used after).
 """
 
 from __future__ import annotations

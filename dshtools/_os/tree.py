@@ -1,5 +1,5 @@
 """What a forced stop of a ``ProcessBackend`` worker kills, and how it is
-confirmed (docs/contract.md §9, "What a forced stop kills").
+confirmed (docs/contract.md#9-execution-backends, "What a forced stop kills").
 
 A worker runs in its own session (it is the session and process group
 leader). ``dshtools.io.run_process`` puts each child in a session of its
@@ -11,7 +11,8 @@ own, so a worker's descendants may live in several sessions. ``stop_tree``:
 2. SIGKILLs the worker's process group and every recorded process (pinned
    with ``pidfd_open`` and re-checked by start time, so a reused pid is
    never signalled), and the process group of every recorded session whose
-   leader is still the recorded process;
+   leader is still the recorded process (through the leader's pidfd:
+   ``procfs.killpg_same``);
 3. re-scans until no live (non-zombie) process remains in the worker's
    session, in a recorded session whose leader is still the recorded
    process, or among the recorded processes, SIGKILLing whatever it finds;
