@@ -525,3 +525,102 @@ def test_http_request_to_an_ipv6_literal_host() -> None:
         srv.shutdown()
         t.join()
         srv.server_close()
+
+
+# ------------------------------------------------------------------ B62
+
+
+def _endless_headers(server: Server, conn: socket.socket) -> None:
+    """``200 OK``, then small header lines as fast as the client takes
+    them, never ending the header block."""
+    if not server.read_head(conn):
+        return
+    conn.setblocking(False)
+    pending = b"HTTP/1.1 200 OK\r\n"
+    n = 0
+    while True:
+        ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
+        if server._stop_r in ready_r:
+            return
+        if conn in ready_r:
+            try:
+                if not conn.recv(65536):
+                    server.record_close()
+                    return
+            except ConnectionError:
+                server.record_close()
+                return
+        if conn in ready_w:
+            if not pending:
+                n += 1
+                pending = b"X-Line-%d: %s\r\n" % (n, b"v" * 20)
+            try:
+                pending = pending[conn.send(pending) :]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                server.record_close()
+                return
+
+
+def _one_endless_header(server: Server, conn: socket.socket) -> None:
+    """``200 OK``, then one header line that never ends."""
+    if not server.read_head(conn):
+        return
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+    conn.setblocking(False)
+    chunk = b"v" * 4096
+    while True:
+        ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
+        if server._stop_r in ready_r:
+            return
+        if conn in ready_r:
+            try:
+                if not conn.recv(65536):
+                    server.record_close()
+                    return
+            except ConnectionError:
+                server.record_close()
+                return
+        if conn in ready_w:
+            try:
+                conn.send(chunk)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                server.record_close()
+                return
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("handler", [_endless_headers, _one_endless_header], ids=["many-lines", "one-line"])
+def test_b62_a_header_block_that_never_ends_is_a_protocol_error_in_bounded_memory(
+    serve: Callable[..., Server], handler: Callable[[Server, socket.socket], None]
+) -> None:
+    """B62: a server that answers ``200 OK`` and then streams header lines
+    without end (or one header line that never ends), as fast as it can,
+    with no ``timeout`` on the request: ``http_request`` raises an error
+    that is not an ``AbortError`` (the 15 s watchdog never fires) within
+    5 s, its memory peak stays under 32 MB, and the server sees the
+    connection closed within 5 s."""
+    import tracemalloc
+
+    server = serve(handler)
+    watchdog = AbortController()
+    later = AbortLater(watchdog, 15.0, "watchdog")
+    tracemalloc.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as info:
+            dio.http_request("GET", server.url, watchdog.signal)
+        elapsed = time.monotonic() - t0
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        later.cancel()
+    assert later.at is None  # the watchdog never fired
+    assert not isinstance(info.value, AbortError), info.value
+    assert isinstance(info.value, dio.HttpProtocolError), info.value
+    assert elapsed < 5.0
+    assert peak < 32 * 1024 * 1024, peak
+    assert server.wait_closes(1, 5.0)

@@ -41,6 +41,7 @@ from dshtools import (
     ToolExecutionResult,
     ToolFailure,
     ToolRegistry,
+    ToolSuccess,
     execute_batch,
 )
 from dshtools._os.tree import session_alive
@@ -474,3 +475,52 @@ def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name
     assert plain.error.message == "the index is 3 days old"
     assert isinstance(coded, ToolFailure) and coded.code == "QUOTA_EXCEEDED"
     assert coded.error.message == "3 of 3 calls used"
+
+
+def _slow_announced(args: Any, run: Any) -> object:
+    """Announces it started (a FIFO the crash waits on), then takes 1.5 s,
+    cooperatively."""
+    from dshtools import io as dio
+
+    if args.get("fifo"):
+        announce(args["fifo"], str(os.getpid()))
+    dio.sleep(1.5, run.signal)
+    return {"slow": "done", "pid": os.getpid()}
+
+
+def _crash_after_slow_started(args: Any, run: Any) -> object:
+    """Waits until ``slow`` announced itself, then SIGKILLs its own worker."""
+    read_line(args["fifo"])
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+@pytest.mark.timeout(60)
+def test_b48_a_worker_killed_mid_batch_fails_only_its_call_and_the_pool_recovers(fifo: str) -> None:
+    """B48: ``ProcessBackend(max_workers=2, kill_after=2)``; in one
+    ``execute_batch``, ``slow`` (1.5 s, cooperative) and ``crash`` (SIGKILLs
+    its own worker once ``slow`` started). The batch returns with ``slow`` a
+    success and ``crash`` ``WORKER_LOST``; three later ``slow`` calls all
+    succeed: the lost worker is replaced, nothing stays broken."""
+    parallel = {"is_concurrency_safe": lambda args: True}
+    with ProcessBackend(2, kill_after=2) as backend, ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_announced, **parallel))
+        registry.register(ToolDefinition("crash", "crash", OBJECT, _crash_after_slow_started, **parallel))
+        signal_ = AbortController().signal
+        t0 = time.monotonic()
+        try:
+            slow, crashed = execute_batch(
+                registry,
+                [
+                    ToolExecutionInput("b48-slow", "slow", {"fifo": fifo}, signal_),
+                    ToolExecutionInput("b48-crash", "crash", {"fifo": fifo}, signal_),
+                ],
+                signal=signal_,
+            )
+        finally:
+            unblock(fifo)
+        assert time.monotonic() - t0 < 30
+        later = [registry.execute(ToolExecutionInput(f"b48-{i}", "slow", {}, signal_)) for i in range(3)]
+    assert isinstance(slow, ToolSuccess), slow
+    assert crashed.code == WORKER_LOST, crashed
+    assert all(isinstance(r, ToolSuccess) for r in later), later
