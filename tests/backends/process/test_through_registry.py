@@ -488,6 +488,10 @@ def _slow_announced(args: Any, run: Any) -> object:
     return {"slow": "done", "pid": os.getpid()}
 
 
+def _always(_args: Any) -> bool:
+    return True
+
+
 def _crash_after_slow_started(args: Any, run: Any) -> object:
     """Waits until ``slow`` announced itself, then SIGKILLs its own worker."""
     read_line(args["fifo"])
@@ -502,10 +506,11 @@ def test_b48_a_worker_killed_mid_batch_fails_only_its_call_and_the_pool_recovers
     its own worker once ``slow`` started). The batch returns with ``slow`` a
     success and ``crash`` ``WORKER_LOST``; three later ``slow`` calls all
     succeed: the lost worker is replaced, nothing stays broken."""
-    parallel = {"is_concurrency_safe": lambda args: True}
     with ProcessBackend(2, kill_after=2) as backend, ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_announced, **parallel))
-        registry.register(ToolDefinition("crash", "crash", OBJECT, _crash_after_slow_started, **parallel))
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_announced, is_concurrency_safe=_always))
+        registry.register(
+            ToolDefinition("crash", "crash", OBJECT, _crash_after_slow_started, is_concurrency_safe=_always)
+        )
         signal_ = AbortController().signal
         t0 = time.monotonic()
         try:
