@@ -42,9 +42,8 @@ import time
 from typing import Final
 
 from . import procfs as _procfs
-from .procfs import ProcStat as ProcInfo
 
-__all__ = ["ProcInfo", "left_behind", "session_alive", "stop_tree"]
+__all__ = ["left_behind", "session_alive", "stop_tree"]
 
 _log = logging.getLogger("dshtools.process")
 
