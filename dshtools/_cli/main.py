@@ -84,7 +84,7 @@ from importlib import resources
 from typing import NoReturn
 
 from .. import __version__
-from .._os.descendants import _descendant_check, _subreaper
+from .._os.descendants import _descendant_check, _left_behind_check, _subreaper
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry, around_dispatch_hooks, registered
 from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
@@ -203,12 +203,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 running == 0,
             )
         )
-        checks.append(
-            (
-                f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})",
-                not left,
-            )
-        )
+        checks.append(_left_behind_check(left))
         backend.close()
         checks += [
             _descendant_check(reaper),
