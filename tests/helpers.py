@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dshtools import (
+    TOOL_ERROR,
     AbortController,
     AbortSignal,
     TimeoutPolicy,
@@ -507,6 +508,58 @@ def cyclic_garbage_of(run: Callable[[int], None], repeat: int = 10) -> tuple[int
         gc.garbage.clear()
         if was_enabled:
             gc.enable()
+
+
+WORKER_ONLY_MODULE = """\
+from dshtools import ToolError
+
+class WorkerOnlyError(Exception):
+    pass
+
+class WorkerOnlyQuotaError(ToolError):
+    pass
+"""
+
+
+def raises_worker_only(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body for a worker: imports the module ``args["module"]`` from the
+    folder ``args["dir"]`` (a folder only the worker puts on its path, as
+    ``runtime_env={"pip": [...]}`` installs a package only there) and raises
+    its ``WorkerOnlyQuotaError`` (``args["coded"]``) or ``WorkerOnlyError``."""
+    import importlib
+
+    if args["dir"] not in sys.path:
+        sys.path.insert(0, args["dir"])
+    module = importlib.import_module(args["module"])
+    if args["coded"]:
+        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
+    raise module.WorkerOnlyError("the index is 3 days old")
+
+
+def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry, directory: str, module: str) -> None:
+    """Write ``WORKER_ONLY_MODULE`` as ``module`` in ``directory`` (checking
+    that this process cannot import it: the scenario is real), call the
+    tool ``worker_only`` (``raises_worker_only`` on a worker) once for each
+    exception, and assert the caller gets each one's class name, message and
+    ``ToolError`` code, not the driver's failure to import the module."""
+    with open(os.path.join(directory, f"{module}.py"), "w", encoding="utf-8") as f:
+        f.write(WORKER_ONLY_MODULE)
+    try:
+        __import__(module)
+    except ImportError:
+        pass
+    else:  # pragma: no cover - the scenario would not be what it claims
+        raise AssertionError(f"{module} is importable here")
+    plain, coded = (
+        registry.execute(call("worker_only", {"dir": directory, "module": module, "coded": c}, call_id=f"wo{i}"))
+        for i, c in enumerate((False, True))
+    )
+    assert plain.code == TOOL_ERROR, plain
+    info = error_of(plain).info
+    assert info is not None and info.name == "WorkerOnlyError"
+    assert error_of(plain).message == "the index is 3 days old"
+    assert coded.code == "QUOTA_EXCEEDED", coded
+    assert error_of(coded).message == "3 of 3 calls used"
 
 
 # ------------------------------------------------------------------ Ray

@@ -29,7 +29,6 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
     TOOL_TIMEOUT,
     WORKER_LOST,
     AbortController,
@@ -37,13 +36,21 @@ from dshtools import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
-    ToolFailure,
     ToolRegistry,
     ToolSuccess,
     execute_batch,
 )
 from dshtools._os.tree import session_alive
-from tests.helpers import OBJECT, blocked_until_released, call, registry_serving, write_line
+from tests.helpers import (
+    OBJECT,
+    assert_worker_only_errors_keep_name_message_and_code,
+    blocked_until_released,
+    call,
+    raises_worker_only,
+    registry_serving,
+    tool,
+    write_line,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -381,32 +388,6 @@ def test_ctrl_c_during_a_process_backed_batch_exits_130_with_nothing_left() -> N
         assert gone(pid) and session_alive(pid) == []
 
 
-_WORKER_ONLY = textwrap.dedent(
-    """
-    from dshtools import ToolError
-
-    class WorkerOnlyError(Exception):
-        pass
-
-    class WorkerOnlyQuotaError(ToolError):
-        pass
-    """
-)
-
-
-def _raises_worker_only(args: Any, run: Any) -> object:
-    """Imports a module from a folder only this worker has on its path,
-    and raises one of its exceptions."""
-    import importlib
-
-    if args["dir"] not in sys.path:
-        sys.path.insert(0, args["dir"])
-    module = importlib.import_module(args["module"])
-    if args["coded"]:
-        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
-    raise module.WorkerOnlyError("the index is 3 days old")
-
-
 @pytest.mark.timeout(60)
 def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name_message_and_code(
     tmp_path: Path,
@@ -415,23 +396,9 @@ def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name
     caller's (a module only the worker imports); the exception does not
     unpickle here and reaches the caller with its class name, message and
     ``ToolError`` code, not as ``ModuleNotFoundError``."""
-    module = "dshtools_n14_process_only"
-    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
-    with pytest.raises(ImportError):
-        __import__(module)  # the scenario is real: not importable here
     with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("worker_only", "raises", OBJECT, _raises_worker_only))
-        plain, coded = (
-            registry.execute(
-                call("worker_only", {"dir": str(tmp_path), "module": module, "coded": coded}, call_id=f"c{i}")
-            )
-            for i, coded in enumerate((False, True))
-        )
-    assert isinstance(plain, ToolFailure) and plain.code == TOOL_ERROR
-    assert plain.error.info is not None and plain.error.info.name == "WorkerOnlyError"
-    assert plain.error.message == "the index is 3 days old"
-    assert isinstance(coded, ToolFailure) and coded.code == "QUOTA_EXCEEDED"
-    assert coded.error.message == "3 of 3 calls used"
+        registry.register(tool("worker_only", raises_worker_only))
+        assert_worker_only_errors_keep_name_message_and_code(registry, str(tmp_path), "dshtools_n14_process_only")
 
 
 def _slow_announced(args: Any, run: Any) -> object:

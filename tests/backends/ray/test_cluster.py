@@ -44,7 +44,15 @@ from dshtools import (  # noqa: E402
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import announce, call, events_handle, start_events, tool  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    announce,
+    assert_worker_only_errors_keep_name_message_and_code,
+    call,
+    events_handle,
+    raises_worker_only,
+    start_events,
+    tool,
+)
 
 EVENTS = "dshtools-test-events"
 
@@ -698,32 +706,6 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
             remove()
 
 
-_WORKER_ONLY = (
-    "from dshtools import ToolError\n"
-    "\n"
-    "class WorkerOnlyError(Exception):\n"
-    "    pass\n"
-    "\n"
-    "class WorkerOnlyQuotaError(ToolError):\n"
-    "    pass\n"
-)
-
-
-def _raises_worker_only(args: Any, _run: ToolRunContext) -> object:
-    """Imports a module from a folder only the Ray workers have on their
-    path (as ``runtime_env={"pip": [...]}`` installs it only there), and
-    raises one of its exceptions."""
-    import importlib
-    import sys as sys_
-
-    if args["dir"] not in sys_.path:
-        sys_.path.insert(0, args["dir"])
-    module = importlib.import_module(args["module"])
-    if args["coded"]:
-        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
-    raise module.WorkerOnlyError("the index is 3 days old")
-
-
 @pytest.mark.timeout(60)
 def test_an_exception_from_a_module_only_the_workers_import_keeps_its_class_name_message_and_code(
     registry: ToolRegistry, tmp_path: Any
@@ -732,25 +714,11 @@ def test_an_exception_from_a_module_only_the_workers_import_keeps_its_class_name
     deserialize it; the caller still gets its class name, message and
     ``ToolError`` code (docs/ray.md), not ``ModuleNotFoundError`` "the tool's
     exception cannot be deserialized here"."""
-    module = "dshtools_n14_ray_only"
-    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
-    with pytest.raises(ImportError):
-        __import__(module)  # the scenario is real: not importable here
-    remove = _register(registry, "worker_only", _raises_worker_only)
+    remove = _register(registry, "worker_only", raises_worker_only)
     try:
-        plain, coded = (
-            registry.execute(
-                call("worker_only", {"dir": str(tmp_path), "module": module, "coded": coded}, call_id=f"n14-{i}")
-            )
-            for i, coded in enumerate((False, True))
-        )
+        assert_worker_only_errors_keep_name_message_and_code(registry, str(tmp_path), "dshtools_n14_ray_only")
     finally:
         remove()
-    assert plain.code == TOOL_ERROR, plain
-    assert _failure(plain).error.info is not None and _failure(plain).error.info.name == "WorkerOnlyError"  # type: ignore[union-attr]
-    assert _failure(plain).error.message == "the index is 3 days old"
-    assert coded.code == "QUOTA_EXCEEDED", coded
-    assert _failure(coded).error.message == "3 of 3 calls used"
 
 
 def _stubborn_with_two_children(args: Any, run: ToolRunContext) -> object:
