@@ -149,6 +149,24 @@ def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegi
     assert [r for _, r in rec.results] == [result]
 
 
+def _aborted_once_reached(
+    registry: ToolRegistry, reached: threading.Event, reason: object = None, then: Callable[[], object] = lambda: None
+) -> Any:
+    """Execute tool ``t`` in a thread; once ``reached`` is set (5 s at
+    most), abort the call's signal with ``reason`` (``None``: the default
+    ``AbortError``), call ``then`` (e.g. release a waiting hook) and return
+    the result, checking that no listener is left on the caller's signal."""
+    controller = AbortController()
+    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
+    reached.wait(5)
+    controller.abort(reason)
+    then()
+    t.join(5)
+    assert box, "execute did not return"
+    assert controller.signal.listener_count == 0  # nothing left on the caller's signal
+    return box[0]
+
+
 @pytest.mark.timeout(10)
 def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registry: ToolRegistry) -> None:
     entered, release = threading.Event(), threading.Event()
@@ -161,13 +179,8 @@ def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registr
 
     registry.add_pre_execute(pre)
     registry.register(tool("t", lambda a, r: body_ran.set()))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    entered.wait(5)
-    controller.abort("stop")
-    release.set()
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED_BEFORE_DISPATCH and box[0].meta["reason"] == "stop"
+    result = _aborted_once_reached(registry, entered, "stop", then=release.set)
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH and result.meta["reason"] == "stop"
     assert not body_ran.is_set()
 
 
@@ -223,13 +236,8 @@ def test_denial_that_settles_after_cancellation_stays_denied(registry: ToolRegis
 
     registry.add_pre_execute(pre)
     registry.register(tool("t", ok_body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    entered.wait(5)
-    controller.abort()
-    release.set()
-    t.join(5)
-    assert box[0].code == DENIED and box[0].content[0]["text"] == "Error: not allowed here"
+    result = _aborted_once_reached(registry, entered, then=release.set)
+    assert result.code == DENIED and result.content[0]["text"] == "Error: not allowed here"
 
 
 @pytest.mark.timeout(10)
@@ -276,62 +284,47 @@ def test_wrapper_short_circuit_overtaken_by_cancellation(registry: ToolRegistry)
     assert [r.code for _, r in rec.results] == [TOOL_ABORTED_BEFORE_DISPATCH]
 
 
-@pytest.mark.timeout(10)
-def test_cancellation_while_body_runs_is_aborted(registry: ToolRegistry) -> None:
+def _aborted_while_the_body_runs(registry: ToolRegistry, then: Callable[[Any], object], reason: object = None) -> Any:
+    """Register tool ``t``, whose body waits on its signal (5 s at most)
+    and then returns ``then(run)``; abort the call once the body runs and
+    return the result."""
     started = threading.Event()
-    seen: list[object] = []
 
     def body(args: Any, run: Any) -> Any:
         started.set()
         run.signal.wait(5)
+        return then(run)
+
+    registry.register(tool("t", body))
+    return _aborted_once_reached(registry, started, reason)
+
+
+@pytest.mark.timeout(10)
+def test_cancellation_while_body_runs_is_aborted(registry: ToolRegistry) -> None:
+    seen: list[object] = []
+
+    def finish_anyway(run: Any) -> object:
         seen.append(run.signal.reason)
         return "finished anyway"
 
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort("stop")
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED and box[0].content[0]["text"] == "Error: tool call aborted"
-    assert box[0].meta["reason"] == "stop" and seen == ["stop"]
-    assert controller.signal.listener_count == 0
+    result = _aborted_while_the_body_runs(registry, finish_anyway, "stop")
+    assert result.code == TOOL_ABORTED and result.content[0]["text"] == "Error: tool call aborted"
+    assert result.meta["reason"] == "stop" and seen == ["stop"]
+
+
+def _raise_partial_write(run: Any) -> object:
+    raise ToolError("partial write", "EPARTIAL")
 
 
 @pytest.mark.timeout(10)
 def test_tool_error_after_observing_abort_keeps_its_code(registry: ToolRegistry) -> None:
-    started = threading.Event()
-
-    def body(args: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        raise ToolError("partial write", "EPARTIAL")
-
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort()
-    t.join(5)
-    assert box[0].code == "EPARTIAL"
+    assert _aborted_while_the_body_runs(registry, _raise_partial_write).code == "EPARTIAL"
 
 
 @pytest.mark.timeout(10)
 def test_body_raising_abort_error_is_aborted(registry: ToolRegistry) -> None:
-    started = threading.Event()
-
-    def body(args: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        run.signal.throw_if_aborted()
-
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort("halt")
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED and box[0].meta["reason"] == "halt"
+    result = _aborted_while_the_body_runs(registry, lambda run: run.signal.throw_if_aborted(), "halt")
+    assert result.code == TOOL_ABORTED and result.meta["reason"] == "halt"
 
 
 def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegistry) -> None:
