@@ -39,6 +39,8 @@ from ._types.calls import (
     ToolRunContext,
     ToolSuccess,
 )
+from ._types.functions import mark_tool as tool
+from ._types.functions import tools_from_module
 from ._types.hooks import (
     Accept,
     Allow,
@@ -117,6 +119,9 @@ __all__ = [
     "execute_batch",
     "thaw",
     "timeout_of",
+    # typed tools (docs/contract.md#typed-tools)
+    "tool",
+    "tools_from_module",
 ]
 
 __version__ = "0.1.0"
