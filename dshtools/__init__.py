@@ -39,8 +39,7 @@ from ._types.calls import (
     ToolRunContext,
     ToolSuccess,
 )
-from ._types.functions import mark_tool as tool
-from ._types.functions import tools_from_module
+from ._types.functions import tool, tools_from_module
 from ._types.hooks import (
     Accept,
     Allow,

@@ -12,8 +12,8 @@ docstring. Guarantees:
   positional-only parameters, ``async def``, generators, a parameter type
   pydantic cannot express as JSON Schema.
 * The schema is pydantic's JSON Schema (2020-12) of a model with one field
-  per parameter (``extra="forbid"``, so an unknown argument is
-  ``INVALID_ARGS``), without the model's own title. A parameter annotated
+  per parameter, without the model's own title and closed at the top
+  (``additionalProperties: false``: an unknown argument is ``INVALID_ARGS``). A parameter annotated
   ``ToolRunContext`` (any name) receives the call's ``run`` and is not in it.
 * Arguments are checked twice, in this order, before the body is invoked:
   by the registry's compiled schema (jsonschema-rs, bounded for any input:
@@ -46,7 +46,7 @@ __all__ = [
     "TypedArguments",
     "TypedBody",
     "definition_from_function",
-    "mark_tool",
+    "tool",
     "tools_from_module",
 ]
 
@@ -93,9 +93,12 @@ class _Coercer:
     arguments to ``TypedArguments`` (``ValueError`` naming every problem
     otherwise). Runs in the calling thread, in step 1 of the pipeline."""
 
-    __slots__ = ("_defaulted", "_fields", "_validate")
+    __slots__ = ("_defaulted", "_fields", "_validate", "hints")
 
-    def __init__(self, model: Any, defaulted: frozenset[str]) -> None:
+    def __init__(self, model: Any, defaulted: frozenset[str], hints: dict[str, Any]) -> None:
+        # The function's resolved annotations, sent with a pickled body so
+        # the validator can be rebuilt where names do not resolve.
+        self.hints = hints
         self._validate = model.__pydantic_validator__.validate_python
         self._fields = tuple(model.model_fields)
         # Parameters with a default whose strict schema also accepts null: a
@@ -153,17 +156,19 @@ class TypedBody:
             value = self.__wrapped__(**args, **{self._context: run})
         return _jsonable(value)
 
-    def __getstate__(self) -> tuple[Callable[..., object], str | None, bool]:
+    def __getstate__(self) -> tuple[Callable[..., object], str | None, bool, dict[str, Any]]:
         # The validator is rebuilt where the body lands, if it is needed
         # there at all: pydantic's compiled validators are not sent.
-        return self.__wrapped__, self._context, self._strict
+        prepare = self._prepare
+        hints = prepare.hints if isinstance(prepare, (_Coercer, _LazyCoercer)) else {}
+        return self.__wrapped__, self._context, self._strict, hints
 
-    def __setstate__(self, state: tuple[Callable[..., object], str | None, bool]) -> None:
-        fn, context, strict = state
+    def __setstate__(self, state: tuple[Callable[..., object], str | None, bool, dict[str, Any]]) -> None:
+        fn, context, strict, hints = state
         self.__wrapped__ = fn
         self._context = context
         self._strict = strict
-        self._prepare = _LazyCoercer(fn, strict)
+        self._prepare = _LazyCoercer(fn, strict, hints)
 
     def __repr__(self) -> str:
         return f"<typed body {getattr(self.__wrapped__, '__qualname__', self.__wrapped__)!r}>"
@@ -173,16 +178,17 @@ class _LazyCoercer:
     """A worker-side ``prepare``: rebuilt from the function on first use
     (only a direct call with uncoerced arguments needs it)."""
 
-    __slots__ = ("_fn", "_real", "_strict")
+    __slots__ = ("_fn", "_real", "_strict", "hints")
 
-    def __init__(self, fn: Callable[..., object], strict: bool) -> None:
+    def __init__(self, fn: Callable[..., object], strict: bool, hints: dict[str, Any]) -> None:
         self._fn = fn
         self._strict = strict
+        self.hints = hints
         self._real: _Coercer | None = None
 
     def __call__(self, arguments: Any) -> TypedArguments:
         if self._real is None:
-            self._real = _build(self._fn, strict=self._strict, name=None)[1]
+            self._real = _build(self._fn, strict=self._strict, name=None, hints=self.hints)[1]
         return self._real(arguments)
 
 
@@ -210,7 +216,9 @@ def _check_kind(fn: Callable[..., object]) -> None:
         raise _refuse(fn, "it is a generator", "return the whole value (a list, say) instead of yielding parts")
 
 
-def _build(fn: Callable[..., object], *, strict: bool, name: str | None) -> tuple[Any, _Coercer, str | None, Any]:
+def _build(
+    fn: Callable[..., object], *, strict: bool, name: str | None, hints: dict[str, Any] | None = None
+) -> tuple[Any, _Coercer, str | None, Any]:
     """``(model, coercer, context parameter name, docstring)`` for ``fn``."""
     import inspect
     import typing
@@ -221,7 +229,8 @@ def _build(fn: Callable[..., object], *, strict: bool, name: str | None) -> tupl
     _check_kind(fn)
     signature = inspect.signature(fn)
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        if hints is None:
+            hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
         raise _refuse(
             fn,
@@ -275,19 +284,18 @@ def _build(fn: Callable[..., object], *, strict: bool, name: str | None) -> tupl
             defaulted.add(parameter.name)
         if _described_by_annotation(annotation):
             description = None  # Annotated[..., Field(description=...)] wins over the docstring
+        described_by = {} if description is None else {"description": description}
         if isinstance(default, FieldInfo):
-            field = (
-                default
-                if description is None or default.description
-                else pydantic.Field(default, description=description)
-            )
+            field = default if default.description else pydantic.Field(default, **described_by)
         else:
-            field = pydantic.Field(default, description=description)
+            field = pydantic.Field(default, **described_by)
         fields[parameter.name] = (annotation, field)
-    config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    # pydantic's default config: a config here would also apply to the
+    # dataclasses and TypedDicts of the parameters (the schema closes only
+    # the top level, below).
     model_name = f"{name or getattr(fn, '__name__', 'tool')}_arguments"
     try:
-        model = pydantic.create_model(model_name, __config__=config, __module__=fn.__module__, **fields)
+        model = pydantic.create_model(model_name, __module__=fn.__module__, **fields)
         model.model_json_schema()
     except (pydantic.PydanticSchemaGenerationError, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
         raise _refuse(
@@ -297,7 +305,7 @@ def _build(fn: Callable[..., object], *, strict: bool, name: str | None) -> tupl
         ) from None
     except pydantic.PydanticUserError as exc:
         raise _refuse(fn, f"pydantic refused its parameters ({_first_line(exc)})", "see the pydantic message") from None
-    return model, _Coercer(model, frozenset(defaulted)), context, doc
+    return model, _Coercer(model, frozenset(defaulted), hints), context, doc
 
 
 def _first_line(exc: BaseException) -> str:
@@ -343,6 +351,8 @@ def _parameters_schema(model: Any, strict: bool) -> dict[str, Any]:
     schema: dict[str, Any] = model.model_json_schema()
     schema.pop("title", None)
     schema.setdefault("properties", {})
+    # An unknown argument is INVALID_ARGS (the first gate refuses it).
+    schema["additionalProperties"] = False
     if strict:
         schema = strict_schema(schema)
     return schema
@@ -484,11 +494,11 @@ def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:
 
 
 @overload
-def mark_tool(fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+def tool(fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
 
 
 @overload
-def mark_tool(
+def tool(
     *,
     name: str | None = None,
     description: str | None = None,
@@ -500,7 +510,7 @@ def mark_tool(
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
 
 
-def mark_tool(fn: Callable[..., object] | None = None, /, **options: Any) -> Any:
+def tool(fn: Callable[..., object] | None = None, /, **options: Any) -> Any:
     """``@dshtools.tool`` / ``@dshtools.tool(name=..., timeout=...,
     concurrency_safe=..., backend=..., strict=..., output_schema=...)``:
     marks ``fn`` as a tool of its module (for ``tools_from_module`` and the
