@@ -17,7 +17,7 @@ docstring. Guarantees:
   ``ToolRunContext`` (any name) receives the call's ``run`` and is not in it.
 * Arguments are checked twice, in this order, before the body is invoked:
   by the registry's compiled schema (jsonschema-rs, bounded for any input:
-  docs/contract.md#a6-bounded-validation), then by pydantic, which builds
+  docs/contract.md#a6), then by pydantic, which builds
   the typed values. A pydantic error is ``INVALID_ARGS`` with the JSON path
   of each problem; the body never runs for it.
 * The body is called with keyword arguments, on whatever thread or process
