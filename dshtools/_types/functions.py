@@ -28,6 +28,7 @@ docstring. Guarantees:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
@@ -221,7 +222,6 @@ def _build(
 ) -> tuple[Any, _Coercer, str | None, Any]:
     """``(model, coercer, context parameter name, docstring)`` for ``fn``."""
     import inspect
-    import typing
 
     import pydantic
     from pydantic.fields import FieldInfo
@@ -230,7 +230,7 @@ def _build(
     signature = inspect.signature(fn)
     try:
         if hints is None:
-            hints = typing.get_type_hints(fn, include_extras=True)
+            hints = _type_hints(fn)
     except Exception as exc:
         raise _refuse(
             fn,
@@ -306,6 +306,24 @@ def _build(
     except pydantic.PydanticUserError as exc:
         raise _refuse(fn, f"pydantic refused its parameters ({_first_line(exc)})", "see the pydantic message") from None
     return model, _Coercer(model, frozenset(defaulted), hints), context, doc
+
+
+def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:
+    """``fn``'s resolved annotations. A name its module does not define (a
+    type imported or defined in the function that defines ``fn``, under
+    ``from __future__ import annotations``) is looked up in the locals of
+    the nearest caller outside dshtools, as pydantic does for models."""
+    import typing
+
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except NameError:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "dshtools":
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            raise
+        return typing.get_type_hints(fn, localns=dict(frame.f_locals), include_extras=True)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -472,11 +490,10 @@ def definition_from_function(
 
 
 def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:
-    import typing
 
     import pydantic
 
-    hints = typing.get_type_hints(fn, include_extras=True)
+    hints = _type_hints(fn)
     if "return" not in hints:
         raise _refuse(fn, "output_schema=True needs a return annotation", "annotate what the function returns")
     try:

@@ -368,3 +368,20 @@ def test_a_strict_tool_is_marked_strict_and_the_openai_tools_param_says_so() -> 
     assert tools["strict_kinds"]["strict"] is True
     assert "strict" not in tools["google"]
     assert registry.get("strict_kinds") is not None
+
+
+def test_a_type_named_only_in_the_defining_function_resolves_under_postponed_annotations() -> None:
+    # This module has `from __future__ import annotations`: the annotation
+    # is the string "Local", which the module's globals do not define.
+    class Local(pydantic.BaseModel):
+        n: int
+
+    def fn(item: Local) -> int:
+        return item.n
+
+    with ToolRegistry() as registry:
+        registry.tool(fn)
+        definition = registry.get("fn")
+        assert definition is not None
+        assert definition.parameters["properties"]["item"] == {"$ref": "#/$defs/Local"}
+    assert ToolDefinition.from_function(fn).name == "fn"
