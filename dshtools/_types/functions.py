@@ -94,31 +94,31 @@ class _Coercer:
     arguments to ``TypedArguments`` (``ValueError`` naming every problem
     otherwise). Runs in the calling thread, in step 1 of the pipeline."""
 
-    __slots__ = ("_defaulted", "_fields", "_validate", "hints")
+    __slots__ = ("_defaulted", "_invalid", "_validate", "hints")
 
     def __init__(self, model: Any, defaulted: frozenset[str], hints: dict[str, Any]) -> None:
+        from pydantic import ValidationError
+
         # The function's resolved annotations, sent with a pickled body so
         # the validator can be rebuilt where names do not resolve.
         self.hints = hints
         self._validate = model.__pydantic_validator__.validate_python
-        self._fields = tuple(model.model_fields)
+        self._invalid = ValidationError
         # Parameters with a default whose strict schema also accepts null: a
         # null means "use the default" (docs/contract.md#typed-tools).
         self._defaulted = defaulted
 
     def __call__(self, arguments: Any) -> TypedArguments:
-        from pydantic import ValidationError
-
         if self._defaulted:
             arguments = {k: v for k, v in arguments.items() if not (v is None and k in self._defaulted)}
         try:
             model = self._validate(arguments)
-        except ValidationError as exc:
+        except self._invalid as exc:
             raise ValueError(_problems(exc)) from None
         except RecursionError:
             raise ValueError("the value is nested too deeply at $") from None
-        values = model.__dict__
-        return TypedArguments({name: values[name] for name in self._fields})
+        # A model's __dict__ holds exactly its fields (extras are kept apart).
+        return TypedArguments(model.__dict__)
 
 
 def _jsonable(value: object) -> object:
@@ -155,6 +155,8 @@ class TypedBody:
             value = self.__wrapped__(**args)
         else:
             value = self.__wrapped__(**args, **{self._context: run})
+        if type(value) in _JSON_SCALARS:
+            return value
         return _jsonable(value)
 
     def __getstate__(self) -> tuple[Callable[..., object], str | None, bool, dict[str, Any]]:
