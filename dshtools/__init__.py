@@ -39,7 +39,6 @@ from ._types.calls import (
     ToolRunContext,
     ToolSuccess,
 )
-from ._types.functions import tool, tools_from_module
 from ._types.hooks import (
     Accept,
     Allow,
@@ -58,6 +57,7 @@ from ._types.hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._types.marks import tool, tools_from_module
 
 __all__ = [
     "DENIED",

@@ -256,7 +256,7 @@ def _module_tools(module: ModuleType, module_name: str) -> ToolRegistry:
     ``timeout=`` holds (decision 0050). ``UsageError`` when the module
     marks none or one is refused."""
     from .._registry.policies import TimeoutPolicy
-    from .._types.functions import tools_from_module
+    from .._types.marks import tools_from_module
 
     try:
         definitions = tools_from_module(module)

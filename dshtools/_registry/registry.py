@@ -14,10 +14,9 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import attrs
-from typing_extensions import ParamSpec
 
 from .._backends.base import Backend
 from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
