@@ -76,9 +76,9 @@ class _Coercer:
     arguments to ``TypedArguments`` (``ValueError`` naming every problem
     otherwise). Runs in the calling thread, in step 1 of the pipeline."""
 
-    __slots__ = ("_defaulted", "_invalid", "_validate", "hints")
+    __slots__ = ("_defaulted", "_invalid", "_renamed", "_validate", "hints")
 
-    def __init__(self, model: Any, defaulted: frozenset[str], hints: dict[str, Any]) -> None:
+    def __init__(self, model: Any, defaulted: frozenset[str], hints: dict[str, Any], renamed: dict[str, str]) -> None:
         from pydantic import ValidationError
 
         # The function's resolved annotations, sent with a pickled body so
@@ -89,6 +89,8 @@ class _Coercer:
         # Parameters with a default whose strict schema also accepts null: a
         # null means "use the default" (docs/contract.md#typed-tools).
         self._defaulted = defaulted
+        # Field name -> parameter name, for parameters pydantic reserves.
+        self._renamed = renamed
 
     def __call__(self, arguments: Any) -> TypedArguments:
         if self._defaulted:
@@ -100,6 +102,9 @@ class _Coercer:
         except RecursionError:
             raise ValueError("the value is nested too deeply at $") from None
         # A model's __dict__ holds exactly its fields (extras are kept apart).
+        renamed = self._renamed
+        if renamed:
+            return TypedArguments({renamed.get(k, k): v for k, v in model.__dict__.items()})
         return TypedArguments(model.__dict__)
 
 
@@ -206,6 +211,7 @@ def _build(
 ) -> tuple[Any, _Coercer, str | None, Any]:
     """``(model, coercer, context parameter name, docstring)`` for ``fn``."""
     import inspect
+    import typing
 
     import pydantic
     from pydantic.fields import FieldInfo
@@ -226,6 +232,7 @@ def _build(
     fields: dict[str, Any] = {}
     context: str | None = None
     defaulted: set[str] = set()
+    renamed: dict[str, str] = {}
     for parameter in signature.parameters.values():
         kind = parameter.kind
         if kind is parameter.VAR_POSITIONAL:
@@ -256,12 +263,6 @@ def _build(
                 )
             context = parameter.name
             continue
-        if parameter.name.startswith("_"):
-            raise _refuse(
-                fn,
-                f"parameter {parameter.name} starts with an underscore",
-                "name it without the leading underscore (pydantic fields cannot start with one)",
-            )
         default = ... if parameter.default is parameter.empty else parameter.default
         description = described.get(parameter.name)
         if default is not ... and strict:
@@ -273,7 +274,15 @@ def _build(
             field = default if default.description else pydantic.Field(default, **described_by)
         else:
             field = pydantic.Field(default, **described_by)
-        fields[parameter.name] = (annotation, field)
+        key = parameter.name
+        if key.startswith(("_", "model_")) or hasattr(pydantic.BaseModel, key):
+            # A name pydantic reserves for itself (json, copy, model_*, _x):
+            # the field gets another name, the schema and the model's
+            # arguments keep the parameter's (an alias).
+            key = f"field_{len(fields)}_{key.lstrip('_')}"
+            renamed[key] = parameter.name
+            annotation = typing.Annotated[annotation, pydantic.Field(alias=parameter.name)]
+        fields[key] = (annotation, field)
     # pydantic's default config: a config here would also apply to the
     # dataclasses and TypedDicts of the parameters (the schema closes only
     # the top level, below).
@@ -289,7 +298,7 @@ def _build(
         ) from None
     except pydantic.PydanticUserError as exc:
         raise _refuse(fn, f"pydantic refused its parameters ({_first_line(exc)})", "see the pydantic message") from None
-    return model, _Coercer(model, frozenset(defaulted), hints), context, doc
+    return model, _Coercer(model, frozenset(defaulted), hints, renamed), context, doc
 
 
 def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:

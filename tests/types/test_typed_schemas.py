@@ -249,10 +249,6 @@ def two_contexts(a: ToolRunContext, b: ToolRunContext) -> None:
     pass
 
 
-def underscored(_a: int) -> None:
-    pass
-
-
 REFUSALS = [
     (star_args, r"\*items takes any number of positional arguments; give each argument its own named parameter"),
     (star_kwargs, r"\*\*options takes any keyword arguments; give each argument its own named parameter"),
@@ -261,7 +257,6 @@ REFUSALS = [
     (generator, r"it is a generator; return the whole value"),
     (opaque, r"a parameter type cannot be expressed as JSON Schema .*; annotate it with a JSON type"),
     (two_contexts, r"both a and b are annotated ToolRunContext; keep one"),
-    (underscored, r"parameter _a starts with an underscore; name it without"),
 ]
 
 
@@ -385,3 +380,21 @@ def test_a_type_named_only_in_the_defining_function_resolves_under_postponed_ann
         assert definition is not None
         assert definition.parameters["properties"]["item"] == {"$ref": "#/$defs/Local"}
     assert ToolDefinition.from_function(fn).name == "fn"
+
+
+@pytest.mark.filterwarnings("error")
+def test_parameter_names_pydantic_reserves_keep_their_names_in_schema_and_call() -> None:
+    def fn(json: str, model_name: str, copy: int = 1, _hidden: str = "h") -> str:
+        return f"{json} {model_name} {copy} {_hidden}"
+
+    definition = ToolDefinition.from_function(fn)
+    assert list(definition.parameters["properties"]) == ["json", "model_name", "copy", "_hidden"]
+    assert list(definition.parameters["required"]) == ["json", "model_name"]
+    with ToolRegistry() as registry:
+        registry.register(definition)
+        result = registry.execute(
+            dshtools.ToolExecutionInput(
+                "c", "fn", {"json": "j", "model_name": "m", "_hidden": "x"}, dshtools.AbortController().signal
+            )
+        )
+    assert result.value == "j m 1 x"
