@@ -397,4 +397,4 @@ def test_parameter_names_pydantic_reserves_keep_their_names_in_schema_and_call()
                 "c", "fn", {"json": "j", "model_name": "m", "_hidden": "x"}, dshtools.AbortController().signal
             )
         )
-    assert result.value == "j m 1 x"
+    assert isinstance(result, dshtools.ToolSuccess) and result.value == "j m 1 x"
