@@ -385,6 +385,26 @@ def signal_and_collect(
             proc.communicate()
 
 
+def run_cli(
+    folder: str | os.PathLike[str], *args: str, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m dshtools *args`` in ``folder``, with ``folder`` first
+    on ``PYTHONPATH`` (where a test writes its tools module), capturing its
+    output as text; ``timeout`` seconds bound a hang. Keywords go to
+    ``subprocess.run``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "dshtools", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
+        timeout=timeout,
+        **kw,
+    )
+
+
 def run_python(code: str, timeout: float = 50) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (deprecation warnings off: a
     fork in a threaded process warns) and assert it exits 0, showing its

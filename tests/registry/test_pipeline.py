@@ -150,14 +150,18 @@ def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegi
 
 
 def _aborted_once_reached(
-    registry: ToolRegistry, reached: threading.Event, reason: object = None, then: Callable[[], object] = lambda: None
+    registry: ToolRegistry,
+    reached: threading.Event,
+    reason: object = None,
+    then: Callable[[], object] = lambda: None,
+    name: str = "t",
 ) -> Any:
-    """Execute tool ``t`` in a thread; once ``reached`` is set (5 s at
+    """Execute tool ``name`` in a thread; once ``reached`` is set (5 s at
     most), abort the call's signal with ``reason`` (``None``: the default
     ``AbortError``), call ``then`` (e.g. release a waiting hook) and return
     the result, checking that no listener is left on the caller's signal."""
     controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
+    t, box = run_in_thread(lambda: registry.execute(call(name, signal=controller.signal)))
     reached.wait(5)
     controller.abort(reason)
     then()
@@ -823,13 +827,8 @@ def test_abort_reaches_nested_body_through_the_parent_signal(registry: ToolRegis
 
     registry.register(tool("inner", inner))
     registry.register(tool("outer", outer))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("outer", signal=controller.signal)))
-    inner_started.wait(5)
-    controller.abort()
-    t.join(5)
-    assert results["inner"].code == TOOL_ABORTED and box[0].code == TOOL_ABORTED
-    assert controller.signal.listener_count == 0
+    result = _aborted_once_reached(registry, inner_started, name="outer")
+    assert results["inner"].code == TOOL_ABORTED and result.code == TOOL_ABORTED
 
 
 # -------------------------------------------------------------- lifecycle
