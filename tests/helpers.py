@@ -1,22 +1,29 @@
-"""What several test folders share, defined once.
+"""What several test modules share, defined once.
 
 * Building: ``OBJECT`` (the empty object schema), ``tool`` (one tool
   definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
-  defaults most tests want.
+  defaults most tests want; ``swapping_signal`` (an around-dispatch hook
+  that hands the dispatch another signal); ``registry_serving`` (a
+  registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it).
-* Waiting without sleeping: ``run_in_thread``, ``wait_until``,
-  ``blocked_in_wait``, ``tool_threads``, ``AbortLater``; for child
-  processes ``wait_for_descendant``, ``alive``, ``signal_and_collect``,
-  ``run_python``; for worker bodies ``write_line`` (to a FIFO the test
-  reads).
-* Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``.
+* Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
+* Child processes: ``wait_for_descendant``, ``alive``,
+  ``signal_and_collect``, ``run_cli``, ``run_python`` and
+  ``fork_while_held`` (a script that forks while a lock is held).
+* Worker bodies (imported by reference in a worker process): ``write_line``
+  (to a FIFO the test reads), ``blocked_until_released``,
+  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
+* Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``,
+  ``assert_worker_only_errors_keep_name_message_and_code``.
 * Ray: ``Events`` (a named actor the remote bodies report to),
-  ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported only when
-  one of these runs: it is an optional extra.
+  ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported
+  only when one of these runs: it is an optional extra.
 
-Fixtures live in the ``conftest.py`` of the folder that uses them.
+Fixtures live in the ``conftest.py`` of the folder that uses them; see
+docs/decisions/0054-tests-one-helpers-module.md.
 """
 
 from __future__ import annotations
