@@ -37,6 +37,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from .._signal import AbortSignal
 from .._types.calls import ToolRunContext
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "BodyReport",
     "Dispatch",
     "Error",
+    "ListeningBackend",
     "NotInvoked",
     "Value",
     "WorkerLost",
@@ -152,4 +154,37 @@ class Backend(Protocol):
         """Stop accepting work, wait for (or stop) what runs, release the
         workers. Idempotent. The registry calls it when the last registry
         using this backend closes."""
+        ...
+
+
+@runtime_checkable
+class ListeningBackend(Backend, Protocol):
+    """An optional capability of a ``Backend``: its withdrawal can listen on
+    the dispatch signal from the moment the registry derives that signal,
+    instead of being added by ``submit`` (one lock round trip instead of
+    two). The registry finds it by this protocol, once per backend, and
+    then, per call:
+
+    1. ``withdrawal = backend.make_withdrawal()`` (no arguments; called in
+       the thread blocked in ``execute``);
+    2. derives the dispatch signal with ``withdrawal`` as a listener: it is
+       called with the signal, on the aborting thread, when the signal
+       aborts, possibly before step 3 (it must then do nothing; ``submit``
+       sees the abort itself);
+    3. ``backend.submit_listening(body, args, run, withdrawal)`` instead of
+       ``submit``: the same contract, except that it adds no listener of
+       its own for the withdrawal.
+
+    ``ThreadBackend`` has it (docs/backends.md)."""
+
+    @property
+    def make_withdrawal(self) -> Callable[[], Callable[[AbortSignal], object]]:
+        """Makes one fresh withdrawal listener per call."""
+        ...
+
+    def submit_listening(
+        self, body: Body, args: object, run: ToolRunContext, withdrawal: Callable[[AbortSignal], object]
+    ) -> Dispatch:
+        """``submit``, with ``withdrawal`` (from ``make_withdrawal``) already
+        listening on ``run.signal``."""
         ...

@@ -52,17 +52,13 @@ from collections.abc import Iterable
 import attrs
 
 from .._backends.thread import on_worker
+from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .pipeline import begin, check_open, complete, dispatch, run_marked
 from .registry import ToolRegistry
 from .run import Run
 
 __all__ = ["execute_batch"]
-
-# Slice for the calling thread's waits so that KeyboardInterrupt is seen
-# promptly on every platform (B19).
-_WAIT_SLICE = 0.25
 
 
 def _check_max_parallel(value: object) -> int:
@@ -134,7 +130,7 @@ class _Batch:
         # (docs/contract.md §3 step 2): no pre-execute runs after the batch aborted.
         # The slot is recorded only once begin returned: a call whose
         # begin was interrupted counts as never begun and is settled again.
-        slot.run = run = begin(self.registry, slot.call, allow_closed=True)
+        slot.run = run = self.registry._begin(slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
             # A KeyboardInterrupt inside pre-execute/approval: the registry
@@ -156,7 +152,7 @@ class _Batch:
                     return
                 slot.started = True
             try:
-                dispatch(run)
+                self.registry._dispatch(run)
             except BaseException as exc:
                 if run.interrupt is not exc:  # a fault of the pipeline itself
                     slot.error = exc
@@ -176,7 +172,9 @@ class _Batch:
         self.in_flight += 1
         slot.submitted = True
         try:
-            run_marked(self.registry, work)
+            # On the registry's thread pool, the worker marked as a registry
+            # worker (a dispatch there runs thread-backend bodies inline).
+            self.registry._threads.run_marked(work)
         except Exception:
             # The executor is shut down (close() during the batch) or refused
             # the work (docs/contract.md §8 A5): nothing was queued.
@@ -190,7 +188,7 @@ class _Batch:
         run = slot.run
         assert run is not None
         try:
-            dispatch(run)
+            self.registry._dispatch(run)
         except BaseException as exc:
             if run.interrupt is not exc:
                 raise
@@ -209,7 +207,7 @@ class _Batch:
         while self.window and self.window[0].done:
             slot = self.window[0]
             assert slot.run is not None
-            self.results[slot.index] = complete(slot.run, waited=True)
+            self.results[slot.index] = self.registry._complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
                 # Recorded (not raised) by complete; complete is
@@ -223,7 +221,7 @@ class _Batch:
         aborted; account for what happened."""
         while True:
             try:
-                slot = self.events.get(timeout=_WAIT_SLICE)
+                slot = self.events.get(timeout=INTERRUPT_SLICE)
                 break
             except queue.Empty:
                 continue
@@ -290,7 +288,7 @@ class _Batch:
                     continue
             while not slot.finished.is_set():
                 try:
-                    slot.finished.wait(_WAIT_SLICE)
+                    slot.finished.wait(INTERRUPT_SLICE)
                 except KeyboardInterrupt as exc:
                     self.on_interrupt(exc)
             slot.done = True
@@ -375,5 +373,5 @@ def execute_batch(
     for call in items:
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
-    check_open(registry)
+    registry._check_open()
     return _Batch(registry, items, signal, limit).run_all()

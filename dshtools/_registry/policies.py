@@ -46,8 +46,10 @@ class TimeoutPolicy:
     the shared timer thread. When its own timer fired it returns a
     ``ToolFailure`` with code ``TOOL_TIMEOUT``, info name
     ``ToolTimeoutError``, text ``Error: tool call timed out after <ms>ms``
-    and ``meta["reason"]`` the ``TimeoutReason`` — whatever the body
-    returned or raised. Source: docs/contract.md §4.
+    (``... <ms>ms before it started`` when the body never started, e.g. it
+    was still queued behind a busy pool) and ``meta["reason"]`` the
+    ``TimeoutReason`` — whatever the body returned or raised. Source:
+    docs/contract.md §4.
     """
 
     __slots__ = ()
@@ -76,8 +78,11 @@ class TimeoutPolicy:
             finally:
                 execution.signal = upstream
             if timer_fired(signal):
+                # A call still queued when the deadline fired never ran: its
+                # text says so (docs/contract.md#a16-every-result-says-whether-the-body-ran).
+                started = result is None or result.body_invoked
                 return failure(
-                    f"tool call timed out after {_format_ms(seconds)}ms",
+                    f"tool call timed out after {_format_ms(seconds)}ms" + ("" if started else " before it started"),
                     name="ToolTimeoutError",
                     code=TOOL_TIMEOUT,
                     meta={"reason": signal.reason},

@@ -12,8 +12,13 @@ Guarantees:
   ``AttributeError``).
 * Results are frozen. The registry deep-freezes a result's ``value``,
   ``content`` and contexts before anyone outside the pipeline sees it
-  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not deep-frozen)
-  from construction on.
+  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not
+  deep-frozen) from construction on, empty when nothing is in it, never
+  ``None``; ``body_invoked`` says whether the registry invoked the body
+  (docs/contract.md#a16-every-result-says-whether-the-body-ran).
+* A body's exception becomes ``Error: <str(exc)>``, except that an empty
+  text gives the class name and a ``KeyError`` is prefixed with it
+  (docs/contract.md#a17-model-text-of-exceptions).
 * Every code constant of docs/contract.md §2 is defined here, once.
 * ``ToolDefinition`` is frozen and checked at construction: a bad name,
   schema, callable or ``timeout`` raises ``TypeError``/``ValueError`` there,
@@ -40,6 +45,7 @@ from .._signal.deadline import timeout_of
 __all__ = [
     "ANY_OBJECT",
     "DENIED",
+    "EMPTY_META",
     "INVALID_ARGS",
     "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
@@ -228,8 +234,15 @@ def to_content(value: str | Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
     return tuple(value)
 
 
-def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object] | None:
-    if value is None or isinstance(value, types.MappingProxyType):
+EMPTY_META: Final[Mapping[str, object]] = FrozenDict()
+"""The ``meta`` of a result with nothing in it (read-only, shared, and
+picklable, as a result without meta always was)."""
+
+
+def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object]:
+    if value is None or value is EMPTY_META:
+        return EMPTY_META
+    if isinstance(value, types.MappingProxyType):
         return value
     if not isinstance(value, Mapping):
         raise TypeError(f"meta must be a mapping or None, not {type(value).__name__}")
@@ -248,14 +261,19 @@ def to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], 
 class ToolSuccess:
     """A successful call: ``value`` (a JSON value, deep-frozen by the
     registry), ``content`` (content blocks for the model; a ``str`` becomes
-    one text block), ``meta`` (read-only mapping or ``None``),
-    ``additional_contexts`` (JSON objects). ``is_error`` is ``False``,
-    ``code`` is ``None``. Source: docs/contract.md §2."""
+    one text block), ``meta`` (a read-only mapping, empty by default; ``None``
+    gives the empty one), ``additional_contexts`` (JSON objects),
+    ``body_invoked`` (keyword-only: whether the registry invoked the tool's
+    body; every result the registry returns sets it, a result built by hand
+    says ``False`` unless told). ``is_error`` is ``False``, ``code`` is
+    ``None``. Source: docs/contract.md §2,
+    docs/contract.md#a16-every-result-says-whether-the-body-ran."""
 
     value: Any
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
-    meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
+    meta: Mapping[str, object] = attrs.field(default=EMPTY_META, converter=_to_meta)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
+    body_invoked: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def is_error(self) -> Literal[False]:
@@ -270,13 +288,16 @@ class ToolSuccess:
 class ToolFailure:
     """A failed call: ``error`` (``ErrorDetail``), ``content`` (exactly one
     text block ``Error: <message>``, except a post-execute ``Block``),
-    ``meta``, ``additional_contexts``. ``is_error`` is ``True``; ``code`` is
-    ``error.info.code`` or ``None``. Source: docs/contract.md §2."""
+    ``meta`` (a read-only mapping, empty by default), ``additional_contexts``,
+    ``body_invoked`` (keyword-only, as on ``ToolSuccess``). ``is_error`` is
+    ``True``; ``code`` is ``error.info.code`` or ``None``. Source:
+    docs/contract.md §2."""
 
     error: ErrorDetail = attrs.field(validator=attrs.validators.instance_of(ErrorDetail))
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
-    meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
+    meta: Mapping[str, object] = attrs.field(default=EMPTY_META, converter=_to_meta)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
+    body_invoked: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def is_error(self) -> Literal[True]:
@@ -317,6 +338,7 @@ def failure(
     code: str | None,
     meta: Mapping[str, object] | None = None,
     additional_contexts: Iterable[Mapping[str, Any]] = (),
+    body_invoked: bool = False,
 ) -> ToolFailure:
     """A ``ToolFailure`` with the canonical content ``Error: <message>``
     (for policies; docs/contract.md §2)."""
@@ -325,39 +347,53 @@ def failure(
         text_content("Error: " + message),
         meta,
         tuple(additional_contexts),
+        body_invoked=body_invoked,
     )
 
 
-def exception_failure(exc: BaseException) -> ToolFailure:
-    """A raised exception as a failure (docs/contract.md §8 A2): a
-    ``ToolError`` keeps its code (``TOOL_ERROR`` when it has none); an
-    exception carrying a timeout (``timeout_of(exc)``, e.g. the
-    ``AbortError`` of ``run_process(timeout=...)``) gets that reason's code;
-    any other exception ``TOOL_ERROR``. ``info.name`` is the exception's
-    class name; an unprintable message is replaced by a stand-in."""
+def exception_text(exc: BaseException) -> str:
+    """The model text of a raised exception, without ``Error: ``
+    (docs/contract.md#a17-model-text-of-exceptions): ``str(exc)``, except
+    the class name when that is empty and ``<ClassName>: <str(exc)>`` for a
+    ``KeyError`` (whose text is only the key's repr). A ``ToolError``'s
+    message is the tool author's and stays as written; an unprintable
+    message is replaced by a stand-in."""
+    text = safe_str(exc)
     if isinstance(exc, ToolError):
-        return failure(safe_str(exc), name=safe_type_name(exc), code=exc.code or TOOL_ERROR)
+        return text
+    if not text:
+        return safe_type_name(exc)
+    if isinstance(exc, KeyError):
+        return f"{safe_type_name(exc)}: {text}"
+    return text
+
+
+def exception_failure(exc: BaseException, *, body_invoked: bool = False) -> ToolFailure:
+    """A raised exception as a failure (docs/contract.md §8 A2), with the
+    text of ``exception_text``: a ``ToolError`` keeps its code
+    (``TOOL_ERROR`` when it has none); an exception carrying a timeout
+    (``timeout_of(exc)``, e.g. the ``AbortError`` of
+    ``run_process(timeout=...)``) gets that reason's code; any other
+    exception ``TOOL_ERROR``. ``info.name`` is the exception's class name."""
+    text = exception_text(exc)
+    if isinstance(exc, ToolError):
+        return failure(text, name=safe_type_name(exc), code=exc.code or TOOL_ERROR, body_invoked=body_invoked)
     timeout = timeout_of(exc)
-    return failure(safe_str(exc), name=safe_type_name(exc), code=TOOL_ERROR if timeout is None else timeout.code)
+    code = TOOL_ERROR if timeout is None else timeout.code
+    return failure(text, name=safe_type_name(exc), code=code, body_invoked=body_invoked)
 
 
 def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapping[str, Any]] = ()) -> ToolFailure:
     """``ABORTED`` (the body was invoked) or ``ABORTED_BEFORE_DISPATCH``;
-    ``meta["reason"]`` is the abort reason object (B28)."""
-    if invoked:
-        return failure(
-            "tool call aborted",
-            name=AbortError.__name__,
-            code=TOOL_ABORTED,
-            meta={"reason": reason},
-            additional_contexts=additional_contexts,
-        )
+    ``meta["reason"]`` is the abort reason object and ``body_invoked`` is
+    ``invoked``."""
     return failure(
-        "tool call aborted before dispatch",
+        "tool call aborted" if invoked else "tool call aborted before dispatch",
         name=AbortError.__name__,
-        code=TOOL_ABORTED_BEFORE_DISPATCH,
+        code=TOOL_ABORTED if invoked else TOOL_ABORTED_BEFORE_DISPATCH,
         meta={"reason": reason},
         additional_contexts=additional_contexts,
+        body_invoked=invoked,
     )
 
 
@@ -419,18 +455,46 @@ class SignalSlot:
         self.signal = signal
 
 
-@attrs.frozen(eq=False, kw_only=True)
+_set: Final = object.__setattr__
+
+
+@attrs.define(eq=False, kw_only=True, init=False)
 class ToolDispatchExecution(_ViewBase):
     """The view given to around-dispatch wrappers (docs/contract.md §2, §3 step 4).
 
     Like ``ToolExecution`` except ``signal`` is replaceable: a wrapper may
     assign another ``AbortSignal`` (anything else: ``TypeError``) and must
     restore the previous one before returning; ``del view.signal`` raises
-    ``AttributeError``. The registry fuses the caller's signal with
-    whatever signal is here when the innermost ``next()`` dispatches, and
-    restores the caller's signal once the whole waterfall settled."""
+    ``AttributeError``; every other attribute is read-only
+    (``attrs.exceptions.FrozenInstanceError``). The registry fuses the
+    caller's signal with whatever signal is here when the innermost
+    ``next()`` dispatches, and restores the caller's signal once the whole
+    waterfall settled."""
 
     _slot: SignalSlot = attrs.field(alias="slot", repr=False)
+
+    def __init__(
+        self,
+        *,
+        token: ExecutionToken,
+        call_id: str,
+        root_call_id: str,
+        name: str,
+        arguments: Any,
+        agent: str | None,
+        parent: ExecutionToken | None,
+        definition: ToolDefinition | None,
+        slot: SignalSlot,
+    ) -> None:
+        _set(self, "token", token)
+        _set(self, "call_id", call_id)
+        _set(self, "root_call_id", root_call_id)
+        _set(self, "name", name)
+        _set(self, "arguments", arguments)
+        _set(self, "agent", agent)
+        _set(self, "parent", parent)
+        _set(self, "definition", definition)
+        _set(self, "_slot", slot)
 
     @property
     def signal(self) -> AbortSignal:
@@ -442,25 +506,15 @@ class ToolDispatchExecution(_ViewBase):
             raise TypeError(f"signal must be an AbortSignal, not {type(value).__name__}")
         self._slot.signal = value
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if name != "signal":
+            raise attrs.exceptions.FrozenInstanceError()
+        _set(self, name, value)  # the generic setattr honours the property's setter
 
-def _dispatch_setattr(self: ToolDispatchExecution, name: str, value: object) -> None:
-    if name == "signal":
-        _set_dispatch_signal(self, value)  # the property's setter, called directly
-        return
-    raise attrs.exceptions.FrozenInstanceError()
-
-
-def _dispatch_delattr(self: ToolDispatchExecution, name: str) -> None:
-    if name == "signal":
-        raise AttributeError("the dispatch view's signal cannot be deleted; assign another AbortSignal")
-    raise attrs.exceptions.FrozenInstanceError()
-
-
-_set_dispatch_signal: Final[Callable[[ToolDispatchExecution, object], None]] = vars(ToolDispatchExecution)[
-    "signal"
-].fset
-ToolDispatchExecution.__setattr__ = _dispatch_setattr  # type: ignore[method-assign,assignment]
-ToolDispatchExecution.__delattr__ = _dispatch_delattr  # type: ignore[method-assign,assignment]
+    def __delattr__(self, name: str) -> None:
+        if name == "signal":
+            raise AttributeError("the dispatch view's signal cannot be deleted; assign another AbortSignal")
+        raise attrs.exceptions.FrozenInstanceError()
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -43,7 +43,6 @@ from dshtools import (
     ToolRegistry,
 )
 from dshtools._backends import thread as _thread_backend
-from dshtools._registry import pipeline as _pipeline
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
 from tests.registry_support import Recorder, blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
@@ -76,7 +75,7 @@ def main_parked_in(function: str) -> bool:
         return False
     frame = sys._current_frames().get(MAIN.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _pipeline.__file__):
+        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _run.__file__):
             return True
         frame = frame.f_back
     return False
@@ -813,7 +812,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
             go.wait(5)
         return make_context(*args)
 
-    monkeypatch.setattr(_pipeline, "trusted_run_context", held_context)
+    monkeypatch.setattr(_run, "trusted_run_context", held_context)
     close_returned = threading.Event()
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
