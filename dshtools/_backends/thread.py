@@ -52,7 +52,7 @@ import weakref
 from _thread import get_ident
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from .._core.construct import twin
 from .._core.interrupts import after_fork_in_child
@@ -465,7 +465,7 @@ class ThreadBackend:
             # Published before the re-check: either the listener finds the
             # hand-off, or this check sees the abort (it is marked before
             # listeners run).
-            cast(WithdrawalSlot, withdrawal).handoff = handoff  # made by make_withdrawal
+            withdrawal.handoff = handoff  # type: ignore[attr-defined]  # a WithdrawalSlot (make_withdrawal)
         stack = _tls.stack
         if stack and (stack[-1] is self or not isinstance(stack[-1], ThreadBackend)):
             # Inline (a nested call from a body, or a batch's dispatch on

@@ -79,7 +79,7 @@ class TimeoutPolicy:
                 execution.signal = upstream
             if timer_fired(signal):
                 # A call still queued when the deadline fired never ran: its
-                # text says so (docs/contract.md#a16-every-result-says-whether-the-body-ran).
+                # text says so (docs/contract.md#a16).
                 started = result is None or result.body_invoked
                 return failure(
                     f"tool call timed out after {_format_ms(seconds)}ms" + ("" if started else " before it started"),

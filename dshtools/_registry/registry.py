@@ -19,7 +19,7 @@ Guarantees:
   rule (``run.classify``) applied once per phase to a result of an explicit
   kind, with the signal in force in that phase.
 * The result says whether the body ran: its ``body_invoked`` is the run's
-  one record of it (docs/contract.md#a16-every-result-says-whether-the-body-ran).
+  one record of it (docs/contract.md#a16).
 
 Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
 calling thread; the body runs where its backend puts it. Hook registration
@@ -554,9 +554,11 @@ class ToolRegistry:
                 run.join_attempts()
         # Step 5: classification against the cancellation in force.
         if kind != FINAL:
-            in_force = run.cancel_signal if run.cancel_signal.aborted else call.signal
-            if in_force.aborted:
-                result, kind = classify(result, kind, in_force, run.body_invoked), FINAL
+            cancel = run.cancel_signal
+            if cancel.aborted:
+                result, kind = classify(result, kind, cancel, run.body_invoked), FINAL
+            elif call.signal.aborted:
+                result, kind = classify(result, kind, call.signal, run.body_invoked), FINAL
         run.result = result
         run.kind = kind
         return run

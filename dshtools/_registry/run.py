@@ -26,7 +26,7 @@ Guarantees of the dispatch (``Run.invoke``, the innermost ``next()``):
   reported then, as a WARNING naming the tool and call id, while the
   caller still waits; one that returns more than 0.1 s after the abort is
   reported when it returns. Either way once per call
-  (docs/contract.md#a21-overruns-everywhere).
+  (docs/contract.md#a21).
 """
 
 from __future__ import annotations
@@ -143,13 +143,11 @@ class _Attempt:
     """The dispatch signal's listener for one attempt (one innermost
     ``next()``): forwards the abort to the backend's withdrawal, if any,
     and arms the overrun watch, a 1 s timer that reports a body still
-    running then. ``done`` is set once the attempt's dispatch settled
-    (``Run._run_body``); the watch is closed then and, if it fires anyway,
-    does nothing. No
-    ``__init__``: one is made per call."""
+    running then. ``run`` is dropped (``None``) once the attempt's dispatch
+    settled (``Run._run_body``); the watch is closed then and, if it fires
+    anyway, does nothing. No ``__init__``: one is made per call."""
 
-    __slots__ = ("done", "run", "watch", "withdrawal")
-    done: bool
+    __slots__ = ("run", "watch", "withdrawal")
     run: Run | None
     watch: AbortSignal | None
     withdrawal: Any
@@ -158,14 +156,14 @@ class _Attempt:
         withdrawal = self.withdrawal
         if withdrawal is not None:
             withdrawal(signal)
-        if not self.done:
+        if self.run is not None:
             watch = AbortSignal.timeout(OVERRUN_WARNING_S)
             watch.add_listener(self._overdue)
             self.watch = watch
 
     def _overdue(self, _signal: AbortSignal) -> None:
         run = self.run  # None once the attempt settled
-        if run is not None and not self.done and run.claim_overrun_log():
+        if run is not None and run.claim_overrun_log():
             _log.warning(
                 "tool %r (call %r) has not returned %.1f s after its dispatch signal aborted; still waiting for it",
                 run.call.name,
@@ -284,7 +282,7 @@ class Run:
         """``result`` with ``meta["killed"]`` and ``meta["overrun_s"]`` (an
         overrun above 0.1 s, also logged as a WARNING unless the 1 s watch
         did), whichever hook built it (docs/contract.md §9,
-        docs/contract.md#a21-overruns-everywhere)."""
+        docs/contract.md#a21)."""
         extra: dict[str, object] = {}
         if self.killed:
             extra["killed"] = True
@@ -323,7 +321,6 @@ class Run:
             listening = isinstance(own, ListeningBackend)
         attempt = _Attempt()
         attempt.run = self
-        attempt.done = False
         attempt.watch = None
         # A listening backend's withdrawal listens on the dispatch signal
         # from its birth (one lock round trip); another backend adds what it
@@ -353,6 +350,7 @@ class Run:
                 # may be gone. The body never runs; nothing was dispatched.
                 result = aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False)
                 self.body_result, self.body_kind = result, FINAL
+                attempt.run = None
                 return result
             if slot is not None:
                 slot.signal = fused
@@ -375,10 +373,8 @@ class Run:
                 if slot is not None:
                     slot.signal = outer
                 # Detaches from the caller's signal; a backend's listeners go
-                # with the closed signal (it can no longer abort). The
-                # listener lets go of the run: no reference cycle through it.
+                # with the closed signal (it can no longer abort).
                 fused.close()
-                attempt.run = None
 
     def _run_body(
         self,
@@ -432,15 +428,16 @@ class Run:
                         interrupt = ki
         finally:
             # The attempt's dispatch settled: the overrun watch, if armed,
-            # stands down (written out here: this runs on every call).
-            attempt.done = True
+            # stands down, and the listener lets go of the run (no reference
+            # cycle through it). Written out here: this runs on every call.
+            attempt.run = None
             watch = attempt.watch
             if watch is not None:
                 watch.close()
         outcome = report.outcome
-        if type(outcome) is Value or type(outcome) is Error:
-            self.body_invoked = True
         if interrupt is not None:
+            if type(outcome) is Value or type(outcome) is Error:
+                self.body_invoked = True
             self.interrupt = interrupt
             self.note_report(report)
             raise interrupt
@@ -449,13 +446,15 @@ class Run:
         result: ToolExecutionResult
         kind: Kind
         if type(outcome) is Value:
+            self.body_invoked = True
             value = outcome.value
             if value is None and definition.output_schema is None and definition.render is None:
-                result = NULL_SUCCESS  # "done, nothing to say": never varies
+                result, kind = NULL_SUCCESS, SUCCESS  # "done, nothing to say": never varies
             else:
                 result = check_success(self.call.name, definition, value, None)
-            kind = SUCCESS if isinstance(result, ToolSuccess) else FINAL
+                kind = SUCCESS if isinstance(result, ToolSuccess) else FINAL
         elif type(outcome) is Error:
+            self.body_invoked = True
             error = outcome.error
             if isinstance(error, WorkerLost):
                 result, kind = failure(safe_str(error), name="WorkerLost", code=WORKER_LOST, body_invoked=True), FINAL

@@ -15,10 +15,10 @@ Guarantees:
   (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not
   deep-frozen) from construction on, empty when nothing is in it, never
   ``None``; ``body_invoked`` says whether the registry invoked the body
-  (docs/contract.md#a16-every-result-says-whether-the-body-ran).
+  (docs/contract.md#a16).
 * A body's exception becomes ``Error: <str(exc)>``, except that an empty
   text gives the class name and a ``KeyError`` is prefixed with it
-  (docs/contract.md#a17-model-text-of-exceptions).
+  (docs/contract.md#a17).
 * Every code constant of docs/contract.md §2 is defined here, once.
 * ``ToolDefinition`` is frozen and checked at construction: a bad name,
   schema, callable or ``timeout`` raises ``TypeError``/``ValueError`` there,
@@ -267,7 +267,7 @@ class ToolSuccess:
     body; every result the registry returns sets it, a result built by hand
     says ``False`` unless told). ``is_error`` is ``False``, ``code`` is
     ``None``. Source: docs/contract.md §2,
-    docs/contract.md#a16-every-result-says-whether-the-body-ran."""
+    docs/contract.md#a16."""
 
     value: Any
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
@@ -353,7 +353,7 @@ def failure(
 
 def exception_text(exc: BaseException) -> str:
     """The model text of a raised exception, without ``Error: ``
-    (docs/contract.md#a17-model-text-of-exceptions): ``str(exc)``, except
+    (docs/contract.md#a17): ``str(exc)``, except
     the class name when that is empty and ``<ClassName>: <str(exc)>`` for a
     ``KeyError`` (whose text is only the key's repr). A ``ToolError``'s
     message is the tool author's and stays as written; an unprintable
