@@ -105,7 +105,7 @@ class BodyReport:
     * ``overrun_s``: seconds between the abort of ``run.signal`` and the
       body's return, when the body was invoked and the signal aborted
       before it returned; else ``None``. The registry reports overruns
-      above 0.1 s (docs/contract.md §8 A8).
+      above 0.1 s (docs/contract.md#a8).
     """
 
     outcome: BodyOutcome

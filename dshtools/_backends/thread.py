@@ -20,17 +20,17 @@ Guarantees:
   recorded on the hand-off and re-read, so a wait can never block on a lock
   that was already consumed.
 * **Caller context.** Every body runs in a copy of the submitting thread's
-  ``contextvars`` context (docs/contract.md §8 A7): it sees the caller's
+  ``contextvars`` context (docs/contract.md#a7): it sees the caller's
   values, and what it sets is seen neither by the caller nor by a later body.
 * **Nested calls do not deadlock.** ``submit`` from a thread that is
   running a body (any thread backend's worker, or a thread that a body
   dispatches from) runs the body inline, at once, in that thread: a full
-  pool of parents waiting for their children cannot deadlock (field case
-  B17). The inline path goes through the same ``start()``.
+  pool of parents waiting for their children cannot deadlock. The inline
+  path goes through the same ``start()``.
 * **Fork.** In a child created by ``os.fork()`` an owned pool is replaced by
   a fresh one on the next call; a supplied executor is refused with a
   ``RuntimeError`` naming the fork (its threads did not survive), so no
-  call waits for a worker that does not exist (docs/contract.md §8 A10).
+  call waits for a worker that does not exist (docs/contract.md#a10).
 
 Atomicity assumptions (all hold with the GIL; each is one bytecode-level
 C operation): the claim is one ``dict.setdefault`` on a fresh dict (the first
@@ -191,7 +191,7 @@ class _Handoff:
         self.aborted_at: float | None = None  # monotonic time of an abort seen while running
         # The executor's Future, when it returned one (anything else, from a
         # misbehaving executor, is ignored: the hand-off alone is joined,
-        # docs/contract.md §8 A5).
+        # docs/contract.md#a5).
         self.future: Future[Any] | None = None
         self.pending: KeyboardInterrupt | None = None  # landed inside submit()
         self.waited = False

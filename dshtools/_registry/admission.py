@@ -41,7 +41,7 @@ class HookReturnError(Exception):
 
 def describe(fn: Callable[..., object] | object) -> str:
     """A hook's name for messages; never runs a foreign ``__repr__`` and never
-    raises (docs/contract.md §8 A4)."""
+    raises (docs/contract.md#a4)."""
     try:
         name = getattr(fn, "__qualname__", None)
     except Exception:

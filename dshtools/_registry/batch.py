@@ -4,7 +4,7 @@ Guarantees:
 
 * Exactly one result per call, returned in model order, and exactly one
   publication per call to the result observers — also for calls that never
-  started because the batch was cancelled (field cases B14, B16).
+  started because the batch was cancelled.
 * Only dispatch overlaps. Pre-execute/approval/guards (``begin``) and
   post-execute/observers (``complete``) run on the calling thread, in model
   order. A run of consecutive calls whose ``execution_mode`` is
@@ -17,17 +17,17 @@ Guarantees:
   started bodies are signalled through their call's fused signal and
   drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
   A ``KeyboardInterrupt`` is re-raised once every result is published.
-* A tool's failure never cancels its siblings (B32).
+* A tool's failure never cancels its siblings.
 * A call whose dispatch settled and that then waits for its model-order
   turn keeps its success if the batch is cancelled during that wait; only
   a cancellation while its own post-execute runs replaces it
-  (docs/contract.md §8 A1, decision 0017, field case N1).
+  (docs/contract.md#a1).
 * A ``KeyboardInterrupt``, or a hook's ``SystemExit``/``GeneratorExit``
-  (§8 A3), stops new dispatch; every call still gets its one published
-  result, then the first of them is re-raised.
+  (docs/contract.md#a3), stops new dispatch; every call still gets its
+  one published result, then the first of them is re-raised.
 * A batch run from inside a tool body (on a registry worker) dispatches
   its calls one after the other on that worker, never queued behind a
-  pool full of parents (B17's kind). A ``close()`` of the registry during
+  pool full of parents. A ``close()`` of the registry during
   the batch settles the calls not yet dispatched as
   ``ABORTED_BEFORE_DISPATCH``: still one published result per call.
 * An internal fault of the scheduler (never a tool or policy fault, which
@@ -35,7 +35,7 @@ Guarantees:
   closes every signal it created, and then raises: no result is invented.
 
 Context: each call's dispatch work runs on a worker in a copy of the
-calling thread's ``contextvars`` context, taken per call (§8 A7).
+calling thread's ``contextvars`` context, taken per call (docs/contract.md#a7).
 
 Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
 interrupt])`` where ``interrupt`` is private to this batch; every such
@@ -111,8 +111,8 @@ class _Batch:
         # Worker -> calling thread: a finished slot, or None as a wake-up
         # when the batch signal aborts.
         self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        # The first KeyboardInterrupt (or hook BaseException, docs/contract.md
-        # §8 A3) to re-raise once every result is published.
+        # The first KeyboardInterrupt (or hook BaseException,
+        # docs/contract.md#a3) to re-raise once every result is published.
         self.interrupted: BaseException | None = None
 
     def cancelled(self) -> bool:
@@ -177,7 +177,7 @@ class _Batch:
             self.registry._threads.run_marked(work)
         except Exception:
             # The executor is shut down (close() during the batch) or refused
-            # the work (docs/contract.md §8 A5): nothing was queued.
+            # the work (docs/contract.md#a5): nothing was queued.
             # Dispatching here reports ABORTED_BEFORE_DISPATCH (closed) or
             # runs the call on this thread.
             self.in_flight -= 1
@@ -248,7 +248,7 @@ class _Batch:
         registry = self.registry
         # A batch run from inside a tool body (a sub-agent's turn) already
         # holds a worker; queueing its calls behind a full pool of parents
-        # would deadlock (B17's kind). It dispatches each call inline on
+        # would deadlock. It dispatches each call inline on
         # this thread instead, one after the other.
         nested = on_worker()
         for index, call in enumerate(self.calls):

@@ -19,7 +19,7 @@ Guarantees:
   signal whether its own timer decided its abort (``Deadline.timed_out``
   asks the same), not which code the reason carries, so
   nested timeout wrappers each report only their own budget and a caller
-  abort that won the race stays a cancellation (field cases B28, B31).
+  abort that won the race stays a cancellation.
 """
 
 from __future__ import annotations

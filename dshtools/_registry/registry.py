@@ -16,8 +16,11 @@ Guarantees:
   ``UNKNOWN_TOOL`` after it), the body's dispatch by the call's ``Run``
   (steps 4-5: ``Run.invoke`` is the innermost ``next()``), post-execute and
   publication in ``_complete`` (steps 6-7). Abort classification is one
-  rule (``run.classify``) applied once per phase to a result of an explicit
-  kind, with the signal in force in that phase.
+  rule (``classify``, with the run) applied once per phase to a result of
+  an explicit kind (``SUCCESS``, ``ABORT``, ``FINAL``), with the signal in
+  force in that phase: the dispatch signal for the body's own time (so
+  wrappers see it), then the dispatch or the caller's signal once the
+  waterfall settled, then the caller's over post-execute.
 * The result says whether the body ran: its ``body_invoked`` is the run's
   one record of it (docs/contract.md#a16).
 
@@ -263,7 +266,7 @@ class ToolRegistry:
         ``TypeError`` for a non-``ToolDefinition``, ``ValueError`` for a name
         already registered or a body its backend cannot run
         (``Backend.validate``), ``RuntimeError`` after ``close()``
-        (docs/contract.md §8 A13)."""
+        (docs/contract.md#a13)."""
         if not isinstance(definition, ToolDefinition):
             raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
         if self._closed:
@@ -554,11 +557,12 @@ class ToolRegistry:
                 run.join_attempts()
         # Step 5: classification against the cancellation in force.
         if kind != FINAL:
-            cancel = run.cancel_signal
-            if cancel.aborted:
-                result, kind = classify(result, kind, cancel, run.body_invoked), FINAL
-            elif call.signal.aborted:
-                result, kind = classify(result, kind, call.signal, run.body_invoked), FINAL
+            # In force: the dispatch signal's abort, else the caller's.
+            in_force = run.cancel_signal
+            if not in_force.aborted:
+                in_force = call.signal
+            if in_force.aborted:
+                result, kind = classify(result, kind, in_force, run.body_invoked), FINAL
         run.result = result
         run.kind = kind
         return run
@@ -575,7 +579,7 @@ class ToolRegistry:
         ``run.interrupt``. ``waited``: the call's dispatch settled before
         and it waited for its model-order turn (a batch); an abort that
         arrived during that wait does not replace its success
-        (docs/contract.md §8 A1)."""
+        (docs/contract.md#a1)."""
         if run.published:
             assert run.result is not None
             return run.result

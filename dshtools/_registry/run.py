@@ -44,7 +44,7 @@ from .._core.construct import twin
 from .._core.errors import AbortError, safe_str
 from .._core.freeze import FrozenDict, freeze_with_height
 from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
-from .._signal import AbortSignal, abort_owned, derive
+from .._signal import AbortSignal, ListenerHandle, abort_owned, derive
 from .._types.calls import (
     WORKER_LOST,
     ExecutionToken,
@@ -149,7 +149,7 @@ class _Attempt:
 
     __slots__ = ("run", "watch", "withdrawal")
     run: Run | None
-    watch: AbortSignal | None
+    watch: tuple[AbortSignal, ListenerHandle] | None
     withdrawal: Any
 
     def __call__(self, signal: AbortSignal) -> None:
@@ -158,8 +158,7 @@ class _Attempt:
             withdrawal(signal)
         if self.run is not None:
             watch = AbortSignal.timeout(OVERRUN_WARNING_S)
-            watch.add_listener(self._overdue)
-            self.watch = watch
+            self.watch = (watch, watch.add_listener(self._overdue))
 
     def _overdue(self, _signal: AbortSignal) -> None:
         run = self.run  # None once the attempt settled
@@ -433,7 +432,11 @@ class Run:
             attempt.run = None
             watch = attempt.watch
             if watch is not None:
-                watch.close()
+                # The watch and its listener's handle refer to each other and
+                # to the attempt: take the listener off, then the timer.
+                attempt.watch = None
+                watch[1].remove()
+                watch[0].close()
         outcome = report.outcome
         if interrupt is not None:
             if type(outcome) is Value or type(outcome) is Error:

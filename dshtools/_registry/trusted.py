@@ -1,4 +1,4 @@
-"""The registry's trusted constructors of frozen objects (docs/decisions/0044).
+"""The registry's trusted constructors of frozen objects.
 
 The registry builds a context, usually a success and, with hooks, the views
 on every call. ``attrs``' generated ``__init__`` of a frozen class runs

@@ -93,8 +93,8 @@ TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
 INVALID_CALL: Final = "INVALID_CALL"
 """The code of a model tool call that cannot be run as written: an empty or
-repeated call id, an unsupported call type, no tool name (docs/contract.md
-§8 A11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
+repeated call id, an unsupported call type, no tool name
+(docs/contract.md#a11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
 
 
 ANY_OBJECT: Final = freeze({"type": "object"})
@@ -111,7 +111,7 @@ class InvalidCall:
     (an empty or repeated call id, an unsupported call type, no tool name).
     The registry answers such a call with an ``INVALID_CALL`` failure whose
     text is ``Error: invalid call: <problem>``, before any hook runs
-    (docs/contract.md §8 A11). ``arguments`` keeps what the model sent, for
+    (docs/contract.md#a11). ``arguments`` keeps what the model sent, for
     display."""
 
     problem: str
@@ -369,7 +369,7 @@ def exception_text(exc: BaseException) -> str:
 
 
 def exception_failure(exc: BaseException, *, body_invoked: bool = False) -> ToolFailure:
-    """A raised exception as a failure (docs/contract.md §8 A2), with the
+    """A raised exception as a failure (docs/contract.md#a2), with the
     text of ``exception_text``: a ``ToolError`` keeps its code
     (``TOOL_ERROR`` when it has none); an exception carrying a timeout
     (``timeout_of(exc)``, e.g. the ``AbortError`` of
@@ -685,7 +685,7 @@ class ToolDefinition:
 def argument_problems(definition: ToolDefinition, arguments: Any, height: int) -> Sequence[str]:
     """What is wrong with the frozen ``arguments`` (nesting depth ``height``)
     against ``definition.parameters``: empty when they are valid
-    (docs/contract.md §3 step 1, §8 A6). Package-internal."""
+    (docs/contract.md §3 step 1, docs/contract.md#a6). Package-internal."""
     return definition._parameters_validator.problems(arguments, height)
 
 

@@ -139,3 +139,53 @@ def test_a21_a_body_that_stops_promptly_is_not_reported(path: str, caplog: pytes
         threading.Event().wait(1.3)  # past the watch's 1 s: it must have stood down
     assert box[0].code == TOOL_ABORTED and "overrun_s" not in box[0].meta
     assert _warnings(caplog, "c1") == []
+
+
+@pytest.mark.timeout(30)
+def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> None:
+    """The dispatch signal's listener arms the 1 s watch when the signal
+    aborts while the body runs; the attempt, its watch and the run are
+    freed by reference counting once the call returned (checked with
+    ``gc.DEBUG_SAVEALL``, which keeps whatever a collection finds
+    unreachable)."""
+    import gc
+
+    started = threading.Event()
+
+    def cooperative(a: Any, run: Any) -> Any:
+        started.set()
+        run.signal.wait(5)
+        return "stopped"
+
+    def one(registry: ToolRegistry, i: int) -> ToolExecutionResult:
+        started.clear()
+        controller = AbortController()
+
+        def abort_once_running() -> None:
+            assert started.wait(5)
+            controller.abort("stop")
+
+        aborter = threading.Thread(target=abort_once_running)
+        aborter.start()
+        result = registry.execute(call("t", call_id=f"c{i}", signal=controller.signal))
+        aborter.join(5)
+        return result
+
+    with ToolRegistry() as registry:
+        registry.register(tool("t", cooperative))
+        assert one(registry, 0).code == TOOL_ABORTED  # warm-up
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            codes = [one(registry, i).code for i in range(1, 11)]
+            found = gc.collect()
+            garbage = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if was_enabled:
+                gc.enable()
+    assert codes == [TOOL_ABORTED] * 10
+    assert found == 0, garbage[:20]
