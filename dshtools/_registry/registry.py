@@ -586,17 +586,17 @@ class ToolRegistry:
         result = run.result
         if result is None:  # pragma: no cover - defensive: a phase was skipped
             result = failure("internal error: the call has no result", name="RuntimeError", code=None)
-        kind = run.kind
         signal = run.call.signal
         # Aborted while waiting for its turn: not this call's own time.
         waited_out = waited and signal.aborted
         try:
             if not run.skip_post and run.hooks.post_execute:
-                posted = self._post_execute(run, run.view, result)
-                if posted is not result:
-                    result, kind = posted, kind_of(posted)
-            if signal.aborted and not waited_out and kind != FINAL:
-                result = classify(result, kind, signal, run.body_invoked)
+                result = self._post_execute(run, run.view, result)
+            if signal.aborted and not waited_out:
+                # The kind of what post-execute passed on, or of its own result.
+                kind = run.kind if result is run.result else kind_of(result)
+                if kind != FINAL:
+                    result = classify(result, kind, signal, run.body_invoked)
             definition = run.definition
             if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
                 result = finalize(definition, run.view, result)

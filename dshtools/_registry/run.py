@@ -6,7 +6,9 @@ pipeline (the caller of ``execute``, or a batch's dispatch thread for steps
 4-5); the body's thread touches it only through ``ToolRunContext``
 (``defer_context``, a nested ``dispatch``) while the pipeline waits for it.
 Fields written by one phase and read by a later one are listed on the
-class; nothing here takes a lock except the registry's ``_idle`` condition.
+class. A call takes no lock of its own on its way through, except the
+registry's ``_idle`` condition when ``close()`` or a wrapper's join waits
+for it; a first nested call and the overrun report take a module lock.
 
 Guarantees of the dispatch (``Run.invoke``, the innermost ``next()``):
 
