@@ -354,3 +354,28 @@ def test_allow_is_still_a_pass_through() -> None:
         unknown = registry.execute(call("nope"))
     assert result.value == "ok" and ran == [1] and result.body_invoked  # type: ignore[union-attr]
     assert unknown.code == UNKNOWN_TOOL and _text(unknown) == 'Error: unknown tool "nope"'
+
+
+def _quick_in_a_worker(args: Any, run: Any) -> object:
+    return "ran in a worker"
+
+
+def _key_error_in_a_worker(args: Any, run: Any) -> object:
+    raise KeyError("k")
+
+
+@pytest.mark.timeout(60)
+def test_a_process_backends_results_carry_body_invoked_and_the_a17_text() -> None:
+    """A16 and A17 hold for a body in another process: the worker's report
+    goes through the same classification."""
+    from dshtools import ProcessBackend
+
+    with ProcessBackend(1, kill_after=0.5) as backend, ToolRegistry(backend=backend) as registry:
+        registry.register(tool("quick", _quick_in_a_worker))
+        registry.register(tool("key", _key_error_in_a_worker))
+        ran = registry.execute(call("quick"))
+        raised = registry.execute(call("key", call_id="c2"))
+        never = registry.execute(call("quick", call_id="c3", signal=AbortSignal.already_aborted("early")))
+    assert ran.value == "ran in a worker" and ran.body_invoked is True and ran.meta == {}  # type: ignore[union-attr]
+    assert _text(raised) == "Error: KeyError: 'k'" and raised.body_invoked is True
+    assert never.code == TOOL_ABORTED_BEFORE_DISPATCH and never.body_invoked is False
