@@ -50,7 +50,7 @@ __all__ = ["DshtoolsPlugin", "plugin"]
 
 _UNDELETABLE = frozenset(
     {
-        "dshtools._types.calls.ToolDispatchExecution.signal",
+        "dshtools._types.tools.ToolDispatchExecution.signal",
     }
 )
 
