@@ -40,11 +40,13 @@ __all__ = [
     "Aliases",
     "InvalidCall",
     "MalformedArguments",
+    "TooDeep",
     "alias_names",
     "as_mapping",
     "check_decoded",
     "field",
     "parse_arguments",
+    "parse_iterative",
     "utf8_safe",
 ]
 
@@ -114,15 +116,15 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
-class _TooDeep(Exception):
-    pass
+class TooDeep(Exception):
+    """Raised by ``parse_iterative`` past its depth limit."""
 
 
-def _parse_iterative(s: str) -> Any:
+def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
     """``json.loads(s)`` without recursion (so the caller's stack depth
     does not matter) and without ``NaN``/``Infinity``. Raises
     ``json.JSONDecodeError`` like ``json.loads`` (same messages and
-    positions) and ``_TooDeep`` past ``MAX_DEPTH`` levels."""
+    positions) and ``TooDeep`` past ``limit`` levels."""
     ws = _WS.match
     n = len(s)
     err = json.JSONDecodeError
@@ -135,8 +137,8 @@ def _parse_iterative(s: str) -> Any:
             raise err("Expecting value", s, idx)
         c = s[idx]
         if c in "{[":
-            if len(stack) >= MAX_DEPTH:
-                raise _TooDeep
+            if len(stack) >= limit:
+                raise TooDeep
             close = "}" if c == "{" else "]"
             idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
             if idx < n and s[idx] == close:
@@ -275,18 +277,18 @@ def parse_arguments(raw: object) -> object:
         if raw.count("[") + raw.count("{") > MAX_DEPTH and _nesting(raw) > MAX_DEPTH:
             # Too deep: never hand it to the C decoder (its limit moves with
             # sys.setrecursionlimit); the iterative parser refuses it.
-            value = _parse_iterative(raw)
+            value = parse_iterative(raw)
         else:
             try:
                 value = json.loads(raw, parse_constant=_reject_constant)
             except RecursionError:  # the caller is already deep in its stack
-                value = _parse_iterative(raw)
+                value = parse_iterative(raw)
         if _SURROGATE_ESCAPE.search(raw) is not None or not _encodable(raw):
             where = _find_lone_surrogate(value)
             if where is not None:
                 return _lone_surrogate(raw, where)
         return value
-    except _TooDeep:
+    except TooDeep:
         return _too_deep(raw if isinstance(raw, str) else _safe_repr(raw))
     except ValueError as exc:  # json.JSONDecodeError, a rejected constant
         return MalformedArguments(raw if isinstance(raw, str) else _safe_repr(raw), str(exc))
