@@ -85,7 +85,7 @@ from mcp.shared.message import SessionMessage
 
 from ._core.errors import safe_str
 from ._core.freeze import thaw
-from ._interop.calls import check_decoded
+from ._interop.calls import check_decoded, provider_text, result_text
 from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
 from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
@@ -249,6 +249,9 @@ def _tool_result(outcome: ToolExecutionResult | BaseException) -> types.CallTool
             content=[types.TextContent(type="text", text=_text({"type": "text", "text": text}))], is_error=True
         )
     content: list[types.ContentBlock] = [types.TextContent(type="text", text=_text(b)) for b in outcome.content]
+    if outcome.is_error and (said := provider_text(outcome)) != result_text(outcome.content):
+        # A failure whose text says nothing (docs/contract.md#a18).
+        content = [types.TextContent(type="text", text=said)]
     return types.CallToolResult(content=content, is_error=outcome.is_error)
 
 

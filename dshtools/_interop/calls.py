@@ -44,6 +44,7 @@ __all__ = [
     "alias_names",
     "as_mapping",
     "check_decoded",
+    "failure_text",
     "field",
     "parse_arguments",
     "parse_iterative",
@@ -636,3 +637,26 @@ def result_text(content: Iterable[Mapping[str, Any]]) -> str:
         except Exception as exc:
             parts.append(f"<unprintable content block: {type(exc).__name__}>")
     return utf8_safe("\n".join(parts))
+
+
+def failure_text(content: Iterable[Mapping[str, Any]], code: str | None) -> str:
+    """``result_text`` of a failure's content, made to say something: when
+    that text is empty, blank or only ``Error:`` (a post-execute
+    ``Block("")``, a ``ToolError("")``), ``Error: the tool call failed with
+    no message`` (naming ``code`` when there is one).
+    Providers reject an error result without text (Anthropic answers HTTP
+    400 and the turn is lost; docs/contract.md#a18). Never raises."""
+    text = result_text(content)
+    if text.strip().removeprefix("Error:").strip():
+        return text
+    if code:
+        return f"Error: the tool call failed ({utf8_safe(code)}) with no message"
+    return "Error: the tool call failed with no message"
+
+
+def provider_text(result: Any) -> str:
+    """The text a provider is sent for ``result`` (a ``ToolExecutionResult``):
+    ``result_text`` of its content, and for a failure ``failure_text``."""
+    if result.is_error:
+        return failure_text(result.content, result.code)
+    return result_text(result.content)

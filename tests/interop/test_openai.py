@@ -87,7 +87,8 @@ def test_tools_param_wraps_every_schema_as_a_function_tool(registry: ToolRegistr
 
 def test_tools_param_is_a_fresh_copy_the_caller_may_edit(registry: ToolRegistry) -> None:
     tools = doa.tools_param(registry)
-    tools[0]["function"]["parameters"]["properties"]["a"]["type"] = "string"
+    parameters: Any = tools[0]["function"].get("parameters")  # the SDK types it as a mapping of objects
+    parameters["properties"]["a"]["type"] = "string"
     assert doa.tools_param(registry)[0]["function"]["parameters"] == ADD_PARAMS
 
 
