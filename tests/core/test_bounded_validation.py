@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 
 import pytest
 
@@ -143,7 +144,7 @@ _CHILD_WIDE = textwrap.dedent(
 )
 
 
-def _run_wide(schema: dict[str, object], items: int, rows: int = 0) -> dict[str, object]:
+def _run_wide(schema: Mapping[str, object], items: int, rows: int = 0) -> dict[str, object]:
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD_WIDE, json.dumps(schema), str(items), str(rows)],
         capture_output=True,
