@@ -47,6 +47,7 @@ __all__ = [
     "failure_text",
     "field",
     "parse_arguments",
+    "nesting_depth",
     "parse_iterative",
     "utf8_safe",
 ]
@@ -213,7 +214,7 @@ def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
 _NESTING_TOKENS = re.compile(r'([\[{])|([\]}])|"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
-def _nesting(s: str) -> int:
+def nesting_depth(s: str) -> int:
     """The deepest nesting of ``s``'s brackets outside JSON strings: exact
     for valid JSON (the only text ``json.loads`` accepts), an estimate for
     anything else. Never recursive."""
@@ -275,7 +276,7 @@ def parse_arguments(raw: object) -> object:
             return MalformedArguments(_safe_repr(raw), f"expected a JSON string, got {type(raw).__name__}")
         if not raw.strip():
             return {}
-        if raw.count("[") + raw.count("{") > MAX_DEPTH and _nesting(raw) > MAX_DEPTH:
+        if raw.count("[") + raw.count("{") > MAX_DEPTH and nesting_depth(raw) > MAX_DEPTH:
             # Too deep: never hand it to the C decoder (its limit moves with
             # sys.setrecursionlimit); the iterative parser refuses it.
             value = parse_iterative(raw)

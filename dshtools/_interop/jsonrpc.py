@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import attrs
 
-from .calls import MAX_DEPTH, TooDeep, parse_iterative
+from .calls import MAX_DEPTH, TooDeep, nesting_depth, parse_iterative
 
 __all__ = [
     "INVALID_PARAMS",
@@ -176,7 +176,9 @@ def _decode(line: bytes) -> object:
     and ``json.JSONDecodeError``) when it is not UTF-8 JSON, ``TooDeep``
     past ``_MESSAGE_DEPTH`` levels. Lone surrogate escapes are kept."""
     text = line.decode("utf-8")
-    if text.count("[") + text.count("{") > _MESSAGE_DEPTH:
+    if text.count("[") + text.count("{") > _MESSAGE_DEPTH and nesting_depth(text) > _MESSAGE_DEPTH:
+        # Never hand deep text to the C decoder, whose limit moves with
+        # sys.setrecursionlimit; the iterative parser refuses it.
         return parse_iterative(text, _MESSAGE_DEPTH)
     try:
         return json.loads(text, parse_constant=_reject_constant)
