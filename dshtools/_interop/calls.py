@@ -46,9 +46,10 @@ __all__ = [
     "check_decoded",
     "failure_text",
     "field",
-    "parse_arguments",
     "nesting_depth",
+    "parse_arguments",
     "parse_iterative",
+    "provider_text",
     "utf8_safe",
 ]
 
