@@ -297,7 +297,8 @@ class _StdioServer:
             call_id=f"mcp:{ctx.request_id if outer is None else outer}",
             name=params.name,
             # Lone surrogates or nesting past 1 000 levels: INVALID_ARGS,
-            # answered by the registry like any bad arguments (A11, A19).
+            # answered by the registry like any bad arguments
+            # (docs/contract.md#a11, docs/contract.md#a19).
             arguments=check_decoded(params.arguments) if params.arguments is not None else {},
             signal=controller.signal,
         )

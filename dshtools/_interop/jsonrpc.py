@@ -1,5 +1,6 @@
-"""Reading JSON-RPC 2.0 lines for the MCP server (docs/contract.md
-§11, §12 A19), before the SDK sees them; package-internal, no SDK import.
+"""Reading JSON-RPC 2.0 lines for the MCP server (docs/contract.md §11,
+docs/contract.md#a19) before the SDK sees them; package-internal, no SDK
+import.
 
 Guarantees:
 
