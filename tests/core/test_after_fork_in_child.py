@@ -9,7 +9,6 @@ import os
 
 import pytest
 
-from dshtools._core import interrupts
 from dshtools._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -37,7 +36,7 @@ def test_fn_runs_in_each_forked_child_before_its_code_and_never_in_the_parent() 
 
 
 def test_without_register_at_fork_nothing_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(interrupts.os, "register_at_fork")
+    monkeypatch.delattr(os, "register_at_fork")
     after_fork_in_child(lambda: None)  # no AttributeError
 
 
