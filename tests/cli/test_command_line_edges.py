@@ -66,6 +66,14 @@ def test_an_option_value_out_of_range_is_a_one_line_usage_error(
     assert err.count("\n") == 1 and message in err, err
 
 
+def test_valid_option_values_are_accepted_and_the_run_goes_on_to_its_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.json"
+    assert main(["replay", str(missing), "--tools", "m:r", "--max-parallel", "3", "--cancel-after", "0.5"]) == 2
+    assert capsys.readouterr().err == f"dshtools: error: transcript not found: {missing}\n"
+
+
 @pytest.mark.timeout(30)
 def test_the_mcp_command_without_the_sdk_names_the_extra_to_install(
     tools_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
