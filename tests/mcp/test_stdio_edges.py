@@ -1,6 +1,7 @@
 """``dshtools.mcp.serve_stdio`` at the edges of its stdio (docs/contract.md
-§11): started without a standard error, stray output of a tool goes to the
-null device and the protocol stream stays clean; blank lines are skipped, a
+§11): started without a standard error and without ``sys.stdout``, stray
+output of a tool goes to the null device and the protocol stream stays
+clean; blank lines are skipped, a
 line that is not JSON-RPC does not stop the server, and end of input
 returns 0. The result
 texts: a non-text block becomes its JSON text, and a call the server could
@@ -39,8 +40,11 @@ registry = ToolRegistry()
 registry.register(ToolDefinition("shout", "Upper-case the text.", {"type": "object"}, _shout))
 """
 
-# fd 2 closed before anything runs: the server has no stderr to point fd 1 at
-LAUNCH = "import os, sys; os.close(2); from dshtools.__main__ import main; sys.exit(main(sys.argv[1:]))"
+# fd 2 closed and no sys.stdout object (as under pythonw) before the server
+# starts: it has no stderr to point fd 1 at and no stream of its own to flush
+LAUNCH = (
+    "import os, sys; os.close(2); sys.stdout = None; from dshtools.__main__ import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def _message(**fields: Any) -> bytes:
@@ -56,7 +60,9 @@ def _reply(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(60)
-def test_without_stderr_the_server_serves_a_clean_stream_and_returns_0_at_end_of_input(tmp_path: Path) -> None:
+def test_without_stderr_or_stdout_object_the_server_serves_a_clean_stream_and_returns_0_at_end_of_input(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "stdio_tools.py").write_text(TOOLS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     proc = subprocess.Popen(
