@@ -57,6 +57,7 @@ from ._types.hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._types.marks import tool, tools_from_module
 
 __all__ = [
     "DENIED",
@@ -117,6 +118,9 @@ __all__ = [
     "execute_batch",
     "thaw",
     "timeout_of",
+    # typed tools (docs/contract.md#typed-tools)
+    "tool",
+    "tools_from_module",
 ]
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Cancellable blocking I/O: capabilities that own termination (docs/contract.md §5).
+"""Cancellable blocking I/O: capabilities that own termination (docs/contract.md#5-cancellable-blocking-io).
 
 A tool body that blocks (sleeps, waits on a future, runs a process, talks
 HTTP, reads a file) hands its ``AbortSignal`` to one of these helpers. Each
@@ -19,12 +19,12 @@ helper, not its caller, owns stopping the work it started. Guarantees:
   helper's own ``timeout`` ran out. ``run_process`` raises its subclass
   ``ProcessAbortError``, which keeps the output written before the stop.
   An already-aborted signal raises before any work starts.
-* **No block outside a cancellation point** (docs/contract.md §8 A14):
+* **No block outside a cancellation point** (docs/contract.md#a14):
   ``read_file`` refuses a FIFO, device or socket at once instead of
   waiting in ``open`` or ``read``; ``http_request`` frames responses as
   RFC 9110/9112 state (interim 1xx skipped, bodiless responses without
   body), so it never waits for a body that is not coming.
-* **No listener leaks (B12).** Every listener a helper adds, directly or
+* **No listener leaks.** Every listener a helper adds, directly or
   through a ``deadline``, is removed on every exit path, including
   exceptions and ``KeyboardInterrupt``; ``signal.listener_count`` is back to
   its value before the call.
@@ -51,6 +51,7 @@ from typing import Final, TypeVar
 import attrs
 
 from ._core.errors import check_seconds
+from ._core.interrupts import INTERRUPT_SLICE
 from ._io.common import StrPath, _abort_error
 from ._io.http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
 from ._io.process import ProcessAbortError, _Supervisor, _Waker
@@ -85,9 +86,6 @@ HTTP_TIMEOUT: Final = "HTTP_TIMEOUT"
 """``TimeoutReason.code`` when ``http_request``'s own ``timeout`` runs out."""
 
 _MiB: Final = 1024 * 1024
-# An untimed wait is sliced so KeyboardInterrupt reaches the waiting thread
-# on every platform (as AbortSignal.wait does).
-_WAIT_SLICE: Final = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -103,7 +101,7 @@ def sleep(seconds: float, signal: AbortSignal) -> None:
     ``signal`` is already aborted, or within about a millisecond of an abort
     from another thread. Adds no listener. Raises ``TypeError`` for a
     non-number, ``ValueError`` for a negative, NaN or infinite duration.
-    Source: docs/contract.md §5.
+    Source: docs/contract.md#5-cancellable-blocking-io.
     """
     sig = _ensure_signal(signal, "signal")
     value = check_seconds(seconds)
@@ -141,7 +139,7 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
     Abort wins a tie with completion. The listener added on ``signal`` is
     removed before returning or raising. A small done-callback (setting a
     private event) stays attached to the future, as ``Future`` has no way to
-    remove one. Source: docs/contract.md §5.
+    remove one. Source: docs/contract.md#5-cancellable-blocking-io.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(future, concurrent.futures.Future):
@@ -153,7 +151,7 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
     future.add_done_callback(lambda _f: woken.set())
     handle = sig.add_listener(lambda _s: woken.set())
     try:
-        while not woken.wait(_WAIT_SLICE):
+        while not woken.wait(INTERRUPT_SLICE):
             pass
     finally:
         handle.remove()
@@ -179,14 +177,15 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
 
     **Only regular files** (symbolic links are followed). A FIFO, character
     or block device or socket could block in ``open`` or in a ``read``
-    beyond every abort (field case N3: a FIFO with no writer), so it is
+    beyond every abort (a FIFO with no writer blocks ``open``), so it is
     refused at once with ``ValueError`` ("... is not a regular file (a
     FIFO)"), without waiting; a directory raises ``IsADirectoryError``. The
     file is opened non-blocking and checked with ``fstat`` on the opened
     descriptor, so a path swapped for a FIFO after the first check cannot
     block either. ``OSError`` (missing file, permissions) propagates. Adds
     no listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size``
-    that is not a positive ``int``. Source: docs/contract.md §5, §8 A14.
+    that is not a positive ``int``. Source: docs/contract.md#5-cancellable-blocking-io,
+    #a14.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -262,7 +261,7 @@ def run_process(
     closed, and ``ProcessAbortError(reason)`` (an ``AbortError``) is raised,
     ``reason`` being the caller's reason or ``TimeoutReason(PROCESS_TIMEOUT,
     timeout)``; its ``stdout``/``stderr`` hold the bytes written before the
-    stop and ``returncode`` the leader's status (field case B47). The grace
+    stop and ``returncode`` the leader's status. The grace
     period is not waited out when the session died on SIGTERM.
 
     **Who is stopped.** The child calls ``setsid()``, so its session id is
@@ -297,7 +296,7 @@ def run_process(
     Raises ``TypeError`` for a string ``argv``, non-bytes ``input`` or a
     non-number ``timeout``/``grace`` (the message names the parameter),
     ``ValueError`` for an empty ``argv``, a negative ``grace`` or a NaN or
-    infinite ``timeout``/``grace``. Source: docs/contract.md §5.
+    infinite ``timeout``/``grace``. Source: docs/contract.md#5-cancellable-blocking-io.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(argv, (str, bytes)):
@@ -341,8 +340,8 @@ class HttpResponse:
     responses that have none: HEAD, 204, 304) and ``trailers``, the fields
     sent after a chunked body (kept apart from ``headers``, as RFC 9110
     §6.5.1 asks; empty when there were none). Any status is a response, not
-    an error (a 500 is returned, not raised). Source: docs/contract.md §5,
-    §8 A14."""
+    an error (a 500 is returned, not raised). Source: docs/contract.md#5-cancellable-blocking-io,
+    #a14."""
 
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
@@ -369,7 +368,7 @@ def http_request(
     ``bytes`` or ``None``. Redirects are not followed; any final status is
     returned.
 
-    **Framing** follows RFC 9110/9112 (docs/contract.md §8 A14; the rules
+    **Framing** follows RFC 9110/9112 (docs/contract.md#a14; the rules
     one by one in docs/decisions/0026-http-message-framing.md): interim
     ``1xx`` responses (``100``, ``102``, ``103 Early Hints``, ...) are skipped
     and the final response returned; HEAD, ``204`` and ``304`` responses
@@ -382,8 +381,8 @@ def http_request(
 
     ``timeout`` (seconds; ``None`` or ``<= 0``: none) bounds the **whole
     request** -- name resolution, connect, sending, headers and body -- not
-    each read (field case B26: a server dripping one byte at a time cannot
-    stretch it). When it runs out, raises ``AbortError`` whose reason is
+    each read (a server dripping one byte at a time cannot stretch it).
+    When it runs out, raises ``AbortError`` whose reason is
     ``TimeoutReason(HTTP_TIMEOUT, timeout)``. When ``signal`` aborts, raises
     ``AbortError(signal.reason)``. In both cases a blocked connect, send or
     read is woken by shutting the socket down from the abort listener (in
@@ -397,7 +396,7 @@ def http_request(
     ``str``, a non-bytes body or a non-number ``timeout`` (the message names
     the parameter); ``ValueError`` for an unsupported URL scheme, a URL
     without host, the ``CONNECT`` method, a header the HTTP grammar does not
-    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md §5.
+    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md#5-cancellable-blocking-io.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:

@@ -112,11 +112,20 @@ def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
     docs/contract.md §8 A12). Raises ``ValueError`` naming the tool when its
     ``parameters`` is not an object schema (providers reject the whole
     request otherwise). The result is a fresh, plain, mutable JSON
-    structure: editing it does not touch the registry."""
-    return [
+    structure: editing it does not touch the registry. A tool defined with
+    ``strict=True`` also has ``"strict": true`` (docs/contract.md#typed-tools)."""
+    tools: list[dict[str, Any]] = [
         {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
         for name, description, parameters in provider_tools(registry)
     ]
+    # A tool defined with strict=True (its parameters follow strict mode's
+    # rules) is marked so: OpenAI then guarantees arguments matching them.
+    get = getattr(registry, "get", None)
+    if get is not None:
+        for tool, schema in zip(tools, registry.schemas(), strict=False):
+            if getattr(get(schema["name"]), "strict", False) is True:
+                tool["function"]["strict"] = True
+    return tools
 
 
 def calls_from_message(

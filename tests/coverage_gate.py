@@ -7,7 +7,7 @@ configured in ``pyproject.toml``) and fails when the total is under
 ``--lf``) still measures and prints the table, but its total says nothing
 about the suite, so the threshold is not applied to it: such a run fails only
 when a test fails. Loaded by ``-p tests.coverage_gate`` in ``setup.cfg``
-(docs/decisions/0050-cov-the-threshold-gates-the-whole-suite.md).
+(docs/decisions/0054-cov-the-threshold-gates-the-whole-suite.md).
 """
 
 from __future__ import annotations

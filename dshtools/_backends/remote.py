@@ -1,31 +1,139 @@
 """The ``run`` services of a body that runs outside the caller's process
-(docs/contract.md §9): a ``ProcessBackend`` worker or a Ray worker.
+(docs/contract.md#9-execution-backends): a ``ProcessBackend`` worker or a Ray worker.
 
 * ``run.signal`` is the signal of ``call_controller``: aborted by the
   caller's abort message; when the caller's dispatch signal had a timer
   (a tool ``timeout``, a caller's ``AbortSignal.timeout``), it also reports
   that budget as ``deadline``/``time_left()``, re-based on this process's
-  clock at receipt (docs/contract.md §8 A9; decision 0047).
+  clock at receipt (docs/contract.md#a9).
 * ``run.defer_context(ctx)`` works: the JSON object is deep-frozen at once
   (a non-object or non-JSON value raises ``TypeError``/``ValueError`` in the
   body, as in a thread) and kept in ``contexts`` for the trip back; after the
   body settled it raises ``RuntimeError``.
 * ``run.dispatch(...)`` raises ``RuntimeError``: nested calls need the
   registry, which lives in the caller's process (the thread backend).
+* An exception a body raised travels with its description
+  (``describe_error``: class name, message, code, timeout reason, the
+  worker's traceback). Where the caller cannot unpickle it (its class
+  comes from a module only the workers can import), ``rebuilt_error``
+  stands in an exception with the same class *name* and message, a
+  ``ToolError`` with the same code or an ``AbortError`` with the same
+  timeout reason when the original was one, so the registry reports and
+  classifies it as it would have the original.
 
 Threads: the body's thread, or threads it joins before returning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.errors import AbortError, TimeoutReason, safe_str
 from .._core.freeze import thaw
 from .._signal import AbortController, AbortSignal, budget_controller
-from .._types.calls import ExecutionToken, ToolExecutionResult, ToolRunContext, frozen_deferred_context
+from .._signal.deadline import timeout_of
+from .._types.calls import (
+    ExecutionToken,
+    ToolError,
+    ToolExecutionResult,
+    ToolRunContext,
+    frozen_deferred_context,
+)
 
-__all__ = ["RemoteRun", "call_controller"]
+__all__ = ["ErrorDetail", "RemoteRun", "RemoteTraceback", "call_controller", "describe_error", "rebuilt_error"]
+
+ErrorDetail = tuple[str, str, bool, "str | None", "tuple[str, float] | None", str]
+"""``(class name, message, is AbortError, ToolError code, (timeout code,
+seconds) or None, formatted traceback)`` of an exception a body raised."""
+
+
+def describe_error(exc: BaseException) -> ErrorDetail:
+    """What is needed to stand in for ``exc`` where it cannot be unpickled
+    (``ErrorDetail``). Never raises: a hostile ``__str__`` or traceback is
+    described, not propagated."""
+    tool_code = exc.code if isinstance(exc, ToolError) else None
+    reason = timeout_of(exc)
+    timeout = None if reason is None else (reason.code, reason.seconds)
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        text = f"{type(exc).__name__}: <traceback unavailable>"
+    return (type(exc).__name__, safe_str(exc), isinstance(exc, AbortError), tool_code, timeout, text)
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process, set as
+    its ``__cause__`` (its text is the formatted traceback)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _RemoteText:
+    """Mixin of stand-ins: ``str()`` is the original's message."""
+
+    _remote_text: str
+
+    def __str__(self) -> str:
+        return self._remote_text
+
+
+_stand_ins: dict[tuple[str, type[BaseException]], type[BaseException]] = {}
+
+
+def _stand_in(detail: ErrorDetail) -> BaseException:
+    """An exception with the remote class name and message."""
+    name, message, is_abort, tool_code, timeout, _tb = detail
+    base: type[BaseException]
+    if tool_code is not None:
+        base = ToolError
+    elif is_abort or timeout is not None:
+        base = AbortError
+    else:
+        base = Exception
+    cls = _stand_ins.get((name, base))
+    if cls is None:
+        cls = _stand_ins[(name, base)] = type(str(name), (_RemoteText, base), {"__module__": "dshtools.remote"})
+    if base is ToolError:
+        exc = cls(message, tool_code)
+    elif base is AbortError:
+        exc = cls(TimeoutReason(timeout[0], timeout[1]) if timeout is not None else None)
+    else:
+        exc = cls(message)
+    exc._remote_text = message  # type: ignore[attr-defined]
+    return exc
+
+
+def rebuilt_error(
+    payload: bytes | None,
+    detail: ErrorDetail,
+    load: Callable[[bytes], object],
+    contained: type[BaseException] | tuple[type[BaseException], ...],
+) -> BaseException:
+    """The exception a worker sent: ``load(payload)``, or, when there is no
+    payload or it does not load here (what ``load`` raises of
+    ``contained``: foreign code runs in it), a stand-in built from
+    ``detail``. The worker's traceback (and, for a stand-in, why the
+    original did not load) becomes ``__cause__`` unless the exception has a
+    cause of its own. Runs on the caller's side, in the
+    thread that settles the call."""
+    exc: object = None
+    problem = None
+    if payload is not None:
+        try:
+            exc = load(payload)
+        except contained as bad:
+            problem = bad
+    text = detail[5]
+    if not isinstance(exc, BaseException):
+        exc = _stand_in(detail)
+        if problem is not None:
+            text += f"\n(this is a stand-in: the original cannot be deserialized here: {safe_str(problem)})"
+    if exc.__cause__ is None:
+        exc.__cause__ = RemoteTraceback(text)
+    return exc
 
 
 def call_controller(left: float | None, received: float) -> AbortController:
@@ -36,7 +144,7 @@ def call_controller(left: float | None, received: float) -> AbortController:
     call arrived. With a budget the signal reports ``deadline ==
     received + left``: the clocks of two processes (two machines, on Ray)
     are never compared, only a duration crosses. It never aborts by itself:
-    the caller's timer does, through the abort message (decision 0047)."""
+    the caller's timer does, through the abort message."""
     if left is None:
         return AbortController()
     return budget_controller(received + left)
@@ -83,5 +191,5 @@ class RemoteRun:
     ) -> ToolExecutionResult:
         raise RuntimeError(
             f"run.dispatch() is not available in a tool running on {self._where}: "
-            "nested calls need the thread backend (docs/contract.md §9)"
+            "nested calls need the thread backend (docs/contract.md#9-execution-backends)"
         )

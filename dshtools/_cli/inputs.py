@@ -26,6 +26,7 @@ import importlib
 import json
 import os
 import sys
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from .. import anthropic as danthropic
@@ -203,7 +204,8 @@ def _to_inputs(
 def load_registry(spec: str) -> ToolRegistry:
     """Resolve ``MODULE:ATTRIBUTE`` (the attribute may be dotted) to a
     ``ToolRegistry``: the attribute itself, or the result of calling it with
-    no arguments. The current directory is importable (as with ``python
+    no arguments; or ``MODULE`` to a new registry of the module's
+    ``@dshtools.tool`` functions (``_module_tools``). The current directory is importable (as with ``python
     -m``). Raises ``UsageError`` for a malformed spec, a module that cannot
     be imported (or raises while importing), a missing attribute, a factory
     that raises, anything that is not a ``ToolRegistry``, or a registry
@@ -211,8 +213,8 @@ def load_registry(spec: str) -> ToolRegistry:
     module_name, sep, attr_path = spec.partition(":")
     if _looks_like_a_path(module_name):
         raise UsageError(_module_form_hint(spec, module_name, attr_path))
-    if not sep or not module_name or not attr_path:
-        raise UsageError(f"--tools must look like MODULE:ATTRIBUTE, got {spec!r}")
+    if not module_name or (sep and not attr_path):
+        raise UsageError(f"--tools must look like MODULE:ATTRIBUTE or MODULE, got {spec!r}")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -225,6 +227,8 @@ def load_registry(spec: str) -> ToolRegistry:
         raise UsageError(
             f"--tools: importing {module_name!r} failed: {type(exc).__name__}: {exc} (--traceback shows where)"
         ) from exc
+    if not sep:
+        return _module_tools(module, module_name)
     target: object = module
     for part in attr_path.split("."):
         try:
@@ -244,6 +248,34 @@ def load_registry(spec: str) -> ToolRegistry:
             return _open(made, f"{spec}()")
         raise UsageError(f"--tools: {spec}() returned {type(made).__name__}, not a ToolRegistry")
     raise UsageError(f"--tools: {spec} is {type(target).__name__}, not a ToolRegistry or a factory returning one")
+
+
+def _module_tools(module: ModuleType, module_name: str) -> ToolRegistry:
+    """``--tools MODULE``: a new registry holding the module's
+    ``@dshtools.tool`` functions, with a ``TimeoutPolicy`` so their
+    ``timeout=`` holds (docs/decisions/0052-typed-tools-from-a-module.md). ``UsageError`` when the module
+    marks none or one is refused."""
+    from .._registry.policies import TimeoutPolicy
+    from .._types.marks import tools_from_module
+
+    try:
+        definitions = tools_from_module(module)
+    except TypeError as exc:
+        raise UsageError(f"--tools: {exc}") from exc
+    if not definitions:
+        raise UsageError(
+            f"--tools: module {module_name!r} has no @dshtools.tool functions "
+            "(name a registry instead: --tools MODULE:ATTRIBUTE)"
+        )
+    registry = ToolRegistry()
+    registry.add_around_dispatch(TimeoutPolicy())
+    try:
+        for definition in definitions:
+            registry.register(definition)
+    except Exception as exc:
+        registry.close()
+        raise UsageError(f"--tools: {exc}") from exc
+    return registry
 
 
 def _open(registry: ToolRegistry, what: str) -> ToolRegistry:

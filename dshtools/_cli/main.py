@@ -42,7 +42,8 @@ Command line::
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
-one (``MODULE`` is imported with the current directory on ``sys.path``;
+one, or (``--tools MODULE``) a module whose ``@dshtools.tool`` functions
+become a new registry's tools (``MODULE`` is imported with the current directory on ``sys.path``;
 ``ATTRIBUTE`` may be dotted; a closed registry is a usage error). ``-``
 as the transcript reads it from standard input. The table (stdout; stderr under ``--json``,
 where stdout carries the ``role: "tool"`` messages as one JSON list) has
@@ -84,7 +85,7 @@ from importlib import resources
 from typing import NoReturn
 
 from .. import __version__
-from .._os.descendants import _descendant_check, _subreaper
+from .._os.descendants import _descendant_check, _left_behind_check, _subreaper
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry, around_dispatch_hooks, registered
 from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
@@ -203,12 +204,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 running == 0,
             )
         )
-        checks.append(
-            (
-                f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})",
-                not left,
-            )
-        )
+        checks.append(_left_behind_check(left))
         backend.close()
         checks += [
             _descendant_check(reaper),
@@ -376,8 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one: a module name, not a file path "
-        "(the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
+        "functions become the tools: a module name, not a file path (the current directory is importable)",
     )
     replay.add_argument(
         "--format",
@@ -404,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
+        "functions become the tools (the current directory is importable)",
     )
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
     mcp.add_argument(

@@ -8,7 +8,8 @@ Guarantees:
   in transcript order, on the calling (main) thread, with one caller-owned
   ``AbortController`` for the whole run; ``cancel_after`` arms
   ``AbortSignal.timeout`` whose listener (on the shared timer thread)
-  aborts it mid-turn.
+  aborts it mid-turn, and the run's signal reports that timer's deadline,
+  so every body sees the budget (``run.signal.deadline``, ``time_left()``).
 * Exactly one row per call, built after every batch ran, from the results
   the collector saw published: a Ctrl-C between or during batches cannot
   lose one. Batches after an interruption still run with the controller
@@ -37,7 +38,7 @@ from .. import anthropic as danthropic
 from .. import openai as dopenai
 from .._registry.batch import execute_batch
 from .._registry.registry import ToolRegistry
-from .._signal import AbortController, AbortSignal
+from .._signal import AbortController, AbortSignal, budget_controller
 from .._types.calls import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
@@ -327,7 +328,11 @@ def _run_batches(
     meter: _Meter,
 ) -> _Replay:
     """Run every batch through ``execute_batch`` on this (the main) thread."""
-    controller = AbortController()
+    # With --cancel-after the run's signal reports the timer's deadline as
+    # its budget, so bodies see it (run.signal.deadline, time_left()); the
+    # timer, not the controller, aborts it.
+    timer = None if cancel_after is None else AbortSignal.timeout(cancel_after)
+    controller = AbortController() if timer is None else budget_controller(timer.deadline or time.monotonic())
     inputs = _to_inputs(batches, controller.signal, source, registry)
     collector = _Collector()
     cancelled_at: list[float] = []
@@ -337,8 +342,7 @@ def _run_batches(
     with ExitStack() as stack:
         stack.callback(registry.add_around_dispatch(meter))
         stack.callback(registry.add_result_observer(collector))
-        if cancel_after is not None:
-            timer = AbortSignal.timeout(cancel_after)
+        if timer is not None:
             stack.callback(timer.close)
 
             def cancel(_signal: AbortSignal) -> None:

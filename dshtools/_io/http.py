@@ -1,5 +1,5 @@
-"""The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md
-§5, §8 A14): case-insensitive response headers, the socket guard an abort
+"""The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md#5-cancellable-blocking-io,
+#a14): case-insensitive response headers, the socket guard an abort
 listener shuts down, opening the (TLS) connection through that guard, and
 the request/response exchange, framed by ``h11``'s HTTP/1.1 state machine
 while this module owns the socket (so cancellation stays a socket
@@ -170,7 +170,7 @@ class HttpProtocolError(http.client.HTTPException):
     response, or no response at all. A subclass of
     ``http.client.HTTPException``, so code catching that still catches it.
     Raised by ``dshtools.io.http_request`` only when its signal is not
-    aborted (an abort always wins). Source: docs/contract.md §8 A14."""
+    aborted (an abort always wins). Source: docs/contract.md#a14."""
 
 
 # An interim or final response head larger than this is refused (as

@@ -1,4 +1,4 @@
-"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md §5):
+"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md#5-cancellable-blocking-io):
 the abort self-pipe and the ``select`` loop that feeds the child, drains
 its pipes, terminates its session and reaps it. Who is in the session and
 how a member is signalled safely is ``dshtools._io.session``.
@@ -53,8 +53,7 @@ class ProcessAbortError(AbortError):
     caller's abort, or its own ``timeout``). An ``AbortError``: ``reason``
     is the signal's reason (a ``TimeoutReason`` with code
     ``PROCESS_TIMEOUT`` for the timeout, so ``timeout_of`` finds it), and it
-    keeps the evidence the stop would otherwise throw away (field case
-    B47):
+    keeps the evidence the stop would otherwise throw away:
 
     * ``stdout``, ``stderr``: ``bytes`` every member of the child's session
       wrote to the pipes before it died (read until the pipes were drained);
@@ -64,7 +63,7 @@ class ProcessAbortError(AbortError):
       already aborted and no process was started (both outputs are then
       empty).
 
-    Source: docs/contract.md §8 A14."""
+    Source: docs/contract.md#a14."""
 
     stdout: bytes
     stderr: bytes
@@ -197,6 +196,7 @@ class _Supervisor:
                     time.sleep(_GROUP_POLL_MAX)
             self.sel.close()
             if self.pidfd is not None:
+                self.session.pidfd = None
                 os.close(self.pidfd)
             for f in (proc.stdin, proc.stdout, proc.stderr):
                 if f is not None:
@@ -227,6 +227,7 @@ class _Supervisor:
             except OSError:
                 self.pidfd = None
             if self.pidfd is not None:
+                self.session.pidfd = self.pidfd
                 sel.register(self.pidfd, selectors.EVENT_READ)
 
         # No lost wake-up: abort() sets signal.aborted *before* the listener
@@ -237,10 +238,14 @@ class _Supervisor:
         # No stranger killed: the session id (= group id) is the leader's
         # pid, which the kernel does not hand out again while any process
         # still has it as its pid, group id or session id (zombies
-        # included). Signals go out only while the loop has just seen a
-        # member (or the unreaped leader); the one window left for killpg
-        # (the last member dies and the pid is reused between that scan and
-        # a killpg a few microseconds later) needs a full pid wrap-around.
+        # included). The group is signalled through the leader's pidfd
+        # (_procfs.killpg_pinned), which names the group the leader made,
+        # not its number, even after the leader was reaped. Where the kernel
+        # cannot do that (before Linux 6.9) signals go out only while the
+        # loop has just seen a member (or the unreaped leader); the window
+        # left (the last member dies and the pid is reused, by a process
+        # that makes itself a group leader, between that scan and a killpg
+        # a few microseconds later) needs a full pid wrap-around.
         # Each member found by the scan is re-checked right before it is
         # signalled (see _kill_member).
         session = self.session

@@ -1,6 +1,7 @@
 """The child's POSIX session, as ``dshtools.io.run_process`` sees it
-(docs/contract.md §5): who is in it (read from ``/proc``), whether anyone in it is
-still alive, and how to signal its members without hitting a stranger.
+(docs/contract.md#5-cancellable-blocking-io): who is in it (read from
+``/proc``), whether anyone in it is still alive, and how to signal its
+members without hitting a stranger.
 
 Guarantees:
 
@@ -11,7 +12,10 @@ Guarantees:
 * **No stranger signalled.** A member is signalled only if its session id,
   re-read right before, is still the one asked for; with ``pidfd_open``
   the process is pinned before that re-read (``_kill_member`` writes the
-  interleaving down). Errors of a member that died meanwhile are ignored.
+  interleaving down). The group is signalled through the leader's pidfd
+  while the supervisor holds one (``_procfs.killpg_pinned``), so it is the
+  group the leader made even after the leader was reaped. Errors of a
+  member that died meanwhile are ignored.
 * **Any thread, no state.** Nothing here holds a lock or caches a pid;
   ``run_process`` calls it from its own thread, ``dshtools._cli.demo`` uses
   ``_group_alive`` for its quiescence check.
@@ -26,22 +30,10 @@ import os
 from .._os import procfs as _procfs
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    _procfs.killpg(pgid, sig)
-
-
 def _session_members(sid: int) -> list[int] | None:
     """Pids of the live (not zombie) processes whose session id is ``sid``;
-    ``None`` when ``/proc`` cannot be scanned (not Linux).
-
-    Zombies are excluded because they are dead: an orphaned grandchild's
-    zombie waits for PID 1 to reap it, which in some containers never
-    happens, and must not make us wait forever.
-    """
-    procs = _procfs.try_scan()
-    if procs is None:
-        return None
-    return [p.pid for p in procs.values() if p.sid == sid and p.alive]
+    ``None`` when ``/proc`` cannot be scanned (``_procfs.session_members``)."""
+    return _procfs.session_members(sid)
 
 
 def _kill_member(pid: int, sid: int, sig: int) -> None:
@@ -88,10 +80,13 @@ class _Session:
     process group is covered.
     """
 
-    __slots__ = ("sid",)
+    __slots__ = ("pidfd", "sid")
 
     def __init__(self, sid: int) -> None:
         self.sid = sid
+        # A pidfd of the leader while the supervisor holds one: the group is
+        # then signalled through it (``_procfs.killpg_pinned``).
+        self.pidfd: int | None = None
 
     def members(self) -> list[int] | None:
         """Live members (see ``_session_members``); ``None``: unknown."""
@@ -104,6 +99,6 @@ class _Session:
     def send(self, sig: int, members: list[int] | None) -> None:
         """Signal the group and each of ``members`` (re-checked, see
         ``_kill_member``)."""
-        _killpg(self.sid, sig)
+        _procfs.killpg_pinned(self.pidfd, self.sid, sig)
         for pid in members or ():
             _kill_member(pid, self.sid, sig)

@@ -1,4 +1,4 @@
-"""The process half of the command line's quiescence check (docs/contract.md §6):
+"""The process half of the command line's quiescence check (docs/contract.md#6-interop-and-command-line):
 every live descendant of this process, and the Linux child subreaper that
 keeps orphaned grandchildren among them.
 
@@ -24,18 +24,6 @@ from typing import Any
 from . import procfs as _procfs
 
 
-def _proc_parents() -> dict[int, list[_procfs.ProcStat]] | None:
-    """parent pid -> its children's stat lines, for every process in
-    ``/proc``, or ``None`` where ``/proc`` cannot be read."""
-    procs = _procfs.try_scan()
-    if procs is None:
-        return None
-    parents: dict[int, list[_procfs.ProcStat]] = {}
-    for info in procs.values():
-        parents.setdefault(info.ppid, []).append(info)
-    return parents
-
-
 def live_descendants() -> tuple[list[int], str]:
     """PIDs of every live (non-zombie) descendant of this process - children,
     their children, and so on - and how they were found: ``"psutil"`` when
@@ -59,20 +47,10 @@ def live_descendants() -> tuple[list[int], str]:
             except psutil.NoSuchProcess:
                 pass
         return sorted(alive), "psutil"
-    parents = _proc_parents()
-    if parents is None:
+    procs = _procfs.try_scan()
+    if procs is None:
         return [], "none"
-    found: list[int] = []
-    seen = {os.getpid()}
-    todo = [os.getpid()]
-    while todo:
-        for info in parents.get(todo.pop(), ()):
-            if info.pid in seen:
-                continue
-            seen.add(info.pid)
-            todo.append(info.pid)  # a zombie has no children, but walk it anyway
-            if info.alive:
-                found.append(info.pid)
+    found = [p.pid for p in _procfs.descendants(procs, os.getpid()) if p.alive]
     return sorted(found), "/proc"
 
 
@@ -121,7 +99,7 @@ class _subreaper:
     exit. ``active`` says whether it took effect (``False`` off Linux or
     when ``prctl`` is unavailable).
 
-    **Adopted processes are reaped as they exit** (docs/contract.md §8 A13),
+    **Adopted processes are reaped as they exit** (docs/contract.md#a13),
     by a thread this class starts and joins, every _REAP_EVERY seconds: an
     adopted process that exits would otherwise stay a zombie of this
     process until it ends. Only processes that were certainly *adopted*
@@ -248,3 +226,12 @@ def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
     if alive:
         return (f"no live descendant process ({scope}; alive: {', '.join(map(str, alive))})", False)
     return (f"no live descendant process ({scope})", True)
+
+
+def _left_behind_check(left: list[int] | None) -> tuple[str, bool]:
+    """The quiescence line for the processes ``ProcessBackend`` workers
+    started, given ``ProcessBackend.left_behind()``: ``None`` (``/proc``
+    unreadable) is NOT CHECKED, never a pass that looked at nothing."""
+    if left is None:
+        return ("no process a worker started is alive: NOT CHECKED (/proc cannot be read)", True)
+    return (f"no process a worker started is alive (alive: {', '.join(map(str, left)) or 'none'})", not left)

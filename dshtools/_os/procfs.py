@@ -1,5 +1,6 @@
 """Processes as ``/proc`` shows them (Linux), and signals that reach only
-the process that was read (docs/contract.md §5 and §9: what a forced stop
+the process that was read (docs/contract.md#5-cancellable-blocking-io and
+#9-execution-backends: what a forced stop
 kills, and that it never signals a stranger).
 
 One reader for every caller: ``run_process``'s session
@@ -21,10 +22,17 @@ Guarantees:
   window of microseconds remains between the read and ``kill``, in which
   the process would have to die, be reaped and its pid be handed on.
   A process that is gone, or not ours to signal, is ignored.
+* ``descendants(procs, root)`` is the one walk of the parent tree.
+* A process group is signalled by number (``killpg``) only where its id
+  cannot be handed on meanwhile (this process's own group, or one led by
+  an unreaped child); any other group only through a pidfd of its leader
+  (``killpg_same``, ``killpg_pinned``), which on Linux 6.9+ names the group
+  the leader made, never a later group that reuses its number.
 
 Without ``/proc`` (not Linux), ``HAVE_PROC`` is false, ``stat`` returns
-``None``, ``try_scan`` ``None`` and ``scan`` an empty dict. Any thread; holds no lock, keeps no
-state.
+``None``, ``try_scan`` and ``session_members`` ``None`` and ``scan`` an
+empty dict. Any thread; holds no lock; keeps no state but one flag (the
+kernel refused the pidfd group signal once: the fallback is used after).
 """
 
 from __future__ import annotations
@@ -34,11 +42,31 @@ import signal as _os_signal
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-__all__ = ["HAVE_PROC", "ProcStat", "killpg", "scan", "signal_if", "signal_same", "stat", "try_scan"]
+__all__ = [
+    "HAVE_PROC",
+    "ProcStat",
+    "descendants",
+    "killpg",
+    "killpg_pinned",
+    "killpg_same",
+    "scan",
+    "session_members",
+    "signal_if",
+    "signal_same",
+    "stat",
+    "try_scan",
+]
 
 HAVE_PROC: Final = os.path.isdir("/proc/self")
 
 _CAN_PIN: Final = hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal")
+
+_PIDFD_SIGNAL_PROCESS_GROUP: Final = 4
+"""``pidfd_send_signal`` flag (Linux 6.9+): signal the process group of the
+pidfd's process, the group as the kernel knows it through that process's
+``struct pid``, so a group id handed on to another process is never hit."""
+
+_group_flag_refused = False  # the kernel said EINVAL to the flag once: use killpg
 
 
 class ProcStat(NamedTuple):
@@ -113,6 +141,39 @@ def scan() -> dict[int, ProcStat]:
     return try_scan() or {}
 
 
+def descendants(procs: dict[int, ProcStat], root: int) -> list[ProcStat]:
+    """Every process below ``root`` in the parent tree of ``procs`` (one
+    ``try_scan``): children, their children, and so on, zombies included
+    (filter on ``alive``); never ``root`` itself. A process whose parent
+    exited was re-parented and is no longer found here. The one descendants
+    walk of the package: the forced stops of both remote backends and the
+    command line's quiescence check use it."""
+    children: dict[int, list[ProcStat]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p)
+    found: list[ProcStat] = []
+    seen = {root}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child.pid not in seen:
+                seen.add(child.pid)
+                found.append(child)
+                todo.append(child.pid)
+    return found
+
+
+def session_members(sid: int) -> list[int] | None:
+    """Pids of the live (non-zombie) processes of session ``sid``; ``None``
+    when ``/proc`` cannot be read ("unknown", never "nobody"). A zombie is
+    dead: an orphan's zombie that init never reaps (some containers) must
+    not count as a member forever."""
+    procs = try_scan()
+    if procs is None:
+        return None
+    return [p.pid for p in procs.values() if p.sid == sid and p.alive]
+
+
 def signal_if(pid: int, sig: int, same: Callable[[ProcStat], bool]) -> None:
     """Send ``sig`` to ``pid`` only if ``same`` accepts its stat line, read
     after the process was pinned (module docstring)."""
@@ -146,8 +207,62 @@ def signal_same(pid: int, start: int, sig: int) -> None:
 
 
 def killpg(pgid: int, sig: int) -> None:
-    """``os.killpg``, ignoring a group that is gone or not ours."""
+    """``os.killpg``, ignoring a group that is gone or not ours. Safe only
+    for a group whose id cannot be handed on meanwhile: this process's own
+    (``0``), or one led by an unreaped child of this process; every other
+    group goes through ``killpg_same`` or ``killpg_pinned``."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def killpg_pinned(pidfd: int | None, pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid`` through ``pidfd``, a pidfd of
+    the process that made the group (its leader, reaped or not).
+
+    Where the kernel has ``PIDFD_SIGNAL_PROCESS_GROUP`` (Linux 6.9+) the
+    signal reaches exactly the members of the group that leader made, even
+    after the leader was reaped and its pid reused: the pidfd keeps the
+    kernel's identity of the group, not its number. Elsewhere (or with
+    ``pidfd`` ``None``) it is ``os.killpg(pgid)``: a group id is not handed
+    out again while any process still has it as its pid, group or session
+    id, so the window left is the last member dying, its pid being reused
+    and the new process making itself a group leader, all between the
+    caller's last look and this call. A group that is gone, or not ours,
+    is ignored."""
+    global _group_flag_refused
+    if pidfd is not None and _CAN_PIN and not _group_flag_refused:
+        try:
+            _os_signal.pidfd_send_signal(pidfd, sig, None, _PIDFD_SIGNAL_PROCESS_GROUP)
+            return
+        except (ProcessLookupError, PermissionError):
+            return
+        except OSError:
+            _group_flag_refused = True  # EINVAL: a kernel before 6.9
+    killpg(pgid, sig)
+
+
+def killpg_same(pgid: int, start: int, sig: int) -> None:
+    """Send ``sig`` to the process group ``pgid`` only while its leader is
+    still the process that started at ``start`` (clock ticks since boot)
+    and still leads it: the leader is pinned with ``pidfd_open`` before its
+    stat line is read, and the group is signalled through that pidfd
+    (``killpg_pinned``). A leader that is gone (or unreadable) means no
+    signal: its members are the caller's to find one by one."""
+    pidfd = -1
+    if _CAN_PIN:
+        try:
+            pidfd = os.pidfd_open(pgid)
+        except ProcessLookupError:
+            return
+        except OSError:
+            pidfd = -1
+    try:
+        info = stat(pgid)
+        if info is None or info.start != start or info.pgrp != pgid:
+            return
+        killpg_pinned(pidfd if pidfd >= 0 else None, pgid, sig)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)

@@ -1,5 +1,5 @@
 """What a forced stop of a ``ProcessBackend`` worker kills, and how it is
-confirmed (docs/contract.md §9, "What a forced stop kills").
+confirmed (docs/contract.md#9-execution-backends, "What a forced stop kills").
 
 A worker runs in its own session (it is the session and process group
 leader). ``dshtools.io.run_process`` puts each child in a session of its
@@ -11,7 +11,8 @@ own, so a worker's descendants may live in several sessions. ``stop_tree``:
 2. SIGKILLs the worker's process group and every recorded process (pinned
    with ``pidfd_open`` and re-checked by start time, so a reused pid is
    never signalled), and the process group of every recorded session whose
-   leader is still the recorded process;
+   leader is still the recorded process (through the leader's pidfd:
+   ``procfs.killpg_same``);
 3. re-scans until no live (non-zombie) process remains in the worker's
    session, in a recorded session whose leader is still the recorded
    process, or among the recorded processes, SIGKILLing whatever it finds;
@@ -41,10 +42,8 @@ import time
 from typing import Final
 
 from . import procfs as _procfs
-from .procfs import ProcStat as ProcInfo
-from .procfs import scan
 
-__all__ = ["ProcInfo", "left_behind", "scan", "session_alive", "stop_tree"]
+__all__ = ["left_behind", "session_alive", "stop_tree"]
 
 _log = logging.getLogger("dshtools.process")
 
@@ -54,17 +53,21 @@ _SLOW_WARNING: Final = 5.0
 
 
 def session_alive(sid: int) -> list[int]:
-    """Pids of the live (non-zombie) members of session ``sid``."""
-    return sorted(p.pid for p in scan().values() if p.sid == sid and p.alive)
+    """Pids of the live (non-zombie) members of session ``sid`` (none when
+    ``/proc`` cannot be read)."""
+    return sorted(_procfs.session_members(sid) or ())
 
 
-def left_behind(workers_started: list[int], workers_alive: list[int]) -> list[int]:
+def left_behind(workers_started: list[int], workers_alive: list[int]) -> list[int] | None:
     """Live processes that ProcessBackend workers started and left: the
     descendants of the live workers, and every live member of a session a
     worker led (a worker's session outlives it only through such members),
-    the live workers themselves excepted."""
-    procs = scan()
-    found = {p.pid for root in workers_alive for p in _descendants(procs, root) if p.alive}
+    the live workers themselves excepted. ``None`` when ``/proc`` cannot be
+    read (not Linux, or no file descriptor left): unknown, never "none"."""
+    procs = _procfs.try_scan()
+    if procs is None:
+        return None
+    found = {p.pid for root in workers_alive for p in _procfs.descendants(procs, root) if p.alive}
     sids = set(workers_started)
     found |= {p.pid for p in procs.values() if p.sid in sids and p.alive}
     return sorted(found - set(workers_alive))
@@ -76,33 +79,13 @@ def _kill_same(pid: int, start: int) -> None:
     _procfs.signal_same(pid, start, _os_signal.SIGKILL)
 
 
-def _killpg(pgid: int) -> None:
-    _procfs.killpg(pgid, _os_signal.SIGKILL)
-
-
-def _descendants(procs: dict[int, ProcInfo], root: int) -> list[ProcInfo]:
-    children: dict[int, list[ProcInfo]] = {}
-    for p in procs.values():
-        children.setdefault(p.ppid, []).append(p)
-    found: list[ProcInfo] = []
-    todo = [root]
-    seen = {root}
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child.pid not in seen:
-                seen.add(child.pid)
-                found.append(child)
-                todo.append(child.pid)
-    return found
-
-
 def stop_tree(leader: int) -> int:
     """Kill ``leader`` (an unreaped child of this process that leads its own
     session) and everything it started, and return once none of it is
     alive; see the module docstring. The caller reaps ``leader`` afterwards.
     Returns how many processes other than ``leader`` were found."""
     if not _procfs.HAVE_PROC:
-        _killpg(leader)
+        _procfs.killpg(leader, _os_signal.SIGKILL)
         try:
             os.kill(leader, _os_signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -119,14 +102,14 @@ def stop_tree(leader: int) -> int:
         )
         procs = {}
     recorded: dict[int, int] = {}  # pid -> start time
-    for p in _descendants(procs, leader):
+    for p in _procfs.descendants(procs, leader):
         recorded[p.pid] = p.start
     for p in procs.values():
         if p.sid == leader and p.pid != leader:
             recorded[p.pid] = p.start
     # Sessions led by a recorded process (run_process children): leader pid.
     sessions = {pid for pid in recorded if procs[pid].sid == pid}
-    _killpg(leader)
+    _procfs.killpg(leader, _os_signal.SIGKILL)
     try:
         os.kill(leader, _os_signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -134,9 +117,7 @@ def stop_tree(leader: int) -> int:
     for pid, start in recorded.items():
         _kill_same(pid, start)
     for sid in sessions:
-        info = _procfs.stat(sid)
-        if info is not None and info.start == recorded[sid]:
-            _killpg(sid)
+        _procfs.killpg_same(sid, recorded[sid], _os_signal.SIGKILL)
     delay = _POLL_MIN
     began = time.monotonic()
     warned = False

@@ -221,6 +221,8 @@ class Pipeline:
                     skip_post=True,
                 )
                 return run
+        if definition is not None and definition.prepare_arguments is not None and not _prepared(run, definition):
+            return run
         # Step 2: pre-aborted.
         if call.signal.aborted:
             run.settle(aborted(call.signal.reason, invoked=False), skip_post=True)
@@ -466,11 +468,12 @@ class Pipeline:
                 if not submitted:
                     submitted = True
                     try:
+                        args = run.arguments if definition.prepare_arguments is None else run.body_arguments
                         if withdrawal is None:
-                            dispatch = backend.submit(definition.execute, run.arguments, ctx)
+                            dispatch = backend.submit(definition.execute, args, ctx)
                         else:
                             assert isinstance(backend, ThreadBackend)
-                            dispatch = backend.submit_listening(definition.execute, run.arguments, ctx, withdrawal)
+                            dispatch = backend.submit_listening(definition.execute, args, ctx, withdrawal)
                     except Exception as exc:
                         # The backend refused: the body was not and will not
                         # be started.
@@ -614,6 +617,24 @@ class Pipeline:
         is not one of its in-flight bodies)."""
         if self._closed and not on_worker_of(self):
             raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
+
+
+def _prepared(run: Run, definition: ToolDefinition) -> bool:
+    """Step 1's last part: the definition's ``prepare_arguments`` turns the
+    validated arguments into the body's (``run.body_arguments``); a
+    ``ValueError`` (or any fault of it) settles the call ``INVALID_ARGS``,
+    the body not invoked. ``False`` when the call is settled."""
+    prepare = definition.prepare_arguments
+    assert prepare is not None
+    try:
+        run.body_arguments = prepare(run.arguments)
+    except Exception as exc:
+        run.settle(
+            failure("invalid arguments: " + safe_str(exc), name="InvalidArgumentsError", code=INVALID_ARGS),
+            skip_post=True,
+        )
+        return False
+    return True
 
 
 def on_worker_of(registry: Pipeline) -> bool:

@@ -14,14 +14,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 
 from .._backends.base import Backend
 from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
 from .._core.freeze import freeze_with_height
-from .._types.calls import ToolExecutionInput
+from .._types.calls import BackendLike, ToolExecutionInput
 from .._types.hooks import (
     Accept,
     Allow,
@@ -40,6 +40,8 @@ from .._types.hooks import (
 from .pipeline import _SLICE, Pipeline, on_worker_of
 
 _log = logging.getLogger("dshtools")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = [
     "DEFAULT_MAX_WORKERS",
@@ -193,6 +195,53 @@ class ToolRegistry(Pipeline):
                     self._definitions = defs
 
         return unregister
+
+    @overload
+    def tool(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+
+    @overload
+    def tool(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        concurrency_safe: bool = False,
+        backend: BackendLike | None = None,
+        strict: bool = False,
+        output_schema: bool = False,
+    ) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        concurrency_safe: bool = False,
+        backend: BackendLike | None = None,
+        strict: bool = False,
+        output_schema: bool = False,
+    ) -> Any:
+        """``@registry.tool`` or ``@registry.tool(name=..., ...)``: register
+        ``ToolDefinition.from_function(fn, **options)`` and return ``fn``
+        unchanged (still callable directly). Raises what ``from_function``
+        and ``register`` raise, at decoration (docs/contract.md#typed-tools)."""
+        from .._types.functions import register_function
+
+        options = {
+            "name": name,
+            "description": description,
+            "timeout": timeout,
+            "concurrency_safe": concurrency_safe,
+            "backend": backend,
+            "strict": strict,
+            "output_schema": output_schema,
+        }
+        return register_function(self.register, fn, options)
 
     def get(self, name: str) -> ToolDefinition | None:
         """The definition registered under ``name``, or ``None``."""

@@ -77,6 +77,7 @@ class Run:
         "arguments",
         "attempts",
         "body_abort",
+        "body_arguments",
         "body_invoked",
         "body_success",
         "call",
@@ -108,6 +109,9 @@ class Run:
         self.token = ExecutionToken()
         self.root_call_id = call.root_call_id if call.root_call_id is not None else call.call_id
         self.arguments: Any = None
+        # What the body receives as ``args`` when the definition prepares
+        # its arguments (a typed tool's typed values); else ``arguments``.
+        self.body_arguments: Any = None
         self._view: ToolExecution | None = None
         self.result: ToolExecutionResult | None = None
         self.body_invoked = False

@@ -586,6 +586,18 @@ class ToolDefinition:
       canonical ``Error: ...`` text.
     * ``backend``: where this tool's body runs (docs/backends.md); ``None``
       uses the registry's. ``register()`` asks it to ``validate`` the body.
+    * ``strict``: ``parameters`` follows OpenAI's strict-mode rules (every
+      property required, ``additionalProperties: false``);
+      ``dshtools.openai.tools_param`` then marks the tool ``"strict": true``.
+    * ``prepare_arguments(args) -> body args``: called in the calling thread
+      after ``args`` passed ``parameters`` and before any hook (step 1); its
+      return is what ``execute`` receives as ``args`` (hooks and ``run``
+      keep the frozen JSON arguments). A ``ValueError`` makes the call
+      ``INVALID_ARGS`` with its message, the body not invoked. Typed tools
+      (``from_function``) use it to build their typed values.
+
+    ``ToolDefinition.from_function(fn, ...)`` builds one from a typed
+    function (docs/contract.md#typed-tools).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -604,6 +616,10 @@ class ToolDefinition:
         default=None, kw_only=True, validator=_check_callable("finalize_content", True)
     )
     backend: BackendLike | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
+    strict: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
+    prepare_arguments: Callable[[Any], object] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable("prepare_arguments", True)
+    )
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
 
@@ -622,6 +638,56 @@ class ToolDefinition:
             else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
         )
         object.__setattr__(self, "_output_validator", out)
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., object],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        concurrency_safe: bool = False,
+        backend: BackendLike | None = None,
+        strict: bool = False,
+        output_schema: bool = False,
+        render: Callable[[Any], str | Sequence[ContentBlock]] | None = None,
+        finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = None,
+    ) -> ToolDefinition:
+        """A tool from a typed function (docs/contract.md#typed-tools).
+
+        ``name`` defaults to ``fn.__name__``, ``description`` to the
+        docstring's summary line; ``parameters`` is pydantic's JSON Schema
+        of the signature, with each parameter's description from the
+        docstring (Google, NumPy or reST). A parameter annotated
+        ``ToolRunContext`` receives ``run`` and is not in the schema. The
+        body is called with keyword arguments built by pydantic from the
+        validated arguments (a coercion error is ``INVALID_ARGS``, the body
+        not invoked); a ``str`` it returns is the text content, anything
+        else goes through pydantic's JSON mode. ``concurrency_safe=True``
+        lets a batch overlap every call of the tool; ``strict=True`` makes
+        ``parameters`` OpenAI-strict (a parameter with a default accepts
+        ``null`` for "use the default"); ``output_schema=True`` makes the
+        return annotation the output schema. ``timeout`` (seconds),
+        ``backend``, ``render`` and ``finalize_content`` are as in the
+        constructor. Raises ``TypeError`` for ``*args``, ``**kwargs``,
+        positional-only parameters, ``async def``, generators and types
+        pydantic cannot express, saying what to write instead. Imports
+        pydantic and docstring-parser on first use."""
+        from .functions import definition_from_function
+
+        return definition_from_function(
+            fn,
+            name=name,
+            description=description,
+            timeout=timeout,
+            concurrency_safe=concurrency_safe,
+            backend=backend,
+            strict=strict,
+            output_schema=output_schema,
+            render=render,
+            finalize_content=finalize_content,
+        )
 
     def schema(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}`` as plain, mutable data."""

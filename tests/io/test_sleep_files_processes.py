@@ -589,3 +589,48 @@ def test_http_request_rejects_a_non_str_url_with_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"^timeout must be a number"):
         dio.http_request("GET", "http://127.0.0.1/", sig, timeout="1")  # type: ignore[arg-type]
     assert sig.listener_count == 0
+
+
+_NEVER_READS = [sys.executable, "-c", "import time; time.sleep(30)"]
+
+
+@pytest.mark.timeout(60)
+def test_b50_a_large_input_to_a_child_that_never_reads_cannot_outlast_the_timeout_or_the_abort() -> None:
+    """B50: an 8 MiB ``input`` to a child that never reads its stdin. (a)
+    with ``timeout=0.5, grace=0.5``: ``AbortError`` within 5 s, with its
+    timeout reason; (b) no timeout, the caller aborts at 0.3 s with "user
+    stop": ``AbortError`` within 5 s carrying that reason and no timeout.
+    The write never blocks the caller before the timeout is armed."""
+    data = b"x" * (8 * 2**20)
+    t0 = time.monotonic()
+    with pytest.raises(AbortError) as timed:
+        dio.run_process(_NEVER_READS, AbortController().signal, input=data, timeout=0.5, grace=0.5)
+    assert time.monotonic() - t0 < 5.0
+    reason = timeout_of(timed.value)
+    assert reason is not None and reason.code == dio.PROCESS_TIMEOUT
+
+    c = AbortController()
+    later = AbortLater(c, 0.3, "user stop")
+    t0 = time.monotonic()
+    with pytest.raises(AbortError) as stopped:
+        dio.run_process(_NEVER_READS, c.signal, input=data, grace=0.5)
+    assert time.monotonic() - t0 < 5.0 and later.at is not None
+    assert stopped.value.reason == "user stop"
+    assert timeout_of(stopped.value) is None
+
+
+@pytest.mark.timeout(60)
+def test_b50_a_child_that_writes_a_lot_before_reading_a_large_input_does_not_deadlock() -> None:
+    """B50 (c): a child writes 1 MiB to stdout before it reads a 4 MiB
+    stdin, then prints the byte count: both pipes are served at once, so
+    it completes with the whole 1 MiB followed by ``|4194304``."""
+    code = (
+        "import sys\n"
+        "sys.stdout.buffer.write(b'o' * 2**20)\n"
+        "sys.stdout.buffer.flush()\n"
+        "n = len(sys.stdin.buffer.read())\n"
+        "sys.stdout.buffer.write(b'|%d' % n)\n"
+    )
+    r = dio.run_process([sys.executable, "-c", code], AbortController().signal, input=b"i" * (4 * 2**20))
+    assert r.returncode == 0
+    assert r.stdout == b"o" * 2**20 + b"|4194304"

@@ -151,3 +151,157 @@ def test_the_ray_reaper_never_reads_an_unreadable_process_as_gone(monkeypatch: p
     finally:
         _finish(proc)
     assert _ray_reap.wait_gone([ident], 5.0)
+
+
+_SPAWNS_ONE = (
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
+    "print(child.pid, flush=True)\n"
+    "sys.stdin.read()\n"
+    "child.kill(); child.wait()\n"
+)
+
+
+def test_one_descendants_walk_finds_children_and_grandchildren_as_psutil_does() -> None:
+    # The process backend's forced stop, Ray's reaper and the command
+    # line's check all walk the parent tree with this one function.
+    parent = subprocess.Popen([sys.executable, "-c", _SPAWNS_ONE], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        procs = _procfs.try_scan()
+        assert procs is not None
+        found = {p.pid for p in _procfs.descendants(procs, os.getpid()) if p.alive}
+        assert {parent.pid, grandchild} <= found
+        assert os.getpid() not in found
+        expected = {c.pid for c in psutil.Process().children(recursive=True)}
+        assert {parent.pid, grandchild} <= expected
+        assert {p.pid for p in _procfs.descendants(procs, parent.pid)} == {grandchild}
+        # Ray's reaper records the same processes, with their identities.
+        from dshtools._backends.ray import reap as _ray_reap
+
+        assert {pid for pid, _start, _pgid in _ray_reap.snapshot(parent.pid)} == {grandchild}
+    finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
+        parent.wait(timeout=10)
+
+
+def test_session_members_are_unknown_not_empty_when_proc_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen(_SLEEPER, stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        assert _procfs.session_members(proc.pid) == [proc.pid]
+        monkeypatch.setattr(_procfs, "try_scan", lambda: None)
+        assert _procfs.session_members(proc.pid) is None
+    finally:
+        _finish(proc)
+
+
+def _group_with_member() -> tuple[subprocess.Popen[bytes], int]:
+    """A session leader that started one more process in its group, then
+    waits on its stdin; returns it and the member's pid."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", _SPAWNS_ONE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    return leader, int(leader.stdout.readline())
+
+
+def test_a_group_is_killed_only_while_its_recorded_leader_still_leads_it() -> None:
+    leader, member = _group_with_member()
+    try:
+        start = _procfs.stat(leader.pid).start  # type: ignore[union-attr]
+        _procfs.killpg_same(leader.pid, start + 1, signal.SIGKILL)  # another process's identity
+        assert leader.poll() is None and _procfs.stat(member).alive  # type: ignore[union-attr]
+        _procfs.killpg_same(leader.pid, start, signal.SIGKILL)
+        assert leader.wait(timeout=10) == -signal.SIGKILL
+        fd = os.pidfd_open(member)
+        try:
+            select.select([fd], [], [], 10)  # the member got it too (reaped by init or the subreaper)
+        finally:
+            os.close(fd)
+        info = _procfs.stat(member)
+        assert info is None or not info.alive or info.pgrp != leader.pid
+    finally:
+        _finish(leader)
+    _procfs.killpg_same(leader.pid, start, signal.SIGKILL)  # gone: nothing raised
+
+
+_CAN_SIGNAL_GROUP_BY_PIDFD = False
+if hasattr(os, "pidfd_open"):
+    _probe = subprocess.Popen(_SLEEPER, stdin=subprocess.PIPE, start_new_session=True)
+    _probe_fd = os.pidfd_open(_probe.pid)
+    try:
+        signal.pidfd_send_signal(_probe_fd, 0, None, _procfs._PIDFD_SIGNAL_PROCESS_GROUP)
+        _CAN_SIGNAL_GROUP_BY_PIDFD = True
+    except OSError:
+        pass
+    finally:
+        os.close(_probe_fd)
+        _probe.kill()
+        _probe.wait()
+
+
+@pytest.mark.skipif(not _CAN_SIGNAL_GROUP_BY_PIDFD, reason="needs PIDFD_SIGNAL_PROCESS_GROUP (Linux 6.9+)")
+def test_a_recorded_group_is_signalled_through_its_leaders_pidfd_never_by_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A group id can be handed on once the leader and every member are
+    # gone; a test cannot force a pid to be reused, so it shows what rules
+    # the window out: with the leader pinned, the group is reached through
+    # the leader's pidfd (the kernel's identity of the group), and
+    # ``os.killpg`` by number is never called, even after the leader was
+    # reaped (``run_process`` reaps its child and still signals the rest of
+    # its session).
+    by_number: list[int] = []
+    real_killpg = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        by_number.append(pgid)
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    leader, member = _group_with_member()
+    fd = os.pidfd_open(leader.pid)
+    try:
+        start = _procfs.stat(leader.pid).start  # type: ignore[union-attr]
+        _procfs.killpg_same(leader.pid, start + 1, signal.SIGKILL)
+        assert leader.poll() is None
+        # The leader exits and is reaped; the member lives on in its group.
+        member_fd = os.pidfd_open(member)
+        try:
+            os.kill(leader.pid, signal.SIGKILL)
+            leader.wait(timeout=10)
+            assert _procfs.stat(member).pgrp == leader.pid  # type: ignore[union-attr]
+            _procfs.killpg_pinned(fd, leader.pid, signal.SIGKILL)
+            assert select.select([member_fd], [], [], 10)[0] == [member_fd]
+        finally:
+            os.close(member_fd)
+    finally:
+        os.close(fd)
+        _finish(leader)
+    assert by_number == []
+
+
+def test_left_behind_is_none_not_empty_when_proc_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the command line's quiescence check reads: "unknown" must print
+    # NOT CHECKED, never pass as "nothing left" (issue 21, item 10).
+    from dshtools._backends.process.backend import ProcessBackend
+    from dshtools._os import tree as _process_tree
+    from dshtools._os.descendants import _left_behind_check
+
+    assert _process_tree.left_behind([], []) == []
+    backend = ProcessBackend(max_workers=1)
+    try:
+        assert backend.left_behind() == []
+        monkeypatch.setattr(_procfs, "try_scan", lambda: None)
+        assert _process_tree.left_behind([1], [1]) is None
+        assert backend.left_behind() is None
+    finally:
+        backend.close()
+    line, ok = _left_behind_check(None)
+    assert "NOT CHECKED" in line and ok
+    line, ok = _left_behind_check([4242])
+    assert "4242" in line and not ok
+    line, ok = _left_behind_check([])
+    assert "NOT CHECKED" not in line and ok

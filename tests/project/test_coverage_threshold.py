@@ -1,6 +1,6 @@
 """The coverage threshold of the test command fails a run of the whole suite
 under it, and leaves a run of chosen paths or of a selection alone
-(``tests/coverage_gate.py``; docs/decisions/0050).
+(``tests/coverage_gate.py``; docs/decisions/0054).
 
 Each case runs pytest in a child process on a tiny project of its own: one
 module with two branches, two tests that between them cover one, and a

@@ -141,7 +141,7 @@ def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
     text = (DOCS / "contract.md").read_text(encoding="utf-8")
     sections = {int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)}
     amendments = {int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)}
-    assert sections == set(range(1, 12))
+    assert sections == set(range(1, 13))
     assert amendments == set(range(1, 15))
     cited_sections: set[int] = set()
     cited_amendments: set[int] = set()
@@ -163,3 +163,12 @@ def test_every_field_case_cited_in_the_repository_is_listed() -> None:
             cited |= set(re.findall(r"[BN]\d+", group))
     assert cited, "nothing cites a field case: the pattern is wrong"
     assert cited <= listed, sorted(cited - listed)
+
+
+def test_no_page_shadows_the_standard_librarys_io() -> None:
+    # A reader copies the samples into a script: ``from dshtools import io``
+    # there hides the standard library's ``io`` (issue 21, item 10).
+    pages = [*DOCS.rglob("*.md"), ROOT / "README.md"]
+    bare = re.compile(r"^\s*(from dshtools import io|import dshtools\.io as io)\s*$", re.M)
+    offenders = [str(p.relative_to(ROOT)) for p in pages if bare.search(p.read_text(encoding="utf-8"))]
+    assert not offenders, f"write `from dshtools import io as dio` in: {offenders}"

@@ -1,5 +1,5 @@
 """``ProcessBackend``: tool bodies in worker processes, stopped by force
-when they ignore their signal (docs/contract.md §9; decision 0033).
+when they ignore their signal (docs/contract.md#9-execution-backends).
 
 Guarantees:
 
@@ -17,8 +17,8 @@ Guarantees:
 * **The budget crosses.** The call carries ``run.signal.time_left()``,
   read right before it is sent; the body's signal reports it as
   ``deadline``/``time_left()`` counted on the worker's clock from receipt
-  (``None`` stays ``None``), and is aborted only by the caller's abort
-  (decision 0047).
+  (``None`` stays ``None``), and is aborted only by the caller's abort:
+  the clocks of two processes are never compared.
 * **Forced stop.** ``kill_after`` seconds after the abort a body that has
   not returned is stopped: its worker's session and everything the worker
   started are killed and confirmed gone (``dshtools._os.tree``), the
@@ -31,7 +31,7 @@ Guarantees:
 * **Settled means stopped.** ``Dispatch.wait`` returns ``True`` only once
   the body returned, was withdrawn, or its worker was reaped.
 * **Fork.** A backend used in a process forked from the one that made it
-  raises ``RuntimeError`` naming the fork (docs/contract.md §8 A10);
+  raises ``RuntimeError`` naming the fork (docs/contract.md#a10);
   ``close()`` there only marks the copy closed and never touches the
   parent's workers.
 
@@ -58,6 +58,7 @@ from collections import deque
 from typing import Any, Final
 
 from ..._core.errors import AbortError, safe_str
+from ..._core.interrupts import INTERRUPT_SLICE
 from ..._os.tree import left_behind, stop_tree
 from ..._types.calls import ToolRunContext
 from ..base import Body, BodyReport, Dispatch, Error, Value, WorkerLost
@@ -76,7 +77,7 @@ _NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
 class ProcessBackend:
     """Run tool bodies in a pool of worker processes; stop, by killing its
     worker and everything the worker started, a body that has not returned
-    ``kill_after`` seconds after its signal aborted (docs/contract.md §9).
+    ``kill_after`` seconds after its signal aborted (docs/contract.md#9-execution-backends).
 
     ``ProcessBackend(max_workers=None, *, kill_after=5.0)``:
     ``max_workers`` (default: the CPU count) worker processes at most,
@@ -91,7 +92,7 @@ class ProcessBackend:
     aborted when the caller-side signal aborts (same reason when it
     pickles) whose ``deadline``/``time_left()`` give the caller's remaining
     budget on the worker's clock (``None`` when no timer can abort the
-    call; decision 0047), ``run.defer_context`` works, ``run.dispatch`` raises
+    call), ``run.defer_context`` works, ``run.dispatch`` raises
     ``RuntimeError``, ``run.token`` is fresh and ``run.parent`` is ``None``.
     ``close()`` stops every worker and everything they started; also a
     context manager.
@@ -163,11 +164,12 @@ class ProcessBackend:
         with self._lock:
             return list(self._started)
 
-    def left_behind(self) -> list[int]:
-        """Live processes that a worker started and that outlived the body
-        that started them (descendants of live workers, members of any
-        worker's session), for quiescence reports. Linux only (``[]``
-        elsewhere)."""
+    def left_behind(self) -> list[int] | None:
+        """Pids of the live processes that a worker started and that
+        outlived the body that started them (descendants of live workers,
+        members of any worker's session), for quiescence reports; ``None``
+        when ``/proc`` cannot be read (not Linux, or no file descriptor
+        left): not checked, which is never "none left"."""
         return left_behind(self.workers_started, self.worker_pids)
 
     @property
@@ -188,7 +190,7 @@ class ProcessBackend:
         if os.getpid() != self._pid:
             raise RuntimeError(
                 f"this ProcessBackend was created in process {self._pid} and cannot be used in process "
-                f"{os.getpid()} forked from it (docs/contract.md §8 A10): create a new one in the child"
+                f"{os.getpid()} forked from it (docs/contract.md#a10): create a new one in the child"
             )
 
     def validate(self, name: str, body: Body) -> None:
@@ -267,7 +269,7 @@ class ProcessBackend:
             job.withdraw(RuntimeError("ProcessBackend closed before the call was dispatched"))
         with self._lock:
             while self._handing_off or any(w.job is not None and not w.job.done.is_set() for w in self._workers):
-                self._changed.wait(0.25)
+                self._changed.wait(INTERRUPT_SLICE)
             self._stopping = True
             manager = self._manager
         self._wake()

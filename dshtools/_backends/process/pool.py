@@ -1,5 +1,5 @@
-"""The two halves of one ``ProcessBackend`` call (docs/contract.md §9;
-decision 0033): ``_Worker``, a worker process and its connection, and
+"""The two halves of one ``ProcessBackend`` call
+(docs/contract.md#9-execution-backends): ``_Worker``, a worker process and its connection, and
 ``_Job``, one submitted body with its claim, its withdrawal and its report.
 
 Guarantees:
@@ -226,7 +226,7 @@ class _Job:
                         run.agent,
                         # The budget as seconds left now, as late as possible
                         # before the send: the worker re-bases it on its own
-                        # clock (decision 0047).
+                        # clock; only a duration crosses, never an instant.
                         run.signal.time_left(),
                     )
                 )

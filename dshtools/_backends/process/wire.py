@@ -1,6 +1,6 @@
 """What crosses the process boundary of ``ProcessBackend`` besides plain
-data, and what stands in when it cannot (docs/contract.md §9; decision
-0034): abort reasons, exceptions and return values that do not pickle.
+data, and what stands in when it cannot
+(docs/contract.md#9-execution-backends): abort reasons, exceptions and return values that do not pickle.
 
 Guarantees:
 
@@ -22,12 +22,10 @@ of stand-in classes.
 from __future__ import annotations
 
 import pickle
-import traceback
-from typing import Any, Final
+from typing import Final
 
-from ..._core.errors import AbortError, TimeoutReason, safe_repr, safe_str
-from ..._signal.deadline import timeout_of
-from ..._types.calls import ToolError
+from ..._core.errors import AbortError, safe_repr, safe_str
+from ..remote import ErrorDetail, RemoteTraceback, describe_error, rebuilt_error
 
 __all__ = [
     "RemoteTraceback",
@@ -66,28 +64,6 @@ def dump_reason(reason: object) -> bytes:
             return pickle.dumps(AbortError(text), _PROTOCOL)
 
 
-def describe_error(exc: BaseException) -> tuple[str, str, bool, str | None, tuple[str, float] | None, str]:
-    """``(class name, message, is AbortError, ToolError code, (timeout code,
-    seconds) or None, traceback text)``: enough to rebuild a stand-in when
-    ``exc`` does not cross the process boundary."""
-    tool_code = exc.code if isinstance(exc, ToolError) else None
-    reason = timeout_of(exc)
-    timeout = None if reason is None else (reason.code, reason.seconds)
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception:
-        text = f"{type(exc).__name__}: <traceback unavailable>"
-    return (type(exc).__name__, safe_str(exc), isinstance(exc, AbortError), tool_code, timeout, text)
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker process, set as
-    its ``__cause__`` (its text is the formatted traceback)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
 class UnsendableValue:
     """What a body returned when it could not be pickled back: the
     registry's output check refuses it (``INVALID_TOOL_OUTPUT``) with
@@ -101,53 +77,8 @@ class UnsendableValue:
         )
 
 
-_stand_ins: dict[tuple[str, type[BaseException]], type[BaseException]] = {}
-
-
-def _stand_in(detail: tuple[Any, ...]) -> BaseException:
-    """An exception with the remote class name and message, for one that
-    did not cross the process boundary."""
-    name, message, is_abort, tool_code, timeout, _tb = detail
-    base: type[BaseException]
-    if tool_code is not None:
-        base = ToolError
-    elif is_abort or timeout is not None:
-        base = AbortError
-    else:
-        base = Exception
-    cls = _stand_ins.get((name, base))
-    if cls is None:
-        cls = _stand_ins[(name, base)] = type(str(name), (_RemoteText, base), {"__module__": "dshtools.remote"})
-    if base is ToolError:
-        exc = cls(message, tool_code)
-    elif base is AbortError:
-        exc = cls(TimeoutReason(timeout[0], timeout[1]) if timeout is not None else None)
-    else:
-        exc = cls(message)
-    exc._remote_text = message  # type: ignore[attr-defined]
-    return exc
-
-
-class _RemoteText:
-    """Mixin of stand-ins: ``str()`` is the original's message."""
-
-    _remote_text: str
-
-    def __str__(self) -> str:
-        return self._remote_text
-
-
-def error_from(payload: bytes | None, detail: tuple[Any, ...]) -> BaseException:
+def error_from(payload: bytes | None, detail: ErrorDetail) -> BaseException:
     """The exception a worker sent: unpickled, or a stand-in built from
-    ``detail`` (see ``describe_error``)."""
-    exc: object = None
-    if payload is not None:
-        try:
-            exc = pickle.loads(payload)
-        except BaseException:  # foreign code runs here: even SystemExit is the payload's fault
-            exc = None
-    if not isinstance(exc, BaseException):
-        exc = _stand_in(detail)
-    if exc.__cause__ is None:
-        exc.__cause__ = RemoteTraceback(detail[5])
-    return exc
+    ``detail`` (``describe_error``) when it does not unpickle here (a class
+    from a module only the worker can import, say)."""
+    return rebuilt_error(payload, detail, pickle.loads, BaseException)

@@ -1,4 +1,4 @@
-"""The worker side of ``ProcessBackend`` (docs/contract.md §9): the loop a
+"""The worker side of ``ProcessBackend`` (docs/contract.md#9-execution-backends): the loop a
 worker process runs (``main(fd)``, started by ``ProcessBackend`` in a fresh
 interpreter).
 
@@ -15,8 +15,8 @@ Guarantees:
 * The body gets a ``ToolRunContext`` whose ``signal`` is that controller's
   real ``AbortSignal``, which reports the caller's remaining budget as
   ``deadline``/``time_left()`` (seconds left at the send, re-based on this
-  process's clock at receipt; ``None`` when no timer can abort the call;
-  decision 0047); ``token`` is fresh, ``parent`` and ``definition``
+  process's clock at receipt; ``None`` when no timer can abort the call);
+  ``token`` is fresh, ``parent`` and ``definition``
   are ``None``; ``defer_context`` collects JSON objects that travel back
   with the outcome; ``dispatch`` raises ``RuntimeError``.
 * Every outcome travels back: a value that does not pickle, or an
@@ -46,6 +46,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..._core.errors import AbortError, report_unraisable, safe_str
+from ..._os import procfs as _procfs
 from ..._signal import AbortController
 from ..remote import RemoteRun, call_controller
 from .wire import describe_error, load_reason
@@ -105,7 +106,7 @@ class _Reader:
         for controller in pending:
             _abort(controller, gone)
         self.inbox.put(None)
-        timer = threading.Timer(self.kill_after, os.killpg, (0, _os_signal.SIGKILL))
+        timer = threading.Timer(self.kill_after, _procfs.killpg, (0, _os_signal.SIGKILL))
         timer.daemon = True
         timer.start()
 

@@ -1,4 +1,4 @@
-"""Process-tree helpers for the Ray backend's forced stop (docs/contract.md §9).
+"""Process-tree helpers for the Ray backend's forced stop (docs/contract.md#9-execution-backends).
 
 A forced stop kills the Ray worker that runs a body and everything that
 body started, including children that moved to a session of their own
@@ -17,7 +17,6 @@ it, else a 20 ms poll.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
@@ -56,20 +55,7 @@ def snapshot(root: int) -> list[ProcessId]:
             # Unreadable now (no descriptor left), not "no descendants".
             _log.warning("forced stop of Ray worker %d: /proc cannot be read; what it started may survive", root)
         return []
-    children: dict[int, list[int]] = {}
-    ids: dict[int, ProcessId] = {}
-    for info in procs.values():
-        if info.alive:
-            children.setdefault(info.ppid, []).append(info.pid)
-            ids[info.pid] = (info.pid, info.start, info.pgrp)
-    found: list[ProcessId] = []
-    todo = list(children.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        if pid in ids:
-            found.append(ids[pid])
-            todo.extend(children.get(pid, ()))
-    return found
+    return [(p.pid, p.start, p.pgrp) for p in _procfs.descendants(procs, root) if p.alive]
 
 
 def kill_tree(worker: ProcessId | None, descendants: list[ProcessId]) -> None:
@@ -78,21 +64,21 @@ def kill_tree(worker: ProcessId | None, descendants: list[ProcessId]) -> None:
     worker's own group is killed only while its leader is still ``worker``.
     Never signals the calling process's group."""
     own_group = os.getpgrp()
-    groups: set[int] = set()
+    groups: set[tuple[int, int]] = set()  # (leader pid = pgid, its start time)
     for proc in descendants:
         pid, start, pgid = proc
         if not alive(proc):
             continue
         if pgid == pid and pgid != own_group:
-            groups.add(pgid)
+            groups.add((pgid, start))
         else:
             # Pinned and re-checked by start time: a reused pid is never hit.
             _procfs.signal_same(pid, start, signal.SIGKILL)
-    if worker is not None and worker[2] == worker[0] and worker[2] != own_group and alive(worker):
-        groups.add(worker[2])
-    for pgid in groups:
-        with contextlib.suppress(OSError):
-            os.killpg(pgid, signal.SIGKILL)
+    if worker is not None and worker[2] == worker[0] and worker[2] != own_group:
+        groups.add((worker[0], worker[1]))
+    for pgid, start in groups:
+        # Only while the recorded leader still leads it (pinned by pidfd).
+        _procfs.killpg_same(pgid, start, signal.SIGKILL)
 
 
 def wait_gone(procs: list[ProcessId], timeout: float) -> bool:

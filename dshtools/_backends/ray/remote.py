@@ -1,8 +1,8 @@
-"""The Ray side of ``RayBackend`` (docs/contract.md §9, §10): what runs
-inside Ray, imported by every worker that runs a body.
+"""The Ray side of ``RayBackend`` (docs/contract.md#9-execution-backends,
+#10-ray): what runs inside Ray, imported by every worker that runs a body.
 
 * The *signal actor*: one per backend, a threaded actor that carries abort
-  reasons from the caller to the worker processes (decision 0042): every
+  reasons from the caller to the worker processes: every
   worker process that ran a body of the backend is subscribed and keeps one
   ``watch`` call outstanding; an abort lands in every subscriber's mailbox
   and returns those calls.
@@ -12,10 +12,10 @@ inside Ray, imported by every worker that runs a body.
   never over the network), builds the remote ``run`` (a fresh token,
   ``parent`` and ``definition`` ``None``, ``run.dispatch`` refused,
   ``run.signal`` reporting the caller's remaining budget on this process's
-  clock: decision 0047), runs the body and packs what it returned or
+  clock), runs the body and packs what it returned or
   raised. An abort that finds the task there reports ``RUNNING`` (after
   the claim) or ``WITHDRAWN`` (before it: the body never runs) to the
-  actor, for the forced stop (decision 0046).
+  actor, for the forced stop, which then knows whether it stops a body.
 * The interrupt guard: a worker's ``SIGINT`` handler, through which Ray's
   ``ray.cancel(force=False)`` arrives (Ray simulates a ``SIGINT`` on the
   main thread). For a task of this module it never raises: before the claim
@@ -53,7 +53,7 @@ from ray import cloudpickle
 from ..._core.errors import report_unraisable, safe_str
 from ..._signal import AbortController
 from ..base import Body
-from ..remote import RemoteRun, call_controller
+from ..remote import RemoteRun, call_controller, describe_error
 from . import reap as _ray_reap
 
 __all__: list[str] = []
@@ -139,7 +139,7 @@ class _SignalActor:
     worker process running the call's body (or about to start it).
 
     The actor does not know where a call runs: the claim is made inside the
-    worker (decision 0042). So an abort goes to *every* subscribed worker
+    worker. So an abort goes to *every* subscribed worker
     process; the one running the body aborts its ``run.signal``, every
     other one notes the call as withdrawn, so that if the task starts there
     later its body never runs. A worker subscribes (``subscribe``) before
@@ -504,14 +504,20 @@ def _load_body(body_key: str, body_data: bytes | Any) -> Body:
 
 
 def _pack_error(exc: BaseException) -> tuple[str, object]:
+    """``("error", (serialized exception, its ErrorDetail))``, or
+    ``("error_stub", ErrorDetail)`` when it does not round-trip here. The
+    description always travels: the caller may lack the exception's module
+    (installed only on the workers) and then stands in for it by name and
+    message."""
     # After the claim nothing may escape the wrapper: Ray would report a
     # task that raised, which reads as a body that never started.
+    detail = describe_error(exc)
     try:
         data = _dumps(exc)
         _loads(data)  # the caller will do this: foreign code may run here
     except BaseException:
-        return "error_stub", (type(exc).__name__, safe_str(exc))
-    return "error", data
+        return "error_stub", detail
+    return "error", (data, detail)
 
 
 def _not_invoked(exc: BaseException) -> bytes:
@@ -521,16 +527,17 @@ def _not_invoked(exc: BaseException) -> bytes:
 
 def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
-    ``withdrawn``, ``not_invoked`` (pickled error), ``not_invoked_stub``
-    (class name, message), ``value`` (pickled value), ``bad_value`` (problem
-    text), ``error`` (pickled exception) or ``error_stub`` (class name,
-    message). ``packed`` is ``_pack((actor name, namespace, call key, body
-    key, serialized body or None, args, fields))``, paired with the body's
+    ``withdrawn``, ``not_invoked`` (pickled error and its description),
+    ``not_invoked_stub`` (its description), ``value`` (pickled value),
+    ``bad_value`` (problem text), ``error`` (pickled exception and its
+    description) or ``error_stub`` (its description; ``ErrorDetail``).
+    ``packed`` is ``_pack((actor name, namespace, call key, body key,
+    serialized body or None, args, fields))``, paired with the body's
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
     body yet). ``fields`` is ``(call_id, root_call_id, name, agent, seconds
     left or None)``: the budget is re-based on this process's clock at the
-    task's start (decision 0047)."""
+    task's start."""
     global _current_task
     received = time.monotonic()
     try:

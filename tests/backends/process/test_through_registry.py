@@ -29,6 +29,7 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     WORKER_LOST,
     AbortController,
@@ -38,7 +39,9 @@ from dshtools import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolFailure,
     ToolRegistry,
+    ToolSuccess,
     execute_batch,
 )
 from dshtools._os.tree import session_alive
@@ -414,3 +417,115 @@ def test_ctrl_c_during_a_process_backed_batch_exits_130_with_nothing_left() -> N
     assert lines[2:] == ["running=0", "workers=[]"], out
     for pid in workers:
         assert gone(pid) and session_alive(pid) == []
+
+
+_WORKER_ONLY = textwrap.dedent(
+    """
+    from dshtools import ToolError
+
+    class WorkerOnlyError(Exception):
+        pass
+
+    class WorkerOnlyQuotaError(ToolError):
+        pass
+    """
+)
+
+
+def _raises_worker_only(args: Any, run: Any) -> object:
+    """Imports a module from a folder only this worker has on its path,
+    and raises one of its exceptions."""
+    import importlib
+
+    if args["dir"] not in sys.path:
+        sys.path.insert(0, args["dir"])
+    module = importlib.import_module(args["module"])
+    if args["coded"]:
+        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
+    raise module.WorkerOnlyError("the index is 3 days old")
+
+
+@pytest.mark.timeout(60)
+def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name_message_and_code(
+    tmp_path: Path,
+) -> None:
+    """N14 on ProcessBackend: the worker's import path differs from the
+    caller's (a module only the worker imports); the exception does not
+    unpickle here and reaches the caller with its class name, message and
+    ``ToolError`` code, not as ``ModuleNotFoundError``."""
+    module = "dshtools_n14_process_only"
+    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
+    with pytest.raises(ImportError):
+        __import__(module)  # the scenario is real: not importable here
+    with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("worker_only", "raises", OBJECT, _raises_worker_only))
+        plain, coded = (
+            registry.execute(
+                ToolExecutionInput(
+                    f"c{i}",
+                    "worker_only",
+                    {"dir": str(tmp_path), "module": module, "coded": coded},
+                    AbortController().signal,
+                )
+            )
+            for i, coded in enumerate((False, True))
+        )
+    assert isinstance(plain, ToolFailure) and plain.code == TOOL_ERROR
+    assert plain.error.info is not None and plain.error.info.name == "WorkerOnlyError"
+    assert plain.error.message == "the index is 3 days old"
+    assert isinstance(coded, ToolFailure) and coded.code == "QUOTA_EXCEEDED"
+    assert coded.error.message == "3 of 3 calls used"
+
+
+def _slow_announced(args: Any, run: Any) -> object:
+    """Announces it started (a FIFO the crash waits on), then takes 1.5 s,
+    cooperatively."""
+    from dshtools import io as dio
+
+    if args.get("fifo"):
+        announce(args["fifo"], str(os.getpid()))
+    dio.sleep(1.5, run.signal)
+    return {"slow": "done", "pid": os.getpid()}
+
+
+def _always(_args: Any) -> bool:
+    return True
+
+
+def _crash_after_slow_started(args: Any, run: Any) -> object:
+    """Waits until ``slow`` announced itself, then SIGKILLs its own worker."""
+    read_line(args["fifo"])
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+@pytest.mark.timeout(60)
+def test_b48_a_worker_killed_mid_batch_fails_only_its_call_and_the_pool_recovers(fifo: str) -> None:
+    """B48: ``ProcessBackend(max_workers=2, kill_after=2)``; in one
+    ``execute_batch``, ``slow`` (1.5 s, cooperative) and ``crash`` (SIGKILLs
+    its own worker once ``slow`` started). The batch returns with ``slow`` a
+    success and ``crash`` ``WORKER_LOST``; three later ``slow`` calls all
+    succeed: the lost worker is replaced, nothing stays broken."""
+    with ProcessBackend(2, kill_after=2) as backend, ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_announced, is_concurrency_safe=_always))
+        registry.register(
+            ToolDefinition("crash", "crash", OBJECT, _crash_after_slow_started, is_concurrency_safe=_always)
+        )
+        signal_ = AbortController().signal
+        t0 = time.monotonic()
+        try:
+            slow, crashed = execute_batch(
+                registry,
+                [
+                    ToolExecutionInput("b48-slow", "slow", {"fifo": fifo}, signal_),
+                    ToolExecutionInput("b48-crash", "crash", {"fifo": fifo}, signal_),
+                ],
+                signal=signal_,
+            )
+        finally:
+            unblock(fifo)
+        assert time.monotonic() - t0 < 30
+        later = [registry.execute(ToolExecutionInput(f"b48-{i}", "slow", {}, signal_)) for i in range(3)]
+    assert isinstance(slow, ToolSuccess), slow
+    assert crashed.code == WORKER_LOST, crashed
+    assert all(isinstance(r, ToolSuccess) for r in later), later

@@ -19,8 +19,8 @@ pytest.importorskip("ray", reason="ray is not installed (pip install 'dshtools[r
 
 from dshtools import AbortController
 from dshtools._backends.ray import remote as _ray_remote
+from dshtools._backends.ray.backend import _pickle_reason
 from dshtools._backends.ray.remote import RUNNING, WITHDRAWN, WorkerId, _Channel, _SignalActor
-from dshtools.ray import _pickle_reason
 
 PID_A: WorkerId = ("node-1", (101, 5, 101))
 PID_B: WorkerId = ("node-1", (102, 6, 102))

@@ -699,3 +699,106 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
     finally:
         for remove in removes:
             remove()
+
+
+_WORKER_ONLY = (
+    "from dshtools import ToolError\n"
+    "\n"
+    "class WorkerOnlyError(Exception):\n"
+    "    pass\n"
+    "\n"
+    "class WorkerOnlyQuotaError(ToolError):\n"
+    "    pass\n"
+)
+
+
+def _raises_worker_only(args: Any, _run: ToolRunContext) -> object:
+    """Imports a module from a folder only the Ray workers have on their
+    path (as ``runtime_env={"pip": [...]}`` installs it only there), and
+    raises one of its exceptions."""
+    import importlib
+    import sys as sys_
+
+    if args["dir"] not in sys_.path:
+        sys_.path.insert(0, args["dir"])
+    module = importlib.import_module(args["module"])
+    if args["coded"]:
+        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
+    raise module.WorkerOnlyError("the index is 3 days old")
+
+
+@pytest.mark.timeout(60)
+def test_an_exception_from_a_module_only_the_workers_import_keeps_its_class_name_message_and_code(
+    registry: ToolRegistry, tmp_path: Any
+) -> None:
+    """N14: the driver cannot import the exception's module, so it cannot
+    deserialize it; the caller still gets its class name, message and
+    ``ToolError`` code (docs/ray.md), not ``ModuleNotFoundError`` "the tool's
+    exception cannot be deserialized here"."""
+    module = "dshtools_n14_ray_only"
+    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
+    with pytest.raises(ImportError):
+        __import__(module)  # the scenario is real: not importable here
+    remove = _register(registry, "worker_only", _raises_worker_only)
+    try:
+        plain, coded = (
+            registry.execute(
+                _call(
+                    "worker_only",
+                    {"dir": str(tmp_path), "module": module, "coded": coded},
+                    AbortController().signal,
+                    f"n14-{i}",
+                )
+            )
+            for i, coded in enumerate((False, True))
+        )
+    finally:
+        remove()
+    assert plain.code == TOOL_ERROR, plain
+    assert _failure(plain).error.info is not None and _failure(plain).error.info.name == "WorkerOnlyError"  # type: ignore[union-attr]
+    assert _failure(plain).error.message == "the index is 3 days old"
+    assert coded.code == "QUOTA_EXCEEDED", coded
+    assert _failure(coded).error.message == "3 of 3 calls used"
+
+
+def _stubborn_with_two_children(args: Any, run: ToolRunContext) -> object:
+    """Starts ``sleep 61`` in its own process group and ``sleep 62`` in a
+    session of its own, announces the three pids, then ignores its signal."""
+    same_group = subprocess.Popen(["sleep", "61"])
+    own_session = subprocess.Popen(["sleep", "62"], start_new_session=True)
+    _announce(args["tag"], [os.getpid(), same_group.pid, own_session.pid])
+    time.sleep(120)
+    return "slept"
+
+
+@pytest.mark.timeout(90)
+def test_b56_a_forced_stop_kills_what_the_body_forked_in_its_group_and_in_a_new_session(events: Any) -> None:
+    """B56: ``RayBackend(kill_after=0.5)``; a body starts ``sleep 61`` (same
+    process group) and ``sleep 62`` (own session), then sleeps 120 s
+    ignoring its signal. Aborted once it announced them: ``ABORTED`` with
+    ``meta["killed"] is True`` within 30 s of the abort; both ``sleep``
+    processes are gone (or unreaped zombies) within 5 s of the return; the
+    driver is untouched."""
+    backend = RayBackend(kill_after=0.5)
+    controller = AbortController()
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("b56", "forks and ignores its signal", OBJECT, _stubborn_with_two_children))
+        running = _InThread(registry, _call("b56", {"tag": "b56-started"}, controller.signal, "b56"))
+        _worker, same_group, own_session = ray.get(events.wait.remote("b56-started", 30))
+        aborted_at = time.monotonic()
+        controller.abort("stop")
+        result = running.result()
+        assert time.monotonic() - aborted_at < 30.0
+    assert result.code == TOOL_ABORTED, result
+    assert _meta(result)["killed"] is True
+    for pid in (same_group, own_session):
+        try:
+            proc = psutil.Process(pid)
+            gone = proc.status() == psutil.STATUS_ZOMBIE or not proc.is_running()
+            if not gone:
+                proc.wait(timeout=5)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            pytest.fail(f"sleep process {pid} outlived the forced stop by 5 s")
+    assert psutil.Process(os.getpid()).is_running()  # the driver is untouched

@@ -375,7 +375,7 @@ def test_a_forced_stop_that_ray_drops_is_sent_again_until_the_task_ends(
     # Ray drops a cancel of a task whose previous cancel is still in flight
     # (the withdrawal sent at the abort): a forced stop sent once may never
     # arrive, and the call would wait for a load that may never end.
-    import dshtools.ray as dray
+    import dshtools._backends.ray.backend as dray
 
     real_cancel = dray._cancel
     dropped: list[Any] = []
@@ -601,6 +601,8 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
     # in the worker but not in the driver: foreign code, like a value or an
     # exception the body sent back, it fails only its own call - never the
     # wait, which would leave the call in flight for close() to wait on.
+    # The refusal keeps its class name and message (N14); why
+    # it did not deserialize is in its cause.
     backend = RayBackend(kill_after=None)
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
@@ -610,7 +612,11 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
         finally:
             backend._in_flight.clear()  # so that a failure here does not hang close()
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
-    assert "cannot be rebuilt" in str((result.meta or {})["reason"])
+    reason = (result.meta or {})["reason"]
+    assert isinstance(reason, BaseException), reason
+    assert type(reason).__name__ == "_LoadsOnlyInTheWorker"
+    assert str(reason) == f"body refused in the worker (driver {os.getpid()})"
+    assert "cannot be rebuilt in the driver" in str(reason.__cause__)
     assert in_flight == 0
 
 
