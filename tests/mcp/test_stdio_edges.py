@@ -2,7 +2,8 @@
 §11): started without a standard error and without ``sys.stdout``, stray
 output of a tool goes to the null device and the protocol stream stays
 clean; blank lines are skipped, a
-line that is not JSON-RPC does not stop the server, and end of input
+line that is not JSON-RPC does not stop the server (every malformed
+shape and its answer: tests/mcp/test_wire.py), and end of input
 returns 0. The result
 texts: a non-text block becomes its JSON text, and a call the server could
 not run is an ``isError`` result naming the exception.
@@ -23,7 +24,7 @@ import mcp_types as types
 import pytest
 
 from dshtools._core.freeze import freeze
-from dshtools.mcp import _parse, _text, _tool_result
+from dshtools.mcp import _text, _tool_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,10 +124,3 @@ def test_a_call_the_server_could_not_run_is_an_error_result_naming_the_exception
             "meta": None,
         }
     ]
-
-
-def test_a_line_that_is_not_json_rpc_is_handed_on_as_the_error_it_is() -> None:
-    parsed = _parse(b"this is not JSON-RPC")
-    assert isinstance(parsed, Exception)
-    good = _parse(_message(method="notifications/initialized"))
-    assert not isinstance(good, Exception)
