@@ -30,13 +30,10 @@ from ._types.calls import (
     ErrorDetail,
     ErrorInfo,
     ExecutionToken,
-    ToolDispatchExecution,
     ToolError,
-    ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
-    ToolRunContext,
     ToolSuccess,
 )
 from ._types.hooks import (
@@ -58,6 +55,7 @@ from ._types.hooks import (
     ToolDefinition,
 )
 from ._types.marks import tool, tools_from_module
+from ._types.tools import ToolDispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
     "DENIED",

@@ -23,7 +23,7 @@
   only when one of these runs: it is an optional extra.
 
 Fixtures live in the ``conftest.py`` of the folder that uses them; see
-docs/decisions/0054-tests-one-helpers-module.md.
+docs/decisions/0058-tests-one-helpers-module.md.
 """
 
 from __future__ import annotations

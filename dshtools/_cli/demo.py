@@ -47,8 +47,9 @@ from .._backends.process.backend import ProcessBackend
 from .._io.session import _group_alive
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry
-from .._types.calls import ToolError, ToolRunContext
+from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
+from .._types.tools import ToolRunContext
 
 __all__ = ["DemoServer", "DemoTools", "group_alive"]
 

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .._core.freeze import json_path
-from .calls import ToolRunContext
 
-if TYPE_CHECKING:
-    from .calls import BackendLike, ToolDefinition
+RUN_CONTEXT_MARK: Final = "__dshtools_run_context__"
+"""The class attribute (``True``) that marks the run-context type: a
+parameter annotated with a class carrying it receives ``run``."""
 
-__all__ = ["TypedArguments", "TypedBody", "definition_from_function", "register_function", "strict_schema"]
+__all__ = ["RUN_CONTEXT_MARK", "TypedArguments", "TypedBody", "strict_schema", "typed_fields"]
 
 _MAX_PROBLEMS: Final = 5
 _MAX_PATH: Final = 200
@@ -135,7 +135,7 @@ class TypedBody:
         self._prepare: Callable[[Any], TypedArguments] = prepare
         self._strict = strict
 
-    def __call__(self, args: Any, run: ToolRunContext) -> object:
+    def __call__(self, args: Any, run: Any) -> object:
         if type(args) is not TypedArguments:
             args = self._prepare(args)
         if self._context is None:
@@ -335,13 +335,13 @@ def _described_by_annotation(annotation: object) -> bool:
 
 
 def _is_run_context(annotation: object) -> bool:
+    """``annotation`` is the run-context type (``ToolRunContext``, which
+    carries ``RUN_CONTEXT_MARK``), bare or inside ``Annotated``."""
     import typing
 
-    if annotation is ToolRunContext:
-        return True
     if typing.get_origin(annotation) is typing.Annotated:
-        return typing.get_args(annotation)[0] is ToolRunContext
-    return False
+        annotation = typing.get_args(annotation)[0]
+    return isinstance(annotation, type) and getattr(annotation, RUN_CONTEXT_MARK, False) is True
 
 
 def _parse_doc(fn: Callable[..., object]) -> Any:
@@ -441,45 +441,35 @@ def _strict_node(node: Any, root: dict[str, Any]) -> Any:
     return node
 
 
-def definition_from_function(
+def typed_fields(
     fn: Callable[..., object],
     *,
-    name: str | None = None,
-    description: str | None = None,
-    timeout: float | None = None,
-    concurrency_safe: bool = False,
-    backend: BackendLike | None = None,
-    strict: bool = False,
-    output_schema: bool = False,
-    render: Callable[[Any], Any] | None = None,
-    finalize_content: Callable[[Any, Any], Any] | None = None,
-) -> ToolDefinition:
-    """``ToolDefinition.from_function``: see its docstring."""
-    from .calls import ToolDefinition
-
+    name: str | None,
+    description: str | None,
+    concurrency_safe: bool,
+    strict: bool,
+    output_schema: bool,
+) -> dict[str, Any]:
+    """The ``ToolDefinition`` fields of a typed function, as keyword
+    arguments: ``name``, ``description``, ``parameters``, ``execute``,
+    ``output_schema``, ``is_concurrency_safe``, ``strict``,
+    ``prepare_arguments`` (``ToolDefinition.from_function`` documents
+    each). Raises ``TypeError`` for what a typed tool cannot be made from."""
     if not isinstance(concurrency_safe, bool):
         raise TypeError(f"concurrency_safe must be a bool, not {type(concurrency_safe).__name__}")
     model, coercer, context, doc = _build(fn, strict=strict, name=name)
-    parameters = _parameters_schema(model, strict)
     if description is None:
         description = (doc.short_description or "") if doc is not None else ""
-    returns: dict[str, Any] | None = None
-    if output_schema:
-        returns = _return_schema(fn)
-    return ToolDefinition(
-        name if name is not None else fn.__name__,
-        description,
-        parameters,
-        TypedBody(fn, context, coercer, strict),
-        output_schema=returns,
-        render=render,
-        timeout=timeout,
-        is_concurrency_safe=_always if concurrency_safe else None,
-        finalize_content=finalize_content,
-        backend=backend,
-        strict=strict,
-        prepare_arguments=coercer,
-    )
+    return {
+        "name": name if name is not None else fn.__name__,
+        "description": description,
+        "parameters": _parameters_schema(model, strict),
+        "execute": TypedBody(fn, context, coercer, strict),
+        "output_schema": _return_schema(fn) if output_schema else None,
+        "is_concurrency_safe": _always if concurrency_safe else None,
+        "strict": strict,
+        "prepare_arguments": coercer,
+    }
 
 
 def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:
@@ -498,17 +488,3 @@ def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:
             "annotate a JSON type, a pydantic model, a dataclass or a TypedDict, or drop output_schema=True",
         ) from None
     return schema
-
-
-def register_function(
-    register: Callable[[ToolDefinition], object], fn: Callable[..., object] | None, options: dict[str, Any]
-) -> Any:
-    """``ToolRegistry.tool``'s body: registers ``from_function(fn,
-    **options)`` with ``register`` and returns ``fn`` (or, without ``fn``, a
-    decorator that does)."""
-
-    def decorate(f: Callable[..., object]) -> Callable[..., object]:
-        register(definition_from_function(f, **options))
-        return f
-
-    return decorate if fn is None else decorate(fn)

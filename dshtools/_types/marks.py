@@ -9,14 +9,31 @@ nothing beyond the standard library; the typed-tool machinery
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypedDict, TypeVar, overload
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from .calls import BackendLike, ToolDefinition
+    from typing_extensions import Unpack
 
-__all__ = ["TOOL_MARK", "tool", "tools_from_module"]
+    from .tools import BackendLike, ToolDefinition
+
+__all__ = ["TOOL_MARK", "ToolOptions", "tool", "tools_from_module"]
+
+
+class ToolOptions(TypedDict, total=False):
+    """The options of ``ToolDefinition.from_function`` that the decorators
+    take (``@registry.tool(...)``, ``@dshtools.tool(...)``); each is
+    documented there. ``timeout`` is in seconds."""
+
+    name: str | None
+    description: str | None
+    timeout: float | None
+    concurrency_safe: bool
+    backend: BackendLike | None
+    strict: bool
+    output_schema: bool
+
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -31,19 +48,10 @@ def tool(fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    timeout: float | None = None,
-    concurrency_safe: bool = False,
-    backend: BackendLike | None = None,
-    strict: bool = False,
-    output_schema: bool = False,
-) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
 
 
-def tool(fn: Callable[..., object] | None = None, /, **options: Any) -> Any:
+def tool(fn: Callable[..., object] | None = None, /, **options: Unpack[ToolOptions]) -> Any:
     """``@dshtools.tool`` / ``@dshtools.tool(name=..., timeout=...,
     concurrency_safe=..., backend=..., strict=..., output_schema=...)``:
     marks ``fn`` as a tool of its module (for ``tools_from_module`` and the
@@ -69,7 +77,7 @@ def tools_from_module(module: ModuleType | str) -> list[ToolDefinition]:
     ``ImportError`` for a name that does not import."""
     import importlib
 
-    from .functions import definition_from_function
+    from .tools import ToolDefinition as Definition
 
     if isinstance(module, str):
         module = importlib.import_module(module)
@@ -78,5 +86,5 @@ def tools_from_module(module: ModuleType | str) -> list[ToolDefinition]:
         options = getattr(value, TOOL_MARK, None) if callable(value) else None
         if not isinstance(options, dict) or getattr(value, "__module__", None) != module.__name__:
             continue
-        found.append(definition_from_function(value, **options))
+        found.append(Definition.from_function(value, **options))
     return found
