@@ -9,6 +9,7 @@
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it).
 * Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
 * Child processes: ``wait_for_descendant``, ``alive``,
   ``signal_and_collect``, ``run_cli``, ``run_python`` and
@@ -314,6 +315,20 @@ def race_in_lockstep(
     assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
     if errors:
         raise errors[0]
+
+
+def late_after_abort(started: threading.Event, seconds: float, wait: float = 10) -> Callable[[Any, Any], object]:
+    """A body that sets ``started``, waits for its signal (``wait`` seconds
+    at most), then works ``seconds`` more (the overrun: work done after the
+    abort, the scenario's timing) and returns ``"late"``."""
+
+    def late(args: Any, run: Any) -> object:
+        started.set()
+        run.signal.wait(wait)
+        time.sleep(seconds)
+        return "late"
+
+    return late
 
 
 class AbortLater:

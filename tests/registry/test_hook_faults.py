@@ -33,7 +33,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from tests.helpers import HookRecorder, call, tool
+from tests.helpers import HookRecorder, call, late_after_abort, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -470,11 +470,7 @@ def test_an_overrun_is_in_meta_and_logged_as_a_warning_naming_the_tool(caplog: p
     controller = AbortController()
     started = threading.Event()
 
-    def stubborn(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        time.sleep(0.2)  # the overrun under test: work done after the abort
-        return "late"
+    stubborn = late_after_abort(started, 0.2, wait=5)  # overruns its abort by 0.2 s
 
     with ToolRegistry() as registry, caplog.at_level(logging.WARNING, logger="dshtools"):
         registry.register(tool("stubborn", stubborn))

@@ -48,6 +48,7 @@ from tests.helpers import (
     blocked_in_wait,
     call,
     error_of,
+    late_after_abort,
     run_in_thread,
     swapping_signal,
     tool,
@@ -1008,15 +1009,10 @@ def test_a21_a_ctrl_c_overrun_is_in_the_published_result_and_logged_once(caplog:
     ``ABORTED`` result with ``meta["overrun_s"]`` and exactly one WARNING
     naming the tool and the call."""
     import logging
-    import time
 
     started = threading.Event()
 
-    def late(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(10)
-        time.sleep(0.3)  # the overrun under test: work done after the abort
-        return "late"
+    late = late_after_abort(started, 0.3)  # overruns its abort by 0.3 s
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     rec = HookRecorder()
