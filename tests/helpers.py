@@ -12,7 +12,7 @@
   ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
 * Child processes: ``wait_for_descendant``, ``alive``,
-  ``signal_and_collect``, ``run_cli``, ``run_python`` and
+  ``signal_and_collect``, ``run_cli``, ``run_mypy``, ``run_python`` and
   ``fork_while_held`` (a script that forks while a lock is held).
 * Worker bodies (imported by reference in a worker process): ``write_line``
   (to a FIFO the test reads), ``blocked_until_released``,
@@ -424,6 +424,24 @@ def run_cli(
         cwd=folder,
         timeout=timeout,
         **kw,
+    )
+
+
+def run_mypy(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """Run mypy with the checkout's setup.cfg (its plugin and strictness),
+    without its cache, from the checkout (so ``dshtools`` is this one), on
+    ``args`` (paths and extra flags); 300 s at most. The caller reads the
+    return code and the report."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", os.path.join(checkout, "setup.cfg"), "--no-incremental"]
+        + [os.fspath(a) for a in args],
+        cwd=checkout,
+        env=dict(os.environ, MYPYPATH=checkout),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

@@ -14,13 +14,12 @@ the marked code."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers import run_mypy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TYPING_DIR = ROOT / "tests" / "typing"
@@ -34,27 +33,6 @@ FEWEST_ERRORS = {"signal_api.py": 20, "registry_views.py": 5, "typed_tools.py": 
 MARKING_FILES = [p for p in CASE_FILES if IGNORE.search(p.read_text(encoding="utf-8"))]
 
 
-def run_mypy(*paths: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--config-file",
-            str(ROOT / "setup.cfg"),
-            "--strict",
-            "--warn-unused-ignores",
-            "--no-incremental",
-            *paths,
-        ],
-        cwd=ROOT,
-        env=dict(os.environ, MYPYPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_the_known_case_files_are_checked() -> None:
     assert set(FEWEST_ERRORS) <= {p.name for p in MARKING_FILES}
 
@@ -62,7 +40,7 @@ def test_the_known_case_files_are_checked() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("cases", CASE_FILES, ids=[p.stem for p in CASE_FILES])
 def test_the_case_file_passes_mypy_strict_with_every_expected_error_present(cases: pathlib.Path) -> None:
-    proc = run_mypy(str(cases))
+    proc = run_mypy("--strict", "--warn-unused-ignores", cases)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"no issues found in 1 source file", proc.stdout), proc.stdout
 
@@ -81,7 +59,7 @@ def test_each_ignored_line_of_the_case_file_is_a_real_error(cases: pathlib.Path,
     assert len(expected) >= FEWEST_ERRORS.get(cases.name, 1)
     target = tmp_path / f"stripped_{cases.name}"
     target.write_text("\n".join(stripped) + "\n", encoding="utf-8")
-    proc = run_mypy(str(target))
+    proc = run_mypy("--strict", "--warn-unused-ignores", target)
     found = {
         (int(m.group(1)), m.group(2))
         for m in re.finditer(rf"{re.escape(target.name)}:(\d+): error: .*\[([a-z-]+)\]$", proc.stdout, re.M)
