@@ -11,6 +11,7 @@ synchronise.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import random
 import select
@@ -25,7 +26,7 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # docs/contract.md §5: a blocked connect or read is unblocked within
 # 100 ms of the abort.
@@ -65,15 +66,22 @@ class Server:
             ready, _, _ = select.select([conn, self._stop_r], [], [])
             if self._stop_r in ready:
                 return False
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
+            chunk = self.recv_or_record_close(conn)
             if not chunk:
-                self.record_close()
                 return False
             data += chunk
         return True
+
+    def recv_or_record_close(self, conn: socket.socket) -> bytes:
+        """What the client sent next; ``b""`` once it closed (or reset),
+        recording the time of the close."""
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionError:
+            chunk = b""
+        if not chunk:
+            self.record_close()
+        return chunk
 
     def record_close(self) -> None:
         with self._closes:
@@ -97,12 +105,7 @@ class Server:
                 return False
             if conn not in ready:
                 return True  # stopping
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
-            if not chunk:
-                self.record_close()
+            if not self.recv_or_record_close(conn):
                 return True
 
     def stop(self) -> None:
@@ -530,30 +533,20 @@ def test_http_request_to_an_ipv6_literal_host() -> None:
 # ------------------------------------------------------------------ B62
 
 
-def _endless_headers(server: Server, conn: socket.socket) -> None:
-    """``200 OK``, then small header lines as fast as the client takes
-    them, never ending the header block."""
-    if not server.read_head(conn):
-        return
+def _feed_until_closed(server: Server, conn: socket.socket, more: Callable[[], bytes]) -> None:
+    """Send what ``more()`` gives, as fast as the client takes it, until the
+    client closes (the time recorded) or the server stops."""
     conn.setblocking(False)
-    pending = b"HTTP/1.1 200 OK\r\n"
-    n = 0
+    pending = b""
     while True:
         ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
         if server._stop_r in ready_r:
             return
-        if conn in ready_r:
-            try:
-                if not conn.recv(65536):
-                    server.record_close()
-                    return
-            except ConnectionError:
-                server.record_close()
-                return
+        if conn in ready_r and not server.recv_or_record_close(conn):
+            return
         if conn in ready_w:
             if not pending:
-                n += 1
-                pending = b"X-Line-%d: %s\r\n" % (n, b"v" * 20)
+                pending = more()
             try:
                 pending = pending[conn.send(pending) :]
             except (BlockingIOError, InterruptedError):
@@ -563,33 +556,24 @@ def _endless_headers(server: Server, conn: socket.socket) -> None:
                 return
 
 
+def _endless_headers(server: Server, conn: socket.socket) -> None:
+    """``200 OK``, then small header lines as fast as the client takes
+    them, never ending the header block."""
+    if not server.read_head(conn):
+        return
+    status = [b"HTTP/1.1 200 OK\r\n"]
+    lines = itertools.count(1)
+    _feed_until_closed(
+        server, conn, lambda: status.pop() if status else b"X-Line-%d: %s\r\n" % (next(lines), b"v" * 20)
+    )
+
+
 def _one_endless_header(server: Server, conn: socket.socket) -> None:
     """``200 OK``, then one header line that never ends."""
     if not server.read_head(conn):
         return
     conn.sendall(b"HTTP/1.1 200 OK\r\nX-Endless: ")
-    conn.setblocking(False)
-    chunk = b"v" * 4096
-    while True:
-        ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
-        if server._stop_r in ready_r:
-            return
-        if conn in ready_r:
-            try:
-                if not conn.recv(65536):
-                    server.record_close()
-                    return
-            except ConnectionError:
-                server.record_close()
-                return
-        if conn in ready_w:
-            try:
-                conn.send(chunk)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                server.record_close()
-                return
+    _feed_until_closed(server, conn, lambda: b"v" * 4096)
 
 
 @pytest.mark.timeout(60)

@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import dshtools
 from dshtools import AbortController, SignalReason, abort_on_signals
-from tests.io_support import alive, wait_for_descendant
+from tests.helpers import alive, signal_and_collect, wait_for_descendant
 
 AGENT = r"""
 import signal, sys
@@ -51,16 +50,9 @@ def test_signal_aborts_the_agent_loop_and_leaves_no_process(tmp_path: Path, sign
     script = tmp_path / "agent.py"
     script.write_text(AGENT, encoding="utf-8")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        family = wait_for_descendant(proc.pid, ["sleep", "41"], timeout=20)
-        t0 = time.monotonic()
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=5)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    family, out, err, elapsed = signal_and_collect(
+        proc, signum, 5, lambda: wait_for_descendant(proc.pid, ["sleep", "41"], timeout=20)
+    )
     name = signal.Signals(signum).name
     assert proc.returncode == 128 + signum, err
     assert elapsed < 5

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
+from tests.helpers import fork_while_held, run_python
 
 
 def pending_baseline() -> int:
@@ -384,40 +384,24 @@ def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
 # Run by a fresh interpreter (pytest itself must never fork: it is threaded).
 # The parent's timer thread is running and holds the timer lock at the
 # moment of the fork; the child must get a working timer of its own.
-_FORK_TIMERS = """
-import os, sys, threading
-from dshtools import AbortController, AbortSignal, deadline
-from dshtools._signal import timer as _timer
+_FORK_TIMERS = fork_while_held(
+    "_timer._lock",
+    setup="""
+    from dshtools import AbortController, AbortSignal, deadline
+    from dshtools._signal import timer as _timer
 
-assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
-inherited = AbortSignal.timeout(0.2)
-held, release = threading.Event(), threading.Event()
-
-def hold():
-    with _timer._lock:
-        held.set()
-        release.wait(10)
-
-holder = threading.Thread(target=hold)
-holder.start()
-assert held.wait(5)
-pid = os.fork()
-if pid == 0:
-    code = 1
-    try:
-        fresh = AbortSignal.timeout(0.01)
-        armed = deadline(AbortController().signal, 0.01, "CHILD")
-        ok = fresh.wait(5) and inherited.wait(5) and armed.signal.wait(5) and armed.timed_out
-        ok = ok and _timer._thread is not None and _timer._thread.is_alive()
-        code = 0 if ok else 3
-    finally:
-        os._exit(code)
-release.set()
-holder.join(5)
-_, status = os.waitpid(pid, 0)
-assert inherited.wait(5)  # and the parent's timer is unaffected
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+    assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
+    inherited = AbortSignal.timeout(0.2)
+    """,
+    child="""
+    fresh = AbortSignal.timeout(0.01)
+    armed = deadline(AbortController().signal, 0.01, "CHILD")
+    ok = fresh.wait(5) and inherited.wait(5) and armed.signal.wait(5) and armed.timed_out
+    ok = ok and _timer._thread is not None and _timer._thread.is_alive()
+    code = 0 if ok else 3
+    """,
+    after="assert inherited.wait(5)  # and the parent's timer is unaffected",
+)
 
 
 @pytest.mark.timeout(60)
@@ -428,10 +412,4 @@ def test_timeouts_fire_in_a_forked_child() -> None:
     # worker. A timer inherited from the parent, a new one and a deadline's
     # must all fire in the child, even if the fork landed while the parent's
     # timer lock was held.
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_TIMERS],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_python(_FORK_TIMERS)
