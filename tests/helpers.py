@@ -24,7 +24,7 @@
   only when one of these runs: it is an optional extra.
 
 Fixtures live in the ``conftest.py`` of the folder that uses them; see
-docs/decisions/0058-tests-one-helpers-module.md.
+docs/decisions/0058-one-helpers-module-for-the-tests.md.
 """
 
 from __future__ import annotations
