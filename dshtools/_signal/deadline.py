@@ -77,8 +77,9 @@ class Deadline:
 
 def deadline(upstream: AbortSignal | None, seconds: float | None, code: str) -> Deadline:
     """Arm a deadline of ``seconds`` (``None`` or ``<= 0``: no timer) over
-    ``upstream`` (``None``: no upstream). The timer fires on the shared timer
-    thread with ``TimeoutReason(code, seconds)``. Raises ``TypeError`` for a
+    ``upstream`` (``None``: no upstream). The timer aborts the signal with
+    ``TimeoutReason(code, seconds)``; its listeners run on a library thread,
+    never the caller's. Raises ``TypeError`` for a
     non-number ``seconds`` or non-``str`` code, ``ValueError`` for NaN or
     infinity. Source: docs/contract.md §1."""
     return Deadline(upstream, seconds, code)

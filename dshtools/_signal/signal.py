@@ -292,8 +292,8 @@ class AbortSignal:
     def add_listener(self, callback: Listener, *, run_if_aborted: bool = True) -> ListenerHandle:
         """Call ``callback(self)`` once when this signal aborts.
 
-        Runs in the aborting thread (the timer thread for timeouts), outside
-        any lock. If already aborted: with ``run_if_aborted=True`` the
+        Runs in the aborting thread (for a timeout, a library thread that
+        is never the caller's), outside any lock. If already aborted: with ``run_if_aborted=True`` the
         callback runs now in this thread; with ``False`` it does not run.
         Either way ``handle.registered`` is ``False``. An ``Exception`` from
         the callback goes to ``sys.unraisablehook`` and the other listeners
@@ -387,8 +387,9 @@ class AbortSignal:
     @staticmethod
     def timeout(seconds: float) -> AbortSignal:
         """A signal that aborts after ``seconds`` (>= 0, finite) with
-        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on the shared
-        timer thread. ``close()`` cancels the timer. Raises ``TypeError`` for
+        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on a library
+        thread, never the caller's; one that blocks delays no other timeout.
+        ``close()`` cancels the timer. Raises ``TypeError`` for
         a non-number, ``ValueError`` for negative, NaN or infinite."""
         value = check_seconds(seconds)
         if value < 0:

@@ -180,7 +180,7 @@ def test_deadline_over_a_derived_upstream_links_to_the_original_sources() -> Non
 
 
 @pytest.mark.timeout(30)
-def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
+def test_deadline_timer_listeners_run_on_a_library_thread() -> None:
     with deadline(AbortController().signal, 0.01, "T") as dl:
         names: list[str] = []
         done = threading.Event()
@@ -191,7 +191,7 @@ def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
 
         dl.signal.add_listener(on_abort)
         assert done.wait(5)
-        assert names == ["dshtools-timer"]
+        assert names == ["dshtools-abort"]
 
 
 @pytest.mark.timeout(60)
