@@ -12,8 +12,10 @@ Guarantees:
   the listeners, in that order on one thread) to an *abort runner*. A
   runner is a library thread that runs one abort at a time; an abort goes
   to an idle runner, or to a new one when every runner is busy, so a
-  listener that blocks delays only the rest of its own abort. A runner idle
-  for ``RUNNER_IDLE_EXIT`` seconds ends: a quiet process has no runner
+  listener that blocks delays only the rest of its own abort. A runner that
+  takes the last idle place starts a spare first, so the timer thread
+  rarely waits for a thread to start. A runner idle for
+  ``RUNNER_IDLE_EXIT`` seconds ends: a quiet process has no runner
   threads.
 * An entry holds its target **weakly** unless the target asks to be kept
   alive (``entry.strong``): a timeout signal nobody can observe is released
@@ -227,21 +229,28 @@ def runner_count() -> int:
 
 def _hand_off(job: _Job) -> None:
     # Called by the timer thread only.
-    global _runners
     with _runners_lock:
         if _idle:
             runner = _idle.pop()
             runner.job = job
             runner.wake.release()
             return
+    if not _start_runner(job):
+        _run_job(job)  # no thread can start (interpreter shutdown, a limit): late rather than never
+
+
+def _start_runner(job: _Job | None) -> bool:
+    global _runners
+    with _runners_lock:
         _runners += 1
     thread = threading.Thread(target=_serve, args=(_Runner(job),), name="dshtools-abort", daemon=True)
     try:
         thread.start()
-    except RuntimeError:  # no thread can start (interpreter shutdown, a limit)
+    except RuntimeError:
         with _runners_lock:
             _runners -= 1
-        _run_job(job)  # late rather than never
+        return False
+    return True
 
 
 def _run_job(job: _Job) -> None:
@@ -255,9 +264,16 @@ def _serve(runner: _Runner) -> None:
     global _runners
     while True:
         job, runner.job = runner.job, None
-        assert job is not None
-        _run_job(job)
-        del job
+        if job is not None:
+            if not _idle:
+                # Took the last idle runner: start a spare before running
+                # the abort (whose listeners may block), so that the timer
+                # thread finds one for the next abort instead of waiting for
+                # a thread to start. A heuristic read: the timer thread
+                # starts a runner itself when it finds none.
+                _start_runner(None)
+            _run_job(job)
+            del job
         with _runners_lock:
             _idle.append(runner)
         if runner.wake.acquire(timeout=RUNNER_IDLE_EXIT):

@@ -17,6 +17,7 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason
 from dshtools._signal import timer as _timer
+from dshtools._signal.signal import _LinkedSignal
 
 
 def _stamp_to(calls: list[Any]) -> Callable[[AbortSignal], None]:
@@ -188,13 +189,13 @@ def test_b04_no_timer_callback_fires_later_for_released_timeouts(close: bool, mo
     # Shortened sample: 200 timeouts of 0.2 s, subscribed and unsubscribed,
     # then closed or dropped. Count every timer callback that still fires.
     fired: list[int] = []
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
 
-    def counting(self: AbortSignal) -> None:
+    def counting(self: _LinkedSignal) -> None:
         fired.append(id(self))
         original(self)
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", counting)
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", counting)
     signals = [AbortSignal.timeout(0.2) for _ in range(200)]
     for s in signals:
         s.add_listener(lambda s: None).remove()

@@ -17,6 +17,7 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
+from dshtools._signal.signal import _LinkedSignal
 
 
 def pending_baseline() -> int:
@@ -180,15 +181,15 @@ def test_timer_thread_survives_a_raising_listener(unraisable: list[Any]) -> None
 
 @pytest.mark.timeout(30)
 def test_timer_thread_survives_a_failing_timer_callback(unraisable: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
     doomed: list[AbortSignal] = []
 
-    def on_timer(self: AbortSignal) -> None:
+    def on_timer(self: _LinkedSignal) -> None:
         if self in doomed:
             raise MemoryError("simulated failure inside the timer callback")
         original(self)
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", on_timer)
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", on_timer)
     doomed.append(AbortSignal.timeout(0))
     ok = AbortSignal.timeout(0.02)
     assert ok.wait(5)
@@ -255,12 +256,12 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
 ) -> None:
     # Regression. Interleaving forced: the timer thread has popped the entry
     # and is about to call _on_timer when close() runs and returns.
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
     entered = threading.Event()
     go = threading.Event()
     done = threading.Event()
 
-    def gated(self: AbortSignal) -> None:
+    def gated(self: _LinkedSignal) -> None:
         entered.set()
         go.wait(10)
         try:
@@ -268,7 +269,7 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
         finally:
             done.set()
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", gated)
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", gated)
     s = AbortSignal.timeout(0)
     calls: list[AbortSignal] = []
     s.add_listener(calls.append)

@@ -217,7 +217,7 @@ def block(_s):
     entered.set()
     release.wait(10)
 AbortSignal.timeout(0).add_listener(block)
-assert entered.wait(5) and _timer.runner_count() == 1
+assert entered.wait(5) and _timer.runner_count() >= 1
 pid = os.fork()
 if pid == 0:
     code = 1
@@ -227,7 +227,7 @@ if pid == 0:
         AbortSignal.timeout(0).add_listener(lambda s: (stuck.set(), threading.Event().wait(10)))
         ok = ok and stuck.wait(5)
         AbortSignal.timeout(0.01).add_listener(lambda s: done.set())
-        ok = ok and done.wait(5) and _timer.runner_count() == 2
+        ok = ok and done.wait(5) and _timer.runner_count() >= 2
         code = 0 if ok else 3
     finally:
         os._exit(code)
