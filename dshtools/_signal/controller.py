@@ -35,7 +35,7 @@ class AbortController:
     ``abort(reason=None)``: the first call wins and sets ``signal.reason``
     (``None`` means a default ``AbortError()``; ``0``, ``""``, ``False`` are
     kept as given); later calls do nothing. Listeners run in the calling
-    thread before ``abort`` returns. Source: docs/contract.md §1.
+    thread before ``abort`` returns. Source: docs/contract.md#1-cancellation-primitive.
     """
 
     __slots__ = ("signal",)
@@ -62,7 +62,7 @@ class AbortController:
         order, in this thread, outside any lock, before ``abort`` returns.
         A listener's ``Exception`` goes to ``sys.unraisablehook``; the first
         ``KeyboardInterrupt``/``SystemExit`` a listener raises is re-raised
-        here once every listener ran. Source: docs/contract.md §1."""
+        here once every listener ran. Source: docs/contract.md#1-cancellation-primitive."""
         signal = self.signal
         try:
             del signal._armed

@@ -69,6 +69,7 @@ from .links import (
     _close_linked,
     _dep_links,
     _keepalive_changed_locked,
+    _live,
     _release_sources_locked,
 )
 from .state import (
@@ -92,7 +93,8 @@ class AbortSignal:
 
     Obtain one from ``AbortController().signal`` or the factories
     ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
-    never aborts. Every method is thread-safe. Source: docs/contract.md §1.
+    never aborts. Every method is thread-safe. Source:
+    docs/contract.md#1-cancellation-primitive.
     """
 
     # Every slot of every signal is declared here once, with what it holds;
@@ -235,10 +237,7 @@ class AbortSignal:
                 n = 0 if listeners is None else len(listeners) - (_BOUNDARY in listeners)
             deps = self._deps
             if deps:
-                for ref, anchor in _dep_links(deps):
-                    dep = anchor[0] if anchor else ref()
-                    if dep is not None and not dep._aborted and dep._sources:
-                        n += 1
+                n += sum(1 for link in _dep_links(deps) if _live(*link) is not None)
             return n
 
     @property
@@ -248,8 +247,7 @@ class AbortSignal:
         will abort it; ``None`` when no pending timer can. An aborted or
         closed signal has none. In a ``ProcessBackend`` or ``RayBackend``
         worker, ``run.signal`` reports the caller's timer, re-based on the
-        worker's clock. Source: docs/contract.md §8 A9, docs/decisions/0021,
-        0047."""
+        worker's clock. Source: docs/contract.md#a9."""
         if self._aborted:
             return None
         if not self._linked:
@@ -259,8 +257,7 @@ class AbortSignal:
     def time_left(self) -> float | None:
         """Seconds until ``deadline`` (never negative), ``0.0`` once the
         signal aborted, ``None`` when no timer can abort it: a value to hand
-        to a library that only takes a timeout. Source: docs/contract.md
-        §8 A9, docs/decisions/0021."""
+        to a library that only takes a timeout. Source: docs/contract.md#a9."""
         if self._aborted:
             return 0.0
         at = self.deadline
@@ -377,7 +374,7 @@ class _PlainSignal(AbortSignal):
 
 class _BudgetSignal(_PlainSignal):
     """The signal of a body that runs in another process than its caller
-    (decision 0047): a plain signal, aborted by the caller's abort message
+    a plain signal, aborted by the caller's abort message
     as any controller's, that reports ``deadline == _budget_at`` (a
     ``time.monotonic()`` instant of this process) while it is pending. It
     owns no timer: the timer that will abort it runs in the caller's

@@ -1,5 +1,6 @@
 """The one process-wide timer thread behind every timeout, and the threads
-that run the aborts it decides (docs/contract.md §1).
+that run the aborts it decides (docs/contract.md#1-cancellation-primitive,
+docs/contract.md#a15).
 
 Guarantees:
 
@@ -20,7 +21,8 @@ Guarantees:
 * An entry holds its target **weakly** unless the target asks to be kept
   alive (``entry.strong``): a timeout signal nobody can observe is released
   and its entry dropped, while one that has listeners or dependents stays
-  alive until it fires (the liveness half of B02, the leak half of B04).
+  alive until it fires: a timeout with listeners is never lost to the
+  garbage collector, and one nobody holds leaves nothing behind.
 * ``cancel`` is O(1); cancelled and released entries are compacted away as
   soon as they are the majority of the heap (and at least 64), so memory
   follows the live timers, not the long deadlines of dead ones.
