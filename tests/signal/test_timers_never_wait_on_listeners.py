@@ -105,7 +105,7 @@ def test_b58_a_listener_blocking_5s_holds_back_no_timeout_and_no_timeout_policy(
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     delays=st.lists(st.floats(min_value=0.0, max_value=0.3), min_size=200, max_size=200),
     blocks=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=200, max_size=200),
