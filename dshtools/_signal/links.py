@@ -41,11 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import timer as _timer
 from .state import (
-    _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _Callback,
-    _DefaultReason,
     _dispatch,
     _dispatch_plain,
     _refused,
@@ -123,21 +121,19 @@ def _keepalive_changed_locked(self: _LinkedSignal) -> None:
 
 
 def _abort_linked(self: _LinkedSignal, reason: object, *, from_timer: bool = False) -> None:
-    if reason is None:
-        reason = _DEFAULT_REASON
+    # `reason` is never None: a linked signal is aborted by its timer (a
+    # `TimeoutReason`) or by its owner with a reason (`abort_owned`).
     with _LOCK:
         if self._aborted:
             return
         if from_timer and self._closed:
-            # Race: the timer thread popped this signal's entry and is
-            # about to call _on_timer (outside the timer lock) when
-            # another thread calls close(); close() finds nothing left to
-            # cancel and returns. Checking `_closed` here, under the same
-            # lock close() sets it under, makes "after close() returns,
-            # the signal never aborts" hold for that interleaving too.
+            # The timer thread took this signal's entry off its heap and
+            # handed `_on_timer` to a runner, and close() ran meanwhile,
+            # found nothing left to cancel and returned. Checking `_closed`
+            # here, under the lock close() sets it under, makes "after
+            # close() returns, the signal never aborts" hold for that
+            # interleaving too.
             return
-        if reason is _DEFAULT_REASON and self._deps:
-            reason = _DefaultReason()  # shared with dependents
         if from_timer:
             self._fired = True  # before any listener runs (Deadline.timed_out)
         _mark_aborted_locked(self, reason)
@@ -238,12 +234,6 @@ def _won_plain_with_deps(signal: AbortSignal) -> None:
     # stored, when it has dependents.
     with _LOCK:
         won, batches = _mark_dependents_locked(signal, _shared_reason_locked(signal))
-    if len(won) == 1 and not batches and signal._event is None:
-        listeners = signal._listeners  # no live dependent: the plain abort
-        first = _dispatch_plain(signal, listeners) if listeners else None
-        if first is not None:
-            raise first
-        return
     _finish(won, batches, signal._listeners)
 
 
@@ -328,7 +318,7 @@ def _prune_deps_locked(signal: AbortSignal) -> None:
 def abort_owned(signal: AbortSignal, reason: object) -> None:
     """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
     by the caller that owns it (the registry's dispatch signal on
-    ``KeyboardInterrupt``). If it is already aborted, run the listeners it
+    ``KeyboardInterrupt``), with ``reason`` (not ``None``). If it is already aborted, run the listeners it
     still has pending: a second interrupt may have landed inside the first
     abort, after the signal was marked but before its listeners ran, and a
     body woken only by a listener would then never wake. Both dispatches
