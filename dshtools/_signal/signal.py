@@ -87,6 +87,8 @@ __all__ = ["AbortSignal", "Listener", "ListenerHandle"]
 
 Listener = Callable[["AbortSignal"], object]
 
+_new_signal: Final = object.__new__
+
 
 class AbortSignal:
     """A one-way flag that says "stop", with listeners.
@@ -406,23 +408,9 @@ class _LinkedSignal(AbortSignal):
         "_timer_seconds",
     )
 
-    def __init__(self, aborts_directly: bool = False) -> None:
-        # The initial state of a linked signal, written here only.
-        self._linked = True
-        self._aborted = False  # decided under _LOCK: no `_armed`
-        self._reason = None
-        self._event = None
-        self._listeners = None
-        self._deps = None
-        self._pending = None
-        self._sources = ()
-        self._ref = weakref.ref(self)
-        self._anchor = []
-        self._strong_deps = 0
-        self._timer = None
-        self._closed = False
-        self._derived = True
-        self._aborts_directly = aborts_directly
+    # Made only by `derive` (a timeout signal is `derive([])`), the one
+    # place its slots are first written, without running an `__init__`: a
+    # registry call's derive then runs no second Python function.
 
     def _on_timer(self) -> None:
         # Its timer is due (`timer`, on an abort runner).
@@ -430,8 +418,9 @@ class _LinkedSignal(AbortSignal):
 
 
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:
-    signal = _LinkedSignal()
-    signal._derived = False
+    signal = derive([])
+    assert isinstance(signal, _LinkedSignal)
+    signal._derived = False  # a root: it has a timer, not sources
     signal._timer_code = code
     signal._timer_seconds = seconds
     signal._timer = _timer.schedule(seconds, signal)
@@ -475,9 +464,24 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     (``abort_owned``); signals later derived from it then link to it as well
     as to its sources. Package-internal (the registry's and ``deadline``'s
     seam into this module)."""
-    derived = _LinkedSignal(aborts_directly)
-    ref = derived._ref
-    anchor = derived._anchor
+    # The initial state of a linked signal, written here only.
+    derived = _new_signal(_LinkedSignal)
+    derived._linked = True
+    derived._aborted = False  # decided under _LOCK: no `_armed`
+    derived._reason = None
+    derived._event = None
+    derived._listeners = None
+    derived._deps = None
+    derived._pending = None
+    derived._sources = ()
+    ref = derived._ref = weakref.ref(derived)
+    anchor: list[AbortSignal] = []
+    derived._anchor = anchor
+    derived._strong_deps = 0
+    derived._timer = None
+    derived._closed = False
+    derived._derived = True
+    derived._aborts_directly = aborts_directly
     with _LOCK:
         # Already-aborted inputs win in iteration order (a derived input
         # that aborted counts as itself, before its sources are consulted);
