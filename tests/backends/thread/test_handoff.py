@@ -43,6 +43,7 @@ from dshtools import (
 from dshtools._backends import thread as _thread_backend
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
+from dshtools._signal import links as _signal_links
 from tests.helpers import (
     HookRecorder,
     blocked_in_wait,
@@ -925,22 +926,22 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
 ) -> None:
     """First Ctrl-C (real SIGINT) while the main thread joins a running body:
     the registry aborts the fused signal; the second is handled at the
-    entry of its listener dispatch (probe: ``AbortSignal._dispatch`` raises
-    once). Expected: the body's abort listener still runs (the registry
+    entry of its listener dispatch (probe: ``dshtools._signal.links._dispatch``,
+    the hook every linked signal's listeners run through, raises once). Expected: the body's abort listener still runs (the registry
     keeps joining, so it must finish delivering the abort), then
     KeyboardInterrupt is re-raised."""
     assert threading.current_thread() is MAIN
     armed, fired, woke, wake = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-    dispatch = AbortSignal._dispatch
+    dispatch = _signal_links._dispatch
 
-    def dispatch_probe(self: AbortSignal, keys: list[int]) -> Any:
-        if armed.is_set() and threading.current_thread() is MAIN and self._sources is not None:
+    def dispatch_probe(signal: AbortSignal, keys: Any) -> Any:
+        if armed.is_set() and threading.current_thread() is MAIN and signal._sources is not None:
             armed.clear()
             fired.set()
             raise KeyboardInterrupt  # the second Ctrl-C
-        return dispatch(self, keys)
+        return dispatch(signal, keys)
 
-    monkeypatch.setattr(AbortSignal, "_dispatch", dispatch_probe)
+    monkeypatch.setattr(_signal_links, "_dispatch", dispatch_probe)
     started = threading.Event()
 
     def body(a: Any, run: Any) -> Any:
