@@ -39,7 +39,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import timer as _timer
+import dshtools._signal.timer as _timer
+
 from .state import (
     _LOCK,
     ListenerHandle,

@@ -57,9 +57,10 @@ from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+import dshtools._signal.timer as _timer
+
 from .._core.errors import AbortError, TimeoutReason, check_seconds, safe_repr
 from .._core.interrupts import INTERRUPT_SLICE
-from . import timer as _timer
 from .budget import _deadline_of
 from .links import (
     _abort_linked,
