@@ -27,6 +27,11 @@ Guarantees:
   value is described when depth × size stays within ``_DESCRIBE_BUDGET``.
   Any other invalid value gets one message saying that it does not match
   and how deep it is, without asking the validator why.
+* Listing is bounded by the number of violations too: the validator builds
+  every violation of a keyword before it hands out the first (200 000
+  wrong items cost seconds), so up to ``_MAX_ERRORS`` violations are listed
+  only for a value within ``_LIST_BUDGET``; a larger one gets its first
+  violation, which the validator stops at.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ DESCRIBE_DEPTH: Final = INLINE_DEPTH
 # schema (tests/core/test_bounded_validation.py holds the worst shapes to
 # A6's bounds).
 _DESCRIBE_BUDGET: Final = 300_000
+# depth × size under which every violation (up to _MAX_ERRORS) is listed;
+# above it only the first, so the cost never grows with their number.
+_LIST_BUDGET: Final = 20_000
 _BRANCHING: Final = frozenset({"anyOf", "oneOf"})
 _MAX_ERRORS: Final = 5
 _MAX_MESSAGE: Final = 300
@@ -101,10 +109,16 @@ class CompiledSchema:
                 return [
                     f"value does not match the schema (too large or too deeply nested, {height} levels, to locate why)"
                 ]
-            for err in self._validator.iter_errors(value):
-                out.append(f"{_short(err.message)} at {json_path(list(err.instance_path))}")
-                if len(out) >= _MAX_ERRORS:
-                    break
+            if _fits(value, height, _LIST_BUDGET):
+                for err in self._validator.iter_errors(value):
+                    out.append(_described(err))
+                    if len(out) >= _MAX_ERRORS:
+                        break
+            else:
+                try:
+                    self._validator.validate(value)
+                except jsonschema_rs.ValidationError as err:
+                    out.append(_described(err))
         except ValueError:
             # jsonschema-rs refuses to describe some deep values ("Recursion
             # limit reached" while formatting a message): fall back to a
@@ -161,13 +175,17 @@ def _describable(value: Any, height: int, branching: bool) -> bool:
     JSON value nested ``height`` levels) stays within the bound. Without
     branches in the schema each message copies its part of the value once,
     so any value within ``DESCRIBE_DEPTH`` is; with them, depth × size must
-    stay within the budget (counted linearly, stopping as soon as it is
-    spent)."""
+    stay within ``_DESCRIBE_BUDGET``."""
     if height > DESCRIBE_DEPTH:
         return False
-    if not branching:
-        return True
-    budget = _DESCRIBE_BUDGET // max(height, 1)
+    return not branching or _fits(value, height, _DESCRIBE_BUDGET)
+
+
+def _fits(value: Any, height: int, budget: int) -> bool:
+    """Whether ``value``'s depth × size is within ``budget`` (size counted
+    in nodes, a string one node per 64 characters): linear, and stops
+    counting as soon as the budget is spent."""
+    budget //= max(height, 1)
     stack = [value]
     while stack:
         item = stack.pop()
@@ -184,6 +202,11 @@ def _describable(value: Any, height: int, branching: bool) -> bool:
         if budget < 0:
             return False
     return True
+
+
+def _described(err: Any) -> str:
+    """``"<message> at <JSON path>"`` of a jsonschema-rs ``ValidationError``."""
+    return f"{_short(err.message)} at {json_path(list(err.instance_path))}"
 
 
 def _short(text: str) -> str:

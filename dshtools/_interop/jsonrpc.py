@@ -189,7 +189,11 @@ def _decode(line: bytes) -> object:
 
 def read_line(line: bytes, ids: RequestIds) -> Forward | list[Reply] | None:
     """What to do with one line of input: hand it on, answer it (one reply,
-    or one per request of a batch), or drop it (``None``). Never raises."""
+    or one per request of a batch), or drop it (``None``). A blank line is
+    dropped: between newline-delimited messages it is no message at all.
+    Never raises."""
+    if not line.strip():
+        return None
     try:
         value = _decode(line)
     except TooDeep:

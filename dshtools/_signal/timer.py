@@ -13,9 +13,11 @@ Guarantees:
   the listeners, in that order on one thread) to an *abort runner*. A
   runner is a library thread that runs one abort at a time; an abort goes
   to an idle runner, or to a new one when every runner is busy, so a
-  listener that blocks delays only the rest of its own abort. A runner that
-  takes the last idle place starts a spare first, so the timer thread
-  rarely waits for a thread to start. A runner idle for
+  listener that blocks delays only the rest of its own abort. The timer
+  thread starts a runner only when none is idle or starting; aborts that
+  find no idle runner wait in a backlog, and a runner that takes a job
+  while others wait starts spares first (up to ``SPARES_PER_START`` each),
+  so a burst of blocking aborts grows the runners by doubling. A runner idle for
   ``RUNNER_IDLE_EXIT`` seconds ends: a quiet process has no runner
   threads.
 * An entry holds its target **weakly** unless the target asks to be kept
@@ -35,6 +37,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -47,7 +50,7 @@ from typing import Final, Protocol
 from .._core.errors import report_unraisable
 from .._core.interrupts import after_fork_in_child
 
-__all__ = ["RUNNER_IDLE_EXIT", "TimerEntry", "cancel", "pending_count", "runner_count", "schedule"]
+__all__ = ["RUNNER_IDLE_EXIT", "SPARES_PER_START", "TimerEntry", "cancel", "pending_count", "runner_count", "schedule"]
 
 # A fired timer's abort, run by an abort runner.
 _Job = Callable[[], object]
@@ -141,13 +144,15 @@ def _after_fork_in_child() -> None:
     # re-heapify (the parent's timer thread may have been between two steps
     # of a compaction) and a timer thread of its own if inherited timers
     # are pending.
-    global _lock, _cond, _thread, _wake_at, _runners_lock, _idle, _runners
+    global _lock, _cond, _thread, _wake_at, _runners_lock, _idle, _runners, _backlog, _starting
     _lock = threading.Lock()
     _cond = threading.Condition(_lock)
     _thread = None
     _wake_at = math.inf
     _runners_lock = threading.Lock()
     _idle = []
+    _backlog = collections.deque()
+    _starting = 0
     _runners = 0
     heapq.heapify(_heap)
     if _heap:
@@ -202,6 +207,11 @@ def pending_count() -> int:
 RUNNER_IDLE_EXIT: Final = 1.0
 """Seconds an abort runner waits for its next job before it ends."""
 
+SPARES_PER_START: Final = 2
+"""At most this many spare runners a runner starts when it takes a job while
+fired aborts still wait for one: a burst of aborts whose listeners block
+grows the runners by doubling, not by one thread start after another."""
+
 
 class _Runner:
     """One abort runner: ``wake`` is held while it waits for a job; the
@@ -209,18 +219,26 @@ class _Runner:
 
     __slots__ = ("job", "wake")
 
-    def __init__(self, job: _Job | None) -> None:
-        self.job = job
+    def __init__(self) -> None:
+        self.job: _Job | None = None
         self.wake = threading.Lock()
         self.wake.acquire()
 
 
-# Guards `_idle` and `_runners`; never held while a job runs.
+# Guards `_idle`, `_backlog`, `_starting` and `_runners`; never held while a
+# job runs or a thread starts.
 _runners_lock = threading.Lock()
 # Runners waiting for a job, the most recently idle last (it gets the next
 # job, so the others reach their idle exit and end).
 _idle: list[_Runner] = []
-# Runner threads alive (diagnostics and tests: `runner_count`).
+# Fired aborts no runner has taken yet, oldest first. Invariant: while it is
+# not empty, `_idle` is empty and a runner will take from it: one that is
+# starting (`_starting` > 0) or one whose job ends (it looks here before it
+# goes idle).
+_backlog: collections.deque[_Job] = collections.deque()
+# Runner threads started that have not yet looked at the backlog.
+_starting = 0
+# Runner threads alive, starting, busy or idle (`runner_count`).
 _runners = 0
 
 
@@ -230,29 +248,43 @@ def runner_count() -> int:
 
 
 def _hand_off(job: _Job) -> None:
-    # Called by the timer thread only.
+    # Called by the timer thread only. It starts a thread only when no runner
+    # is idle and none is starting; the runners start the rest.
+    global _starting, _runners
     with _runners_lock:
         if _idle:
             runner = _idle.pop()
             runner.job = job
             runner.wake.release()
             return
-    if not _start_runner(job):
-        _run_job(job)  # no thread can start (interpreter shutdown, a limit): late rather than never
-
-
-def _start_runner(job: _Job | None) -> bool:
-    global _runners
-    with _runners_lock:
+        _backlog.append(job)
+        if _starting:
+            return
+        _starting += 1
         _runners += 1
-    thread = threading.Thread(target=_serve, args=(_Runner(job),), name="dshtools-abort", daemon=True)
-    try:
-        thread.start()
-    except RuntimeError:
-        with _runners_lock:
-            _runners -= 1
-        return False
-    return True
+    _start_runners(1)
+
+
+def _start_runners(count: int) -> None:
+    """Start ``count`` runners already counted in ``_starting``/``_runners``.
+    When none can start (interpreter shutdown, a thread limit) and no other
+    runner is starting, this thread runs the backlog itself: late rather
+    than never."""
+    global _starting, _runners
+    for started in range(count):
+        thread = threading.Thread(target=_serve, args=(_Runner(),), name="dshtools-abort", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            with _runners_lock:
+                _starting -= count - started
+                _runners -= count - started
+                orphaned = list(_backlog) if _starting == 0 else []
+                if orphaned:
+                    _backlog.clear()
+            for job in orphaned:
+                _run_job(job)
+            return
 
 
 def _run_job(job: _Job) -> None:
@@ -262,31 +294,54 @@ def _run_job(job: _Job) -> None:
         report_unraisable(exc, "Exception in dshtools timer callback", job)
 
 
+def _next_job(runner: _Runner) -> tuple[_Job | None, int]:
+    """Under the lock: the runner's next job (handed to it, else the oldest
+    of the backlog) and how many spares to start before running it."""
+    global _starting, _runners
+    job, runner.job = runner.job, None
+    if job is None and _backlog:
+        job = _backlog.popleft()
+    if job is None:
+        return None, 0
+    if _backlog:
+        # Aborts still wait: start spares so that they do not wait for this
+        # job, whose listeners may block.
+        spares = max(0, min(len(_backlog), SPARES_PER_START) - _starting)
+    else:
+        # Nothing waits, but this took the last idle place: one spare, so
+        # the timer thread finds an idle runner for the next abort.
+        spares = 0 if (_idle or _starting) else 1
+    _starting += spares
+    _runners += spares
+    return job, spares
+
+
 def _serve(runner: _Runner) -> None:
-    global _runners
+    global _starting, _runners
+    with _runners_lock:
+        _starting -= 1
+        job, spares = _next_job(runner)
     while True:
-        job, runner.job = runner.job, None
         if job is not None:
-            if not _idle:
-                # Took the last idle runner: start a spare before running
-                # the abort (whose listeners may block), so that the timer
-                # thread finds one for the next abort instead of waiting for
-                # a thread to start. A heuristic read: the timer thread
-                # starts a runner itself when it finds none.
-                _start_runner(None)
+            if spares:
+                _start_runners(spares)
             _run_job(job)
             del job
         with _runners_lock:
+            job, spares = _next_job(runner)
+            if job is not None:
+                continue
             _idle.append(runner)
-        if runner.wake.acquire(timeout=RUNNER_IDLE_EXIT):
-            continue
+        if not runner.wake.acquire(timeout=RUNNER_IDLE_EXIT):
+            with _runners_lock:
+                if runner in _idle:
+                    _idle.remove(runner)
+                    _runners -= 1
+                    return
+            # Handed a job between the timeout and the lock: it is on its way.
+            runner.wake.acquire()
         with _runners_lock:
-            if runner in _idle:
-                _idle.remove(runner)
-                _runners -= 1
-                return
-        # Handed a job between the timeout and the lock: it is on its way.
-        runner.wake.acquire()
+            job, spares = _next_job(runner)
 
 
 def _run() -> None:

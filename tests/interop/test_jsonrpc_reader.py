@@ -208,3 +208,8 @@ def test_a_request_with_a_usable_id_is_handed_on_or_answered_once_under_it(
         assert isinstance(routed, list) and len(routed) == 1
         assert routed[0].id == (request_id if usable else None)
         assert routed[0].code in (INVALID_REQUEST, INVALID_PARAMS)
+
+
+@pytest.mark.parametrize("line", [b"", b"   ", b"\t\r"])
+def test_a_blank_line_is_no_message_and_gets_no_answer(line: bytes) -> None:
+    assert read_line(line, RequestIds()) is None

@@ -2,7 +2,7 @@
 §11): started without a standard error and without ``sys.stdout``, stray
 output of a tool goes to the null device and the protocol stream stays
 clean; blank lines are skipped, a
-line that is not JSON-RPC does not stop the server (every malformed
+line that is not JSON-RPC is answered -32700 and does not stop the server (every malformed
 shape and its answer: tests/mcp/test_wire.py), and end of input
 returns 0. The result
 texts: a non-text block becomes its JSON text, and a call the server could
@@ -89,6 +89,8 @@ def test_without_stderr_or_stdout_object_the_server_serves_a_clean_stream_and_re
         send(_message(id=1, method="initialize", params=init))
         assert _reply(proc)["id"] == 1
         send(_message(method="notifications/initialized"), b"   ", b"this is not JSON-RPC")
+        refused = _reply(proc)  # the blank line is skipped; the other is answered (docs/contract.md#a19)
+        assert refused["id"] is None and refused["error"]["code"] == -32700, refused
         send(_message(id=2, method="tools/call", params={"name": "shout", "arguments": {"text": "hi"}}))
         called = _reply(proc)
         assert called["id"] == 2, called
