@@ -13,6 +13,7 @@ from ._io.process import ProcessAbortError
 from ._registry.batch import execute_batch
 from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
+from ._registry.retry import RETRY_REQUESTED, RetryPolicy, RetryWithFeedback
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._signal.deadline import Deadline, deadline, timeout_of
 from ._signal.lifecycle import SignalReason, abort_on_signals
@@ -62,6 +63,7 @@ __all__ = [
     "INVALID_ARGS",
     "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
+    "RETRY_REQUESTED",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
     "TOOL_ERROR",
@@ -96,6 +98,8 @@ __all__ = [
     "ProcessAbortError",
     "ProcessBackend",
     "ResultObserver",
+    "RetryPolicy",
+    "RetryWithFeedback",
     "SignalReason",
     "ThreadBackend",
     # policies and scheduling (docs/contract.md §4)
