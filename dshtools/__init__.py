@@ -13,6 +13,7 @@ from ._io.process import ProcessAbortError
 from ._registry.batch import execute_batch
 from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
+from ._registry.result_limit import ResultLimit
 from ._registry.retry import RETRY_REQUESTED, RetryPolicy, RetryWithFeedback
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._signal.deadline import Deadline, deadline, timeout_of
@@ -97,6 +98,7 @@ __all__ = [
     "PreExecuteHook",
     "ProcessAbortError",
     "ProcessBackend",
+    "ResultLimit",
     "ResultObserver",
     "RetryPolicy",
     "RetryWithFeedback",
