@@ -11,6 +11,7 @@ from ._core.errors import AbortError, TimeoutReason
 from ._core.freeze import FrozenDict, thaw
 from ._io.process import ProcessAbortError
 from ._registry.batch import execute_batch
+from ._registry.limits import ConcurrencyLimit, RateLimit, not_dispatched
 from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
 from ._registry.result_limit import ResultLimit
@@ -84,6 +85,7 @@ __all__ = [
     "Ask",
     "Backend",
     "Block",
+    "ConcurrencyLimit",
     "Deadline",
     "Deny",
     "ErrorDetail",
@@ -98,6 +100,7 @@ __all__ = [
     "PreExecuteHook",
     "ProcessAbortError",
     "ProcessBackend",
+    "RateLimit",
     "ResultLimit",
     "ResultObserver",
     "RetryPolicy",
@@ -120,6 +123,7 @@ __all__ = [
     "abort_on_signals",
     "deadline",
     "execute_batch",
+    "not_dispatched",
     "thaw",
     "timeout_of",
     # typed tools (docs/contract.md#typed-tools)
