@@ -21,7 +21,8 @@ Guarantees:
   ``ABORTED_BEFORE_DISPATCH``; the next attempt is not started when the
   signal's deadline (``signal.time_left()``) comes before the back-off ends.
 * Every result it returns carries ``meta["attempts"]``, the number of
-  attempts made (``next()`` calls).
+  attempts made (``next()`` calls), and says ``ABORTED`` rather than
+  ``ABORTED_BEFORE_DISPATCH`` once any attempt's body ran.
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ class RetryWithFeedback(ToolError):
         return (RetryWithFeedback, (self.message,))
 
 
-def _with_attempts(result: ToolExecutionResult, attempts: int, **extra: object) -> ToolExecutionResult:
+def _with_attempts(result: ToolExecutionResult, attempts: int, ran: bool, **extra: object) -> ToolExecutionResult:
+    if ran and result.code == TOOL_ABORTED_BEFORE_DISPATCH:
+        # A later attempt was withdrawn, but an earlier one's body ran: the
+        # call was not aborted before dispatch.
+        result = aborted(result.meta.get("reason"), invoked=True, additional_contexts=result.additional_contexts)
     return attrs.evolve(result, meta={**result.meta, "attempts": attempts, **extra})
 
 
@@ -182,16 +187,16 @@ class RetryPolicy:
                 or signal.aborted
                 or (result.body_invoked and not idempotent)
             ):
-                return _with_attempts(result, attempt)
+                return _with_attempts(result, attempt, ran)
             delay = self.delay(attempt)
             left = signal.time_left()
             if left is not None and left <= delay:
                 # The next attempt could not start before the deadline.
-                return _with_attempts(result, attempt, retry_skipped="deadline")
+                return _with_attempts(result, attempt, ran, retry_skipped="deadline")
             if delay > 0 and signal.wait(delay):
-                return _with_attempts(aborted(signal.reason, invoked=ran), attempt)
+                return _with_attempts(aborted(signal.reason, invoked=ran), attempt, ran)
             if signal.aborted:
-                return _with_attempts(aborted(signal.reason, invoked=ran), attempt)
+                return _with_attempts(aborted(signal.reason, invoked=ran), attempt, ran)
 
     def __repr__(self) -> str:
         return (

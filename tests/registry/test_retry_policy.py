@@ -31,6 +31,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
     deadline,
+    not_dispatched,
 )
 from dshtools._registry.retry import DEFAULT_RETRY_ON
 from dshtools._types.calls import failure
@@ -359,3 +360,25 @@ def test_idempotent_and_max_output_chars_are_checked_and_taken_by_from_function(
 def test_the_policy_says_what_it_is() -> None:
     text = repr(RetryPolicy(attempts=2, backoff=0.1, retry_on={TOOL_ERROR}, jitter=0))
     assert text == "RetryPolicy(attempts=2, backoff=0.1, max_backoff=8.0, retry_on=['TOOL_ERROR'], jitter=0.0)"
+
+
+@pytest.mark.timeout(10)
+def test_a_later_attempt_withdrawn_after_a_body_ran_is_aborted_not_before_dispatch(registry: ToolRegistry) -> None:
+    body = Flaky(fails=1)
+    caller = AbortController()
+    registry.register(tool("t", body, idempotent=True))
+    registry.add_around_dispatch(RetryPolicy(backoff=0))
+    seen = [0]
+
+    def withdraw_second(e: ToolDispatchExecution, nxt: Next) -> ToolExecutionResult:
+        seen[0] += 1
+        if seen[0] == 1:
+            return nxt()
+        caller.abort("late")
+        return not_dispatched(e.signal)
+
+    registry.add_around_dispatch(withdraw_second)
+    result = registry.execute(call("t", signal=caller.signal))
+    assert result.code == TOOL_ABORTED
+    assert result.body_invoked is True and body.runs == 1
+    assert result.meta["attempts"] == 2 and result.meta["reason"] == "late"
