@@ -54,6 +54,8 @@ from ._types.hooks import (
     PostExecuteHook,
     PreExecuteDecision,
     PreExecuteHook,
+    ProgressObserver,
+    ProgressUpdate,
     ResultObserver,
     ToolDefinition,
 )
@@ -100,6 +102,8 @@ __all__ = [
     "PreExecuteHook",
     "ProcessAbortError",
     "ProcessBackend",
+    "ProgressObserver",
+    "ProgressUpdate",
     "RateLimit",
     "ResultLimit",
     "ResultObserver",

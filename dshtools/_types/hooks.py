@@ -36,6 +36,8 @@ __all__ = [
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
+    "ProgressObserver",
+    "ProgressUpdate",
     "ResultObserver",
     "ToolBody",
     "ToolDefinition",
@@ -168,9 +170,25 @@ class Block:
 
 PostExecuteDecision: TypeAlias = Accept | Block
 
+
+# --------------------------------------------------------------- progress
+
+
+@attrs.frozen
+class ProgressUpdate:
+    """What a body reported with ``run.report_progress``: ``progress`` (a
+    number, in whatever unit ``total`` is in), ``total`` (a number or
+    ``None``: unknown) and ``message`` (a ``str`` or ``None``)."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 PreExecuteHook = Callable[[ToolExecution, Callable[[], PreExecuteDecision]], PreExecuteDecision]
 Guard = Callable[[ToolExecution], str | None]
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
 AroundDispatch = Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]
 PostExecuteHook = Callable[[ToolExecution, ToolExecutionResult, Callable[[], PostExecuteDecision]], PostExecuteDecision]
 ResultObserver = Callable[[ToolExecution, ToolExecutionResult], None]
+ProgressObserver = Callable[[ToolExecution, ProgressUpdate], None]

@@ -193,6 +193,18 @@ class ToolRunContext(_ViewBase):
         non-JSON value, ``RuntimeError`` after the body settled."""
         self._run.defer_context(context)
 
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Tell the registry's progress observers how far the body got
+        (``progress`` of ``total``, both numbers; ``total`` ``None`` when
+        unknown; an optional ``message``). Never blocks and never raises:
+        the observers run on the ``dshtools-progress`` thread, a slow one
+        sees only the latest update of a call, and an update that is not a
+        number is dropped. In a process or Ray worker it does nothing
+        (docs/policies.md#progress)."""
+        report = getattr(self._run, "report_progress", None)
+        if report is not None:
+            report(progress, total, message)
+
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
         """Run a nested tool call and return its result (blocks). The child
         inherits ``agent`` and ``root_call_id``, gets ``parent=self.token``,

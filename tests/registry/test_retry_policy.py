@@ -382,3 +382,20 @@ def test_a_later_attempt_withdrawn_after_a_body_ran_is_aborted_not_before_dispat
     assert result.code == TOOL_ABORTED
     assert result.body_invoked is True and body.runs == 1
     assert result.meta["attempts"] == 2 and result.meta["reason"] == "late"
+
+
+def _asks_for_iso_dates(_args: Any, _run: ToolRunContext) -> str:
+    raise RetryWithFeedback("dates are YYYY-MM-DD")
+
+
+@pytest.mark.timeout(60)
+def test_retry_with_feedback_crosses_a_process_backend() -> None:
+    from dshtools import ProcessBackend
+
+    with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
+        registry.register(tool("book", _asks_for_iso_dates))
+        registry.add_around_dispatch(RetryPolicy(backoff=0))
+        result = registry.execute(call("book"))
+    assert result.code == RETRY_REQUESTED
+    assert result.content == ({"type": "text", "text": "Error: dates are YYYY-MM-DD"},)
+    assert result.meta["attempts"] == 1
