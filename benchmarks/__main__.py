@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, floors, instructions, latency, leaks, peers, process, report, signals, typed
+from . import batch, dispatch, floors, instructions, latency, leaks, peers, policies, process, report, signals, typed
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -31,6 +31,7 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "leaks": leaks.run,
     "batch": batch.run,
     "process": process.run,
+    "policies": policies.run,
 }
 
 HERE = Path(__file__).resolve().parent

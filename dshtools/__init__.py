@@ -11,8 +11,11 @@ from ._core.errors import AbortError, TimeoutReason
 from ._core.freeze import FrozenDict, thaw
 from ._io.process import ProcessAbortError
 from ._registry.batch import execute_batch
+from ._registry.limits import ConcurrencyLimit, RateLimit, not_dispatched
 from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
+from ._registry.result_limit import ResultLimit
+from ._registry.retry import RETRY_REQUESTED, RetryPolicy, RetryWithFeedback
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._signal.deadline import Deadline, deadline, timeout_of
 from ._signal.lifecycle import SignalReason, abort_on_signals
@@ -51,6 +54,8 @@ from ._types.hooks import (
     PostExecuteHook,
     PreExecuteDecision,
     PreExecuteHook,
+    ProgressObserver,
+    ProgressUpdate,
     ResultObserver,
     ToolDefinition,
 )
@@ -62,6 +67,7 @@ __all__ = [
     "INVALID_ARGS",
     "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
+    "RETRY_REQUESTED",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
     "TOOL_ERROR",
@@ -81,6 +87,7 @@ __all__ = [
     "Ask",
     "Backend",
     "Block",
+    "ConcurrencyLimit",
     "Deadline",
     "Deny",
     "ErrorDetail",
@@ -95,7 +102,13 @@ __all__ = [
     "PreExecuteHook",
     "ProcessAbortError",
     "ProcessBackend",
+    "ProgressObserver",
+    "ProgressUpdate",
+    "RateLimit",
+    "ResultLimit",
     "ResultObserver",
+    "RetryPolicy",
+    "RetryWithFeedback",
     "SignalReason",
     "ThreadBackend",
     # policies and scheduling (docs/contract.md §4)
@@ -114,6 +127,7 @@ __all__ = [
     "abort_on_signals",
     "deadline",
     "execute_batch",
+    "not_dispatched",
     "thaw",
     "timeout_of",
     # typed tools (docs/contract.md#typed-tools)

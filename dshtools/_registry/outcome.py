@@ -173,7 +173,9 @@ def apply_post_decision(
     """Apply the post-execute waterfall's decision (step 6). Returns the new
     result and whether the tool's deferred contexts are dropped (``Block``).
     ``Accept`` on a failure only appends contexts; ``Accept(value=...)`` is
-    validated like a body's value."""
+    validated like a body's value; ``Accept(meta=...)`` is merged over the
+    result's ``meta`` and ``Accept(failure_content=...)`` replaces a
+    failure's content."""
     extra = contexts_of(decision.additional_contexts)
     if isinstance(extra, str):
         return attrs.evolve(invalid_output(name, extra), additional_contexts=result.additional_contexts), False
@@ -184,9 +186,19 @@ def apply_post_decision(
             return attrs.evolve(invalid_output(name, blocks), additional_contexts=result.additional_contexts), False
         text = "\n".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
         return ToolFailure(
-            ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)), blocks, None, contexts
+            ErrorDetail(text or "blocked by post-execute", ErrorInfo("ToolBlockedError", None)),
+            blocks,
+            decision.meta,
+            contexts,
         ), True
+    if decision.meta:
+        result = attrs.evolve(result, meta={**result.meta, **decision.meta})
     if isinstance(result, ToolFailure):
+        if decision.failure_content is not None:
+            blocks = content_blocks(decision.failure_content)
+            if isinstance(blocks, str):
+                return attrs.evolve(invalid_output(name, blocks), additional_contexts=result.additional_contexts), False
+            return attrs.evolve(result, content=blocks, additional_contexts=contexts), False
         return attrs.evolve(result, additional_contexts=contexts) if extra else result, False
     if decision.has_value:
         base = ToolSuccess(None, (), result.meta, contexts)

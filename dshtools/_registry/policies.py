@@ -87,6 +87,7 @@ class TimeoutPolicy:
                     name="ToolTimeoutError",
                     code=TOOL_TIMEOUT,
                     meta={"reason": signal.reason},
+                    body_invoked=started,
                 )
             assert result is not None
             return result

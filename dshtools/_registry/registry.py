@@ -80,6 +80,7 @@ from .._types.hooks import (
     PostExecuteDecision,
     PostExecuteHook,
     PreExecuteHook,
+    ProgressObserver,
     ResultObserver,
     ToolDefinition,
 )
@@ -388,6 +389,14 @@ class ToolRegistry:
         """``fn(exec, result) -> None``: sees each call's frozen final result
         exactly once; an exception goes to ``sys.unraisablehook``."""
         return self._add("observers", fn)
+
+    def add_progress_observer(self, fn: ProgressObserver) -> Callable[[], None]:
+        """``fn(exec, update) -> None``: sees the ``ProgressUpdate``s a body
+        reports with ``run.report_progress``, on the ``dshtools-progress``
+        thread (never the body's): a slow observer sees only the latest
+        update of a call, the last one included; an exception goes to
+        ``sys.unraisablehook`` (docs/policies.md#progress)."""
+        return self._add("progress", fn)
 
     def execution_mode(self, call: ToolExecutionInput) -> Literal["parallel", "exclusive"]:
         """``"parallel"`` when the tool's ``is_concurrency_safe(args)``

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 from typing import Any, Final, Literal, Protocol
 
@@ -58,9 +59,19 @@ from .._types.calls import (
     exception_failure,
     failure,
 )
-from .._types.hooks import AroundDispatch, Guard, PostExecuteHook, PreExecuteHook, ResultObserver, ToolDefinition
+from .._types.hooks import (
+    AroundDispatch,
+    Guard,
+    PostExecuteHook,
+    PreExecuteHook,
+    ProgressObserver,
+    ProgressUpdate,
+    ResultObserver,
+    ToolDefinition,
+)
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
 from .outcome import NULL_SUCCESS, check_success
+from .progress import post
 from .trusted import trusted_view
 
 
@@ -155,6 +166,7 @@ class Hooks:
     around: tuple[AroundDispatch, ...] = ()
     post_execute: tuple[PostExecuteHook, ...] = ()
     observers: tuple[ResultObserver, ...] = ()
+    progress: tuple[ProgressObserver, ...] = ()
 
 
 class _Attempt:
@@ -534,6 +546,20 @@ class Run:
     def defer_context(self, context: object) -> None:
         self.tool_contexts.append(frozen_deferred_context(context, self.settled))
 
+    def report_progress(self, progress: object, total: object, message: object) -> None:
+        observers = self.hooks.progress
+        if not observers:
+            return
+        try:
+            update = _progress_update(progress, total, message)
+        except (TypeError, ValueError):
+            _log.debug("tool %r (call %r) reported progress that is not a number", self.call.name, self.call.call_id)
+            return
+        post(self.token, self._progress_view, observers, update)
+
+    def _progress_view(self) -> ToolExecution:
+        return self.view
+
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult:
@@ -561,6 +587,19 @@ class Run:
             return self.registry.execute(child)
         finally:
             leave_worker()
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise TypeError(f"{what} must be a number")
+    return float(value)
+
+
+def _progress_update(progress: object, total: object, message: object) -> ProgressUpdate:
+    """A checked ``ProgressUpdate``; ``TypeError`` for a value that is not one."""
+    if message is not None and not isinstance(message, str):
+        raise TypeError("message must be a str or None")
+    return ProgressUpdate(_number(progress, "progress"), None if total is None else _number(total, "total"), message)
 
 
 def on_worker_of(registry: RegistryState) -> bool:

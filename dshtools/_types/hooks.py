@@ -11,13 +11,14 @@ Guarantees:
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from .._signal import AbortSignal
-from .calls import ContentBlock, ToolExecutionResult, to_content, to_contexts
+from .calls import EMPTY_META, ContentBlock, ToolExecutionResult, to_content, to_contexts
 from .tools import ToolBody, ToolDefinition, ToolDispatchExecution, ToolExecution
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "PostExecuteHook",
     "PreExecuteDecision",
     "PreExecuteHook",
+    "ProgressObserver",
+    "ProgressUpdate",
     "ResultObserver",
     "ToolBody",
     "ToolDefinition",
@@ -112,18 +115,35 @@ def _opt_content(value: str | Iterable[ContentBlock] | None) -> tuple[ContentBlo
     return None if value is None else to_content(value)
 
 
+def _meta_converter(value: Mapping[str, object] | None) -> Mapping[str, object]:
+    if value is None:
+        return EMPTY_META
+    if not isinstance(value, Mapping):
+        raise TypeError(f"meta must be a mapping or None, not {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"meta keys are str, not {type(key).__name__}")
+    return types.MappingProxyType(dict(value)) if value else EMPTY_META
+
+
 @attrs.frozen
 class Accept:
     """Post-execute decision: keep the result, optionally replacing its
     ``content`` **or** its ``value`` (validated against ``output_schema``;
     both → ``ValueError``), and appending ``additional_contexts``. On a
-    failure only the contexts apply."""
+    failure ``content`` and ``value`` do not apply; ``failure_content``
+    replaces a failure's content instead (its ``error`` keeps the whole
+    message; ignored on a success). ``meta`` (a mapping with ``str`` keys)
+    is merged over the result's ``meta``, on a success or a failure
+    (docs/policies.md#post-execute-hooks-and-observers)."""
 
     content: tuple[ContentBlock, ...] | None = attrs.field(default=None, kw_only=True, converter=_opt_content)
     value: Any = attrs.field(default=UNSET, kw_only=True)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(
         default=(), kw_only=True, converter=_contexts_converter
     )
+    failure_content: tuple[ContentBlock, ...] | None = attrs.field(default=None, kw_only=True, converter=_opt_content)
+    meta: Mapping[str, object] = attrs.field(default=None, kw_only=True, converter=_meta_converter)
 
     def __attrs_post_init__(self) -> None:
         if self.content is not None and self.value is not UNSET:
@@ -137,16 +157,33 @@ class Accept:
 @attrs.frozen
 class Block:
     """Post-execute decision: replace the result by a failure whose content
-    is ``feedback`` verbatim (a ``str`` is one text block). Discards the
-    tool's deferred contexts; keeps ``additional_contexts``."""
+    is ``feedback`` verbatim (a ``str`` is one text block) and whose
+    ``meta`` is ``meta`` (a mapping with ``str`` keys). Discards the tool's
+    deferred contexts; keeps ``additional_contexts``."""
 
     feedback: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(
         default=(), kw_only=True, converter=_contexts_converter
     )
+    meta: Mapping[str, object] = attrs.field(default=None, kw_only=True, converter=_meta_converter)
 
 
 PostExecuteDecision: TypeAlias = Accept | Block
+
+
+# --------------------------------------------------------------- progress
+
+
+@attrs.frozen
+class ProgressUpdate:
+    """What a body reported with ``run.report_progress``: ``progress`` (a
+    number, in whatever unit ``total`` is in), ``total`` (a number or
+    ``None``: unknown) and ``message`` (a ``str`` or ``None``)."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
 
 PreExecuteHook = Callable[[ToolExecution, Callable[[], PreExecuteDecision]], PreExecuteDecision]
 Guard = Callable[[ToolExecution], str | None]
@@ -154,3 +191,4 @@ Approver = Callable[[ApprovalRequest], ApprovalDecision]
 AroundDispatch = Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]
 PostExecuteHook = Callable[[ToolExecution, ToolExecutionResult, Callable[[], PostExecuteDecision]], PostExecuteDecision]
 ResultObserver = Callable[[ToolExecution, ToolExecutionResult], None]
+ProgressObserver = Callable[[ToolExecution, ProgressUpdate], None]

@@ -33,6 +33,8 @@ class ToolOptions(TypedDict, total=False):
     backend: BackendLike | None
     strict: bool
     output_schema: bool
+    idempotent: bool
+    max_output_chars: int | None
 
 
 _P = ParamSpec("_P")

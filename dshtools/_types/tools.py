@@ -193,6 +193,18 @@ class ToolRunContext(_ViewBase):
         non-JSON value, ``RuntimeError`` after the body settled."""
         self._run.defer_context(context)
 
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Tell the registry's progress observers how far the body got
+        (``progress`` of ``total``, both numbers; ``total`` ``None`` when
+        unknown; an optional ``message``). Never blocks and never raises:
+        the observers run on the ``dshtools-progress`` thread, a slow one
+        sees only the latest update of a call, and an update that is not a
+        number is dropped. In a process or Ray worker it does nothing
+        (docs/policies.md#progress)."""
+        report = getattr(self._run, "report_progress", None)
+        if report is not None:
+            report(progress, total, message)
+
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
         """Run a nested tool call and return its result (blocks). The child
         inherits ``agent`` and ``root_call_id``, gets ``parent=self.token``,
@@ -238,6 +250,15 @@ def _check_timeout(_inst: object, _attr: attrs.Attribute[Any], value: object) ->
         raise ValueError(f"timeout must be positive and finite (seconds), got {value!r}")
 
 
+def _check_max_output_chars(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_output_chars must be an int or None, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"max_output_chars must be positive, got {value!r}")
+
+
 @runtime_checkable
 class BackendLike(Protocol):
     """The shape of a backend as a ``ToolDefinition`` holds it; the full,
@@ -277,7 +298,8 @@ def _opt_schema_converter(value: object) -> Any:
 class ToolDefinition:
     """One tool: ``ToolDefinition(name, description, parameters, execute, *,
     output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
-    finalize_content=None, backend=None)`` (docs/contract.md §3, §9).
+    finalize_content=None, backend=None, strict=False, prepare_arguments=None,
+    idempotent=False, max_output_chars=None)`` (docs/contract.md §3, §9).
 
     * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
       deep-frozen and compiled here; invalid → ``ValueError``.
@@ -303,6 +325,11 @@ class ToolDefinition:
       keep the frozen JSON arguments). A ``ValueError`` makes the call
       ``INVALID_ARGS`` with its message, the body not invoked. Typed tools
       (``from_function``) use it to build their typed values.
+    * ``idempotent``: running the body twice with the same arguments does
+      no harm, so ``RetryPolicy`` may retry an attempt whose body ran
+      (docs/policies.md).
+    * ``max_output_chars``: a positive ``int``; ``ResultLimit`` cuts what the
+      model sees of this tool's results to it (docs/policies.md).
 
     ``ToolDefinition.from_function(fn, ...)`` builds one from a typed
     function (docs/contract.md#typed-tools).
@@ -328,6 +355,8 @@ class ToolDefinition:
     prepare_arguments: Callable[[Any], object] | None = attrs.field(
         default=None, kw_only=True, validator=_check_callable("prepare_arguments", True)
     )
+    idempotent: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
+    max_output_chars: int | None = attrs.field(default=None, kw_only=True, validator=_check_max_output_chars)
     _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
     _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
 
@@ -361,6 +390,8 @@ class ToolDefinition:
         output_schema: bool = False,
         render: Callable[[Any], str | Sequence[ContentBlock]] | None = None,
         finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = None,
+        idempotent: bool = False,
+        max_output_chars: int | None = None,
     ) -> ToolDefinition:
         """A tool from a typed function (docs/contract.md#typed-tools).
 
@@ -377,8 +408,8 @@ class ToolDefinition:
         ``parameters`` OpenAI-strict (a parameter with a default accepts
         ``null`` for "use the default"); ``output_schema=True`` makes the
         return annotation the output schema. ``timeout`` (seconds),
-        ``backend``, ``render`` and ``finalize_content`` are as in the
-        constructor. Raises ``TypeError`` for ``*args``, ``**kwargs``,
+        ``backend``, ``render``, ``finalize_content``, ``idempotent`` and
+        ``max_output_chars`` are as in the constructor. Raises ``TypeError`` for ``*args``, ``**kwargs``,
         positional-only parameters, ``async def``, generators and types
         pydantic cannot express, saying what to write instead. Imports
         pydantic and docstring-parser on first use."""
@@ -392,7 +423,15 @@ class ToolDefinition:
             strict=strict,
             output_schema=output_schema,
         )
-        return cls(**fields, timeout=timeout, backend=backend, render=render, finalize_content=finalize_content)
+        return cls(
+            **fields,
+            timeout=timeout,
+            backend=backend,
+            render=render,
+            finalize_content=finalize_content,
+            idempotent=idempotent,
+            max_output_chars=max_output_chars,
+        )
 
     def schema(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}`` as plain, mutable data."""

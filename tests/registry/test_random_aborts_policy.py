@@ -1,0 +1,140 @@
+"""Stress: the §16 policies together under aborts at random moments.
+
+The registry's global guarantees hold with ``RetryPolicy``,
+``ConcurrencyLimit``, ``RateLimit``, ``TimeoutPolicy`` and ``ResultLimit``
+installed (docs/contract.md §3, "Never: ...", and §16): exactly one result
+per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
+``ABORTED`` only when one did, no body running when ``execute`` returned,
+never more bodies at once than the concurrency limit, no listener left on
+a caller's signal and no limit state left behind."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from dshtools import (
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
+    TOOL_TIMEOUT,
+    AbortController,
+    ConcurrencyLimit,
+    RateLimit,
+    ResultLimit,
+    RetryPolicy,
+    TimeoutPolicy,
+    ToolError,
+    ToolExecutionInput,
+    ToolRegistry,
+)
+from tests.registry.test_random_aborts_stress import Aborter
+from tests.registry_support import tool
+
+CALLS = 600
+CALLER_THREADS = 8
+LIMIT = 2
+
+
+@pytest.mark.timeout(120)
+def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
+    rng = random.Random(2516)
+    lock = threading.Lock()
+    invoked: Counter[str] = Counter()
+    running: set[str] = set()
+    most = [0]
+    observed: Counter[str] = Counter()
+    problems: list[str] = []
+
+    def body(args: Any, run: Any) -> Any:
+        with lock:
+            invoked[run.call_id] += 1
+            running.add(run.call_id)
+            most[0] = max(most[0], len(running))
+        try:
+            run.signal.wait(args["wait"])
+            if args["mode"] == "fail" and invoked[run.call_id] == 1:
+                raise ToolError("transient", "E_TRANSIENT")
+            if args["mode"] == "throw-if-aborted":
+                run.signal.throw_if_aborted()
+            return "x" * 40
+        finally:
+            with lock:
+                running.discard(run.call_id)
+
+    aborter = Aborter()
+    plans: list[dict[str, Any]] = [
+        {
+            "id": f"call-{i}",
+            "mode": rng.choice(["return", "fail", "throw-if-aborted"]),
+            "wait": rng.choice([0.0, 0.0005, 0.002, 0.02]),
+            "abort": rng.choice(["none", "before", "random", "random"]),
+            "delay": rng.uniform(0, 0.006),
+        }
+        for i in range(CALLS)
+    ]
+    results: dict[str, Any] = {}
+    controllers: dict[str, AbortController] = {}
+    concurrency = ConcurrencyLimit(LIMIT)
+    rate = RateLimit("100000/second")
+
+    with ToolRegistry(max_workers=4) as registry:
+        registry.register(tool("work", body, idempotent=True, timeout=0.01))
+        registry.add_post_execute(ResultLimit(max_chars=10))
+        registry.add_around_dispatch(RetryPolicy(attempts=2, backoff=0.0005, retry_on={TOOL_ERROR, "E_TRANSIENT"}))
+        registry.add_around_dispatch(concurrency)
+        registry.add_around_dispatch(rate)
+        registry.add_around_dispatch(TimeoutPolicy())
+        registry.add_result_observer(lambda e, r: observed.update([e.call_id]))
+
+        def caller(chunk: list[dict[str, Any]]) -> None:
+            for plan in chunk:
+                controller = AbortController()
+                controllers[plan["id"]] = controller
+                if plan["abort"] == "before":
+                    controller.abort("before")
+                elif plan["abort"] == "random":
+                    aborter.schedule(controller, plan["delay"])
+                args = {"mode": plan["mode"], "wait": plan["wait"]}
+                result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
+                with lock:
+                    if plan["id"] in running:
+                        problems.append(f"{plan['id']}: execute returned while its body was running")
+                    results[plan["id"]] = result
+
+        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(100)
+        aborter.stop()
+
+    assert problems == []
+    assert len(results) == CALLS
+    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    assert most[0] <= LIMIT
+    codes: Counter[str | None] = Counter()
+    for plan in plans:
+        cid = plan["id"]
+        result = results[cid]
+        codes[result.code] += 1
+        assert result.body_invoked is (invoked[cid] > 0), cid
+        if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
+            assert invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
+        elif result.code == TOOL_ABORTED:
+            assert invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
+        if plan["abort"] == "before":
+            assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        if plan["abort"] == "none":
+            assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
+        if result.code is None:
+            assert result.value == "x" * 40 and "truncated" in result.meta
+        assert controllers[cid].signal.listener_count == 0
+    assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes
+    assert running == set()
+    assert concurrency._gates == {}
+    assert not rate._gates or all(not g.waiters for g in rate._gates.values())
