@@ -26,7 +26,7 @@ from dshtools import (
     not_dispatched,
 )
 from dshtools._registry.limits import _Queue, parse_rate
-from tests.registry_support import call, error_of, run_in_thread, tool, value_of, wait_until
+from tests.helpers import call, error_of, run_in_thread, tool, value_of, wait_until
 
 
 def _append_and(into: list[Any], item: Any, value: str) -> str:

@@ -18,7 +18,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from tests.registry_support import call, tool, value_of
+from tests.helpers import call, tool, value_of
 
 
 class Seen:

@@ -32,8 +32,8 @@ from dshtools import (
     ToolExecutionInput,
     ToolRegistry,
 )
+from tests.helpers import tool
 from tests.registry.test_random_aborts_stress import Aborter
-from tests.registry_support import tool
 
 CALLS = 600
 CALLER_THREADS = 8

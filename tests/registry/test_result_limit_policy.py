@@ -28,7 +28,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._registry.result_limit import cut_content
-from tests.registry_support import call, error_of, tool, value_of
+from tests.helpers import call, error_of, tool, value_of
 
 Next = Callable[[], PostExecuteDecision]
 

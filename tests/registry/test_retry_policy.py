@@ -35,7 +35,7 @@ from dshtools import (
 )
 from dshtools._registry.retry import DEFAULT_RETRY_ON
 from dshtools._types.calls import failure
-from tests.registry_support import blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
+from tests.helpers import blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
 
 Next = Callable[[], ToolExecutionResult]
 
