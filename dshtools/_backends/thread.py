@@ -332,6 +332,8 @@ class _Handoff:
         _set(report, "contexts", ())
         _set(report, "killed", False)
         _set(report, "overrun_s", None)
+        _set(report, "content", None)
+        _set(report, "meta", None)
         return report
 
 

@@ -97,10 +97,11 @@ _OVERRUN_REPORTED_S: Final = 0.1
 
 
 def _with_backend_meta(run: Run, result: ToolExecutionResult) -> ToolExecutionResult:
-    """Add ``meta["killed"]`` and ``meta["overrun_s"]`` (an overrun above
-    0.1 s, also logged as a WARNING) to the call's final result, whichever
-    hook built it (docs/contract.md §8 A8, §9)."""
-    extra: dict[str, object] = {}
+    """Add the backend's own ``meta`` entries, ``meta["killed"]`` and
+    ``meta["overrun_s"]`` (an overrun above 0.1 s, also logged as a WARNING)
+    to the call's final result, whichever hook built it (docs/contract.md
+    §8 A8, §9)."""
+    extra: dict[str, object] = dict(run.backend_meta) if run.backend_meta else {}
     if run.killed:
         extra["killed"] = True
     overrun = run.overrun_s
@@ -498,16 +499,17 @@ class Pipeline:
             run.note_report(report)
             raise interrupt
         outcome = report.outcome
-        if report.contexts or report.killed or report.overrun_s is not None:
+        if report.contexts or report.killed or report.overrun_s is not None or report.meta:
             run.note_report(report)
         in_force = fused if fused.aborted else None
         if type(outcome) is Value:
             run.body_invoked = True
             value = outcome.value
-            if value is None and definition.output_schema is None and definition.render is None:
+            content = report.content
+            if value is None and content is None and definition.output_schema is None and definition.render is None:
                 checked: ToolExecutionResult = NULL_SUCCESS  # "done, nothing to say": never varies
             else:
-                checked = check_success(run.call.name, definition, value, None)
+                checked = check_success(run.call.name, definition, value, content)
             if isinstance(checked, ToolSuccess):
                 run.body_success = checked
                 if in_force is not None:
@@ -576,7 +578,7 @@ class Pipeline:
                 result = aborted(exc, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
         if run.tool_contexts and not run.drop_tool_contexts:
             result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
-        if run.killed or run.overrun_s is not None:
+        if run.killed or run.overrun_s is not None or run.backend_meta:
             result = _with_backend_meta(run, result)
         run.result = result
         run.published = True

@@ -76,6 +76,7 @@ class Run:
         "_view",
         "arguments",
         "attempts",
+        "backend_meta",
         "body_abort",
         "body_invoked",
         "body_success",
@@ -129,6 +130,7 @@ class Run:
         self._children: itertools.count[int] | None = None  # made by the first nested dispatch
         self.killed = False  # a backend killed the body's process (docs/contract.md §9)
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
+        self.backend_meta: dict[str, object] | None = None  # a backend's own entries for the final meta
 
     @property
     def view(self) -> ToolExecution:
@@ -165,6 +167,8 @@ class Run:
             self.killed = True
         if report.overrun_s is not None:
             self.overrun_s = max(self.overrun_s or 0.0, report.overrun_s)
+        if report.meta:
+            self.backend_meta = {**(self.backend_meta or {}), **report.meta}
 
     # -- used by ToolRunContext (the body's thread) --
 
