@@ -405,7 +405,7 @@ class MCPClient:
             for t in tools
         ]
 
-    def tool(self, name: str, **options: Any) -> ToolDefinition:
+    def tool(self, name: str, /, **options: Any) -> ToolDefinition:
         """The server's tool ``name`` as a ``ToolDefinition`` whose backend
         is this client: ``parameters`` is the tool's ``inputSchema``,
         ``output_schema`` its ``outputSchema``; ``options`` are further
