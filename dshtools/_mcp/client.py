@@ -806,12 +806,10 @@ class MCPClient:
                 await anyio.sleep(_GONE_POLL)
         if waiting.cancelled_caught:
             _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self._command, pid, _KILL_WAIT)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                try:
-                    await stream.aclose()
-                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass
+        try:
+            await process.aclose()  # its pipes and the loop's transport
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
         if conn.pidfd is not None:
             os.close(conn.pidfd)
             conn.pidfd = None

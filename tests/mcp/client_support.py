@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from dshtools import AbortController, ToolExecutionInput
+from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolSuccess
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
@@ -104,9 +104,17 @@ def session_alive(sid: int) -> list[int]:
     return alive
 
 
-def call(name: str, arguments: object, controller: AbortController | None = None, call_id: str = "c") -> ToolExecutionInput:
+def call(
+    name: str, arguments: object, controller: AbortController | None = None, call_id: str = "c"
+) -> ToolExecutionInput:
     return ToolExecutionInput(call_id, name, arguments, (controller or AbortController()).signal)
 
 
 def client_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-mcp-client")]
+
+
+def value_of(result: ToolExecutionResult) -> Any:
+    """The value of a success (an ``AssertionError`` naming a failure)."""
+    assert isinstance(result, ToolSuccess), result
+    return result.value

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,7 @@ from dshtools import (
     ApprovalRequest,
     Ask,
     ToolExecution,
+    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolSuccess,
@@ -37,6 +39,7 @@ from tests.mcp.client_support import (
     received,
     scripted_server,
     sleep_children,
+    value_of,
 )
 
 GRACE = 0.3
@@ -85,7 +88,7 @@ def test_a_call_aborted_before_its_request_is_written_never_reaches_the_server(t
         assert withdrawn.code == TOOL_ABORTED_BEFORE_DISPATCH
         assert withdrawn.meta is not None and withdrawn.meta["reason"] == "not any more"
         (hold.parent / "hold.go").write_text("go")
-        assert registry.execute(call("ok", {})).value == "ok"
+        assert value_of(registry.execute(call("ok", {}))) == "ok"
         assert [m["params"]["name"] for m in received(log) if m.get("method") == "tools/call"] == ["die", "ok"]
         assert cancels(log) == []
 
@@ -98,10 +101,12 @@ def test_cancelling_mid_call_aborts_the_server_side_body_with_one_cancel_for_its
     client = MCPClient.stdio(own_server(log), env=env_for(records), cancel_grace=GRACE)
     with client, ToolRegistry() as registry:
         client.register_tools(registry)
-        assert registry.execute(call("echo", {"text": "warm"})).value == "warm"
+        assert value_of(registry.execute(call("echo", {"text": "warm"}))) == "warm"
         controller = AbortController()
         outcome: list[ToolExecutionResult] = []
-        worker = threading.Thread(target=lambda: outcome.append(registry.execute(call("slow", {"tag": "t"}, controller))))
+        worker = threading.Thread(
+            target=lambda: outcome.append(registry.execute(call("slow", {"tag": "t"}, controller)))
+        )
         worker.start()
         pid = client.server_pid
         assert pid is not None
@@ -122,7 +127,7 @@ def test_cancelling_mid_call_aborts_the_server_side_body_with_one_cancel_for_its
         (slow_id,) = call_ids(log, "slow")
         assert cancels(log) == [slow_id]
         # The connection serves on.
-        assert registry.execute(call("echo", {"text": "after"})).value == "after"
+        assert value_of(registry.execute(call("echo", {"text": "after"}))) == "after"
     assert cancels(log) == [slow_id]
 
 
@@ -134,9 +139,9 @@ def test_a_server_that_ignores_the_cancel_gives_aborted_after_the_grace(tmp_path
         for tool, remote in (("hang", f"cancelled, no answer in {GRACE:.1f} s"), ("stubborn", "answered")):
             controller = AbortController()
             outcome: list[ToolExecutionResult] = []
-            worker = threading.Thread(target=lambda c=controller, t=tool: outcome.append(registry.execute(call(t, {}, c))))
+            worker = threading.Thread(target=_run_into, args=(registry, call(tool, {}, controller), outcome))
             worker.start()
-            eventually(lambda t=tool: len(call_ids(log, t)) == 1, what=f"the {tool} request")
+            eventually(partial(_requested_once, log, tool), what=f"the {tool} request")
             controller.abort("stop")
             worker.join(10)
             assert not worker.is_alive()
@@ -144,7 +149,15 @@ def test_a_server_that_ignores_the_cancel_gives_aborted_after_the_grace(tmp_path
             assert result.code == TOOL_ABORTED, result
             assert result.meta is not None and result.meta["remote"] == remote
         assert cancels(log) == call_ids(log, "hang") + call_ids(log, "stubborn")
-        assert registry.execute(call("ok", {})).value == "ok"
+        assert value_of(registry.execute(call("ok", {}))) == "ok"
+
+
+def _requested_once(log: Path, tool: str) -> bool:
+    return len(call_ids(log, tool)) == 1
+
+
+def _run_into(registry: ToolRegistry, execution: ToolExecutionInput, into: list[ToolExecutionResult]) -> None:
+    into.append(registry.execute(execution))
 
 
 @pytest.mark.timeout(120)
@@ -168,9 +181,7 @@ def test_fifty_concurrent_calls_half_cancelled_each_get_one_result(tmp_path: Pat
             pool.submit(registry.execute, call("slow", {"tag": f"s{i}"}, controllers[i], call_id=f"slow-{i}"))
             for i in range(25)
         ]
-        echo = [
-            pool.submit(registry.execute, call("echo", {"text": f"e{i}"}, call_id=f"echo-{i}")) for i in range(25)
-        ]
+        echo = [pool.submit(registry.execute, call("echo", {"text": f"e{i}"}, call_id=f"echo-{i}")) for i in range(25)]
         pid = client.server_pid
         assert pid is not None
         eventually(lambda: len(sleep_children(pid)) == 25, timeout=60, what="25 remote bodies running")
@@ -180,7 +191,7 @@ def test_fifty_concurrent_calls_half_cancelled_each_get_one_result(tmp_path: Pat
         echo_results = [f.result(30) for f in echo]
     assert [r.code for r in slow_results] == [TOOL_ABORTED] * 25
     assert all(isinstance(r, ToolSuccess) for r in echo_results)
-    assert sorted(r.value for r in echo_results) == sorted(f"e{i}" for i in range(25))
+    assert sorted(value_of(r) for r in echo_results) == sorted(f"e{i}" for i in range(25))
     assert published == {**{f"slow-{i}": 1 for i in range(25)}, **{f"echo-{i}": 1 for i in range(25)}}
     # One cancel per cancelled request, none for the others.
     assert sorted(cancels(log)) == sorted(call_ids(log, "slow"))
