@@ -85,6 +85,9 @@ _T = TypeVar("_T")
 
 # Seconds between SIGTERM to the server's process group and SIGKILL.
 _STOP_GRACE: Final = 2.0
+# Seconds a cancelled call's request and its cancel get to be written, at
+# least (a server that stopped reading its stdin blocks the writes).
+_CANCEL_WRITE_S: Final = 1.0
 # Seconds to wait for the killed group to be gone before giving up on it.
 _KILL_WAIT: Final = 5.0
 # Seconds between two looks at /proc while the server's session empties.
@@ -681,16 +684,22 @@ class MCPClient:
     async def _cancel(self, conn: _Connection, call: _RemoteCall, done: anyio.Event) -> str:
         """Send the one ``notifications/cancelled`` for ``call`` once its
         request is on the wire, then wait up to the grace for an answer.
+        The request's write and the cancel's get at least
+        ``_CANCEL_WRITE_S`` whatever the grace (a grace of 0 still cancels).
         Returns what ``meta["remote"]`` says."""
         assert call.handed_off is not None and conn.dispatcher is not None
-        with anyio.move_on_after(self._grace):
+        now = anyio.current_time()
+        answer_by = now + self._grace
+        write_by = now + max(self._grace, _CANCEL_WRITE_S)
+        with anyio.move_on_at(write_by):
             await _first(call.handed_off, done)
             if not done.is_set():
                 await conn.dispatcher.notify(
                     "notifications/cancelled",
                     {"requestId": call.request_id, "reason": _reason_text(call.reason)},
                 )
-                await done.wait()
+        with anyio.move_on_at(answer_by):
+            await done.wait()
         if done.is_set():
             return "answered"
         return f"cancelled, no answer in {self._grace:.1f} s"

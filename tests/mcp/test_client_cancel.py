@@ -197,3 +197,23 @@ def test_fifty_concurrent_calls_half_cancelled_each_get_one_result(tmp_path: Pat
     assert sorted(cancels(log)) == sorted(call_ids(log, "slow"))
     assert len(set(call_ids(log, "slow"))) == 25
     assert all((records / f"s{i}.abort").exists() for i in range(25))
+
+
+@pytest.mark.timeout(60)
+def test_a_zero_grace_returns_without_waiting_and_still_sends_the_cancel(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    with MCPClient.stdio(scripted_server(log), cancel_grace=0) as client, ToolRegistry() as registry:
+        client.register_tools(registry)
+        controller = AbortController()
+        outcome: list[ToolExecutionResult] = []
+        worker = threading.Thread(target=_run_into, args=(registry, call("hang", {}, controller), outcome))
+        worker.start()
+        eventually(partial(_requested_once, log, "hang"), what="the hang request")
+        controller.abort("now")
+        worker.join(10)
+        (result,) = outcome
+        assert result.code == TOOL_ABORTED
+        assert result.meta is not None and result.meta["remote"] == "cancelled, no answer in 0.0 s"
+        # The cancel went out all the same (a later round trip is behind it).
+        assert value_of(registry.execute(call("ok", {}))) == "ok"
+        assert cancels(log) == call_ids(log, "hang")
