@@ -287,7 +287,8 @@ def _report_of(outcome: object, remote: str | None) -> BodyReport:
             code=REMOTE_PROTOCOL_ERROR,
         )
         return BodyReport(outcome=Error(problem), meta=meta)
-    blocks = tuple(b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in result.content)
+    # The blocks as the server sent them (validated above as content blocks).
+    blocks: tuple[Mapping[str, Any], ...] = tuple(outcome["content"])  # type: ignore[index]
     if result.is_error:
         text = _texts(blocks) or "the remote tool failed without a message"
         return BodyReport(outcome=Error(ToolError(text, code=REMOTE_TOOL_ERROR)), meta=meta)
@@ -589,60 +590,71 @@ class MCPClient:
                 self._calls.discard(call)
 
     async def _perform_inner(self, call: _RemoteCall) -> None:
-        wake = anyio.Event()
         loop = self._loop
+        conn = self._conn
+        if conn is None or not conn.alive or conn.dispatcher is None:
+            # The server is (re)starting: wait for it, or for the withdrawal.
+            starting = anyio.Event()
 
-        def wake_up() -> None:
-            loop.call_soon_threadsafe(wake.set)
+            def wake_starting() -> None:
+                loop.call_soon_threadsafe(starting.set)
+
+            with call._lock:
+                call.wake = wake_starting
+                if call.abort_requested:
+                    starting.set()
+            if call.withdrawn:
+                return
+            try:
+                conn = await self._connected_or_withdrawn(call, starting)
+            except Exception as exc:
+                call.settle(BodyReport(outcome=NotInvoked(exc)))
+                return
+            if conn is None:
+                return
+        dispatcher = conn.dispatcher
+        assert dispatcher is not None
+        scope = anyio.CancelScope()
+        done = anyio.Event()
+        call.handed_off = anyio.Event()
+        cancelling: list[asyncio.Task[str]] = []
+
+        def on_abort() -> None:  # on the loop
+            if done.is_set() or cancelling:
+                return
+            if call.withdrawn:  # never written: nothing to cancel
+                scope.cancel()
+                return
+            cancelling.append(loop.create_task(self._cancel(conn, call, done, scope)))
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(on_abort)
 
         with call._lock:
-            call.wake = wake_up
-            if call.abort_requested:
-                wake.set()
+            call.wake = wake
+            requested = call.abort_requested
+        if requested:
+            on_abort()
+        conn.unwritten[call.request_id] = call
+        answer: object = None
+        answered = False
+        try:
+            with scope:
+                answer = await dispatcher.send_raw_request(
+                    "tools/call",
+                    {"name": call.name, "arguments": call.arguments},
+                    {"request_id": call.request_id, "cancel_on_abandon": False},
+                )
+                answered = True
+        except Exception as exc:
+            answer, answered = exc, True
+        finally:
+            done.set()
+            conn.unwritten.pop(call.request_id, None)
         if call.withdrawn:
             return
-        try:
-            conn = await self._connected_or_withdrawn(call, wake)
-        except Exception as exc:
-            call.settle(BodyReport(outcome=NotInvoked(exc)))
-            return
-        if conn is None:
-            return
-        assert conn.dispatcher is not None
-        call.handed_off = anyio.Event()
-        done = anyio.Event()
-        answer: list[object] = []
-        dispatcher = conn.dispatcher
-
-        async def request() -> None:
-            try:
-                answer.append(
-                    await dispatcher.send_raw_request(
-                        "tools/call",
-                        {"name": call.name, "arguments": call.arguments},
-                        {"request_id": call.request_id, "cancel_on_abandon": False},
-                    )
-                )
-            except Exception as exc:
-                answer.append(exc)
-            finally:
-                done.set()
-
-        conn.unwritten[call.request_id] = call
-        remote: str | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(request)
-                await _first(done, wake)
-                if not done.is_set():
-                    if call.withdrawn:  # never written: nothing to cancel
-                        tg.cancel_scope.cancel()
-                        return
-                    remote = await self._cancel(conn, call, done)
-                    tg.cancel_scope.cancel()
-        finally:
-            conn.unwritten.pop(call.request_id, None)
-        if not answer:
+        remote = (await cancelling[0]) if cancelling else None
+        if not answered:
             # Cancelled, and the grace passed without an answer: the
             # registry classifies the abort (ABORTED while its signal is in
             # force); a close() has no signal in force, so it is a lost worker.
@@ -651,7 +663,7 @@ class MCPClient:
             )
             call.settle(BodyReport(outcome=Error(stopped), meta={"remote": remote}))
             return
-        report = _report_of(answer[0], remote)
+        report = _report_of(answer, remote)
         if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):
             report = BodyReport(outcome=Error(WorkerLost(CLIENT_CLOSED)), meta=report.meta)
         call.settle(report)
@@ -681,12 +693,13 @@ class MCPClient:
             raise failure[0]
         return result[0]
 
-    async def _cancel(self, conn: _Connection, call: _RemoteCall, done: anyio.Event) -> str:
+    async def _cancel(self, conn: _Connection, call: _RemoteCall, done: anyio.Event, scope: anyio.CancelScope) -> str:
         """Send the one ``notifications/cancelled`` for ``call`` once its
         request is on the wire, then wait up to the grace for an answer.
         The request's write and the cancel's get at least
         ``_CANCEL_WRITE_S`` whatever the grace (a grace of 0 still cancels).
-        Returns what ``meta["remote"]`` says."""
+        Stops the request's wait (``scope``) when the grace passed without
+        an answer. Returns what ``meta["remote"]`` says."""
         assert call.handed_off is not None and conn.dispatcher is not None
         now = anyio.current_time()
         answer_by = now + self._grace
@@ -702,6 +715,7 @@ class MCPClient:
             await done.wait()
         if done.is_set():
             return "answered"
+        scope.cancel()  # stop waiting for the request (no second cancel: the SDK's is off)
         return f"cancelled, no answer in {self._grace:.1f} s"
 
     async def _serve(self, conn: _Connection) -> None:
