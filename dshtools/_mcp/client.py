@@ -49,6 +49,7 @@ import math
 import os
 import signal as _signals
 import threading
+import weakref
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -66,6 +67,7 @@ from pydantic import ValidationError
 from .._backends.base import BodyReport, Error, NotInvoked, Value, WorkerLost
 from .._core.errors import AbortError, safe_repr, safe_str
 from .._core.freeze import thaw
+from .._core.interrupts import after_fork_in_child
 from .._os import procfs
 from .._registry.registry import ToolRegistry
 from .._signal import AbortSignal
@@ -102,6 +104,22 @@ _INHERITED_ENV: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 CLIENT_CLOSED: Final = "the MCPClient was closed during the call"
 
 _QUEUED, _RUNNING, _WITHDRAWN, _SETTLED = range(4)
+
+# Clients alive in this process, for the fork handler below.
+_clients: weakref.WeakSet[MCPClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The child has no event-loop thread, and the servers are the parent's:
+    # every client is closed in the child without touching them, so a call
+    # there is refused instead of waiting for a loop that does not run.
+    for client in list(_clients):
+        client._lock = threading.Lock()
+        client._closed = True
+        client._calls = set()
+
+
+after_fork_in_child(_after_fork_in_child)
 
 
 def _check_grace(value: object) -> float:
@@ -353,6 +371,7 @@ class MCPClient:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="dshtools-mcp-client", daemon=True)
         self._thread.start()
+        _clients.add(self)
         try:
             self._on_loop(self._connected())
         except BaseException:
@@ -467,15 +486,14 @@ class MCPClient:
             first = not self._closed
             self._closed = True
             calls = list(self._calls)
-        if first:
+        if first and self._thread.is_alive():
             for call in calls:
                 call.on_abort(CLIENT_CLOSED)
-            if self._thread.is_alive():
-                try:
-                    asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
-                finally:
-                    self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not threading.current_thread():
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not threading.current_thread() and self._thread.is_alive():
             self._thread.join()
 
     def __enter__(self) -> MCPClient:

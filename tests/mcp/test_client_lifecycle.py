@@ -140,3 +140,29 @@ def test_a_client_left_to_its_context_manager_stops_its_server(tmp_path: Path) -
     assert client_threads() == []
     controller = AbortController()
     assert not controller.signal.aborted
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_finds_the_client_closed_and_leaves_the_parents_server_alone(tmp_path: Path) -> None:
+    with MCPClient.stdio(scripted_server(tmp_path / "log.jsonl")) as client, ToolRegistry() as registry:
+        client.register_tools(registry)
+        pid = client.server_pid
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            code = 0
+            try:
+                if registry.execute(call("ok", {})).code != TOOL_ABORTED_BEFORE_DISPATCH:
+                    code = 1
+                try:
+                    client.list_tools()
+                    code = 2
+                except RuntimeError:
+                    pass
+                client.close()
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert client.server_pid == pid
+        assert value_of(registry.execute(call("ok", {}))) == "ok"
