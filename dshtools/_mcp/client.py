@@ -435,7 +435,9 @@ class MCPClient:
         ``ToolDefinition`` keywords (``timeout``, ``is_concurrency_safe``,
         ``render``, ``finalize_content``; a ``name`` here renames the
         registry tool). Raises ``KeyError`` for a tool the server does not
-        list."""
+        list, ``TypeError`` for ``parameters``, ``output_schema``,
+        ``execute``, ``description`` or ``backend`` (the server's and the
+        client's to give)."""
         for spec in self.list_tools():
             if spec["name"] == name:
                 return self._definition(spec, options.pop("name", name), options)
@@ -507,8 +509,9 @@ class MCPClient:
     # ------------------------------------------------------------ helpers
 
     def _definition(self, spec: Mapping[str, Any], name: str, options: dict[str, Any]) -> ToolDefinition:
-        options.pop("backend", None)
-        options.pop("output_schema", None)
+        fixed = sorted({"backend", "output_schema", "parameters", "execute", "description"} & set(options))
+        if fixed:
+            raise TypeError(f"{', '.join(fixed)} of a remote tool come from the MCP server and the client")
         return ToolDefinition(
             name,
             spec["description"],
@@ -867,6 +870,9 @@ class MCPClient:
         if conn is not None:
             conn.stop.set()
             await conn.gone.wait()
+        servers = list(self._servers)  # an earlier incarnation still stopping
+        if servers:
+            await asyncio.gather(*servers, return_exceptions=True)
 
 
 class _ClientBackend:

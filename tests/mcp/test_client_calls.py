@@ -78,6 +78,8 @@ def test_structured_values_images_and_embedded_resources_come_back_as_sent(tmp_p
         assert single.timeout == 5.0
         registry.register(single)
         assert thaw(value_of(registry.execute(call("plus", {"a": 1, "b": 1})))) == {"total": 2}
+        with pytest.raises(TypeError, match="backend of a remote tool"):
+            client.tool("add", backend=None)
         with pytest.raises(KeyError, match="no_such_tool"):
             client.tool("no_such_tool")
         # The body exists only for the registry's backend.
