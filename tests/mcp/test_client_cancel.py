@@ -19,14 +19,17 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_TIMEOUT,
     AbortController,
     ApprovalRequest,
     Ask,
+    TimeoutPolicy,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolSuccess,
+    execute_batch,
 )
 from dshtools.mcp import MCPClient
 from tests.mcp.client_support import (
@@ -217,3 +220,24 @@ def test_a_zero_grace_returns_without_waiting_and_still_sends_the_cancel(tmp_pat
         # The cancel went out all the same (a later round trip is behind it).
         assert value_of(registry.execute(call("ok", {}))) == "ok"
         assert cancels(log) == call_ids(log, "hang")
+
+
+@pytest.mark.timeout(60)
+def test_a_timeout_policy_and_a_batch_apply_to_remote_calls(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    with MCPClient.stdio(scripted_server(log), cancel_grace=GRACE) as client, ToolRegistry() as registry:
+        registry.add_around_dispatch(TimeoutPolicy())
+        client.register_tools(registry, timeout=0.2, is_concurrency_safe=lambda args: True)
+        timed_out = registry.execute(call("hang", {}))
+        assert timed_out.code == TOOL_TIMEOUT
+        assert timed_out.meta is not None
+        assert timed_out.meta["remote"] == f"cancelled, no answer in {GRACE:.1f} s"
+        assert cancels(log) == call_ids(log, "hang")
+
+        batch = execute_batch(
+            registry,
+            [call("ok", {}, call_id="b1"), call("rpc_error", {}, call_id="b2"), call("ok", {}, call_id="b3")],
+            signal=AbortController().signal,
+        )
+        assert [r.code for r in batch] == [None, "REMOTE_PROTOCOL_ERROR", None]
+        assert len(call_ids(log, "ok")) == 2
