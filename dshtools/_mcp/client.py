@@ -50,7 +50,7 @@ import os
 import signal as _signals
 import threading
 import weakref
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -58,6 +58,7 @@ from typing import Any, Final, TypeVar
 import anyio
 import anyio.abc
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -97,6 +98,8 @@ _GONE_POLL: Final = 0.01
 # JSON-RPC error code the SDK gives every request in flight when the
 # connection closes.
 _CONNECTION_CLOSED: Final = -32000
+# The SDK's error message for a request its HTTP transport saw refused.
+_HTTP_STAND_IN: Final = "Server returned an error response"
 # Environment variables a server inherits when ``env`` does not name them
 # (the SDK's own choice for stdio servers).
 _INHERITED_ENV: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
@@ -253,6 +256,7 @@ class _Connection:
         self.process: anyio.abc.Process | None = None
         self.pid: int | None = None
         self.pidfd: int | None = None
+        self.http_status: str | None = None  # the last HTTP error status (streamable HTTP)
         self.dispatcher: JSONRPCDispatcher | None = None
         self.tools: list[types.Tool] = []
         # Calls whose request the writer has not written yet, by request id.
@@ -282,17 +286,19 @@ def _texts(blocks: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(str(b["text"]) for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
 
 
-def _report_of(outcome: object, remote: str | None) -> BodyReport:
-    """The registry's report for the SDK's answer to one ``tools/call``."""
+def _report_of(outcome: object, remote: str | None, http_status: str | None = None) -> BodyReport:
+    """The registry's report for the SDK's answer to one ``tools/call``
+    (``http_status``: the HTTP error status the transport last saw, named
+    in place of the SDK's generic stand-in for it)."""
     meta = None if remote is None else {"remote": remote}
     if isinstance(outcome, MCPError):
         if outcome.error.code == _CONNECTION_CLOSED:
             lost = WorkerLost(f"the MCP server closed the connection during the call ({outcome.error.message})")
             return BodyReport(outcome=Error(lost), meta=meta)
-        problem = ToolError(
-            f"the MCP server answered with JSON-RPC error {outcome.error.code}: {outcome.error.message}",
-            code=REMOTE_PROTOCOL_ERROR,
-        )
+        text = f"the MCP server answered with JSON-RPC error {outcome.error.code}: {outcome.error.message}"
+        if http_status is not None and outcome.error.message == _HTTP_STAND_IN:
+            text = f"the MCP server refused the request: {http_status}"
+        problem = ToolError(text, code=REMOTE_PROTOCOL_ERROR)
         return BodyReport(outcome=Error(problem), meta=meta)
     if isinstance(outcome, BaseException):
         return BodyReport(outcome=Error(outcome), meta=meta)
@@ -345,16 +351,27 @@ class MCPClient:
 
     def __init__(
         self,
-        command: Sequence[str],
+        command: Sequence[str] | None,
         *,
-        env: Mapping[str, str] | None,
-        cwd: str | os.PathLike[str] | None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
         cancel_grace: float,
         restart: bool,
     ) -> None:
-        if isinstance(command, (str, bytes)) or not command or not all(isinstance(a, str) for a in command):
-            raise TypeError("command must be a non-empty sequence of strings (the server's argv)")
-        self._command = list(command)
+        if url is None:
+            if isinstance(command, (str, bytes)) or not command or not all(isinstance(a, str) for a in command):
+                raise TypeError("command must be a non-empty sequence of strings (the server's argv)")
+            self._command: list[str] = list(command)
+        else:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+            if headers is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+                raise TypeError("headers must map str to str")
+            self._command = [url]
+        self._url = url
+        self._headers = dict(headers or {})
         base = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
         self._env = base | dict(env or {})
         self._cwd = cwd
@@ -400,6 +417,17 @@ class MCPClient:
         when the server cannot be started or does not complete the
         handshake."""
         return cls(command, env=env, cwd=cwd, cancel_grace=cancel_grace, restart=restart)
+
+    @classmethod
+    def http(cls, url: str, *, headers: Mapping[str, str] | None = None, cancel_grace: float = 2.0) -> MCPClient:
+        """Connect to the MCP server at ``url`` over streamable HTTP (the
+        SDK's transport; ``headers`` go with every request, e.g.
+        ``{"Authorization": "Bearer ..."}``) and complete the handshake.
+        A connection that ends is made again on the next call. Raises
+        ``ValueError`` for a URL that is not ``http(s)://``,
+        ``ConnectionError`` when the server cannot be reached or refuses:
+        the message names the HTTP status (``HTTP 401 Unauthorized``)."""
+        return cls(None, url=url, headers=headers, cancel_grace=cancel_grace, restart=True)
 
     # ------------------------------------------------------------- public
 
@@ -575,9 +603,8 @@ class MCPClient:
             task.add_done_callback(self._servers.discard)
         await conn.ready.wait()
         if conn.error is not None:
-            raise ConnectionError(
-                f"the MCP server {self._command!r} could not be started: {safe_str(conn.error)}"
-            ) from conn.error
+            what = f"at {self._url} could not be reached" if self._url else f"{self._command!r} could not be started"
+            raise ConnectionError(f"the MCP server {what}: {safe_str(conn.error)}") from conn.error
         if not conn.alive:
             raise ConnectionError("the MCP server exited before the call could be sent")
         return conn
@@ -684,7 +711,11 @@ class MCPClient:
             )
             call.settle(BodyReport(outcome=Error(stopped), meta={"remote": remote}))
             return
-        report = _report_of(answer, remote)
+        if remote is not None and isinstance(answer, MCPError) and answer.error.code != _CONNECTION_CLOSED:
+            # A JSON-RPC error after our cancel answers the cancel (the SDK's
+            # HTTP server sends -32800): the call was aborted, not faulty.
+            answer = AbortError(call.reason)
+        report = _report_of(answer, remote, conn.http_status)
         if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):
             report = BodyReport(outcome=Error(WorkerLost(CLIENT_CLOSED)), meta=report.meta)
         call.settle(report)
@@ -742,6 +773,9 @@ class MCPClient:
     async def _serve(self, conn: _Connection) -> None:
         """Run one incarnation of the server until ``conn.stop``; stop its
         process group on the way out, whatever happened."""
+        if self._url is not None:
+            await self._serve_http(conn, self._url)
+            return
         try:
             conn.process = process = await anyio.open_process(
                 self._command, env=self._env, cwd=self._cwd, start_new_session=True, stderr=None
@@ -758,7 +792,7 @@ class MCPClient:
         except (AttributeError, OSError):
             conn.pidfd = None
         try:
-            await self._session(conn, process)
+            await self._session_stdio(conn, process)
         except Exception as exc:
             if not conn.ready.is_set():
                 conn.error = exc
@@ -770,22 +804,79 @@ class MCPClient:
             with anyio.CancelScope(shield=True):
                 await self._stop_process(conn, process)
 
-    async def _session(self, conn: _Connection, process: anyio.abc.Process) -> None:
-        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    async def _session_stdio(self, conn: _Connection, process: anyio.abc.Process) -> None:
         assert process.stdout is not None and process.stdin is not None
         stdout, stdin = process.stdout, process.stdin
 
-        async def reader() -> None:
+        async def pump_in(read_send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
             pending = b""
+            async for chunk in stdout:
+                pending += chunk
+                while (end := pending.find(b"\n")) >= 0:
+                    line, pending = pending[:end], pending[end + 1 :]
+                    if line.strip():
+                        await read_send.send(_parse_line(line))
+
+        async def emit(message: SessionMessage) -> None:
+            data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+            await stdin.send(data.encode("utf-8"))
+
+        await self._session(conn, pump_in, emit)
+
+    async def _serve_http(self, conn: _Connection, url: str) -> None:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        async def note_status(response: httpx2.Response) -> None:
+            if response.status_code >= 400:
+                conn.http_status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+
+        try:
+            async with (
+                httpx2.AsyncClient(
+                    headers=self._headers,
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [note_status]},
+                ) as http,
+                streamable_http_client(url, http_client=http) as (sdk_read, sdk_write),
+            ):
+
+                async def pump_in(read_send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+                    async for item in sdk_read:
+                        await read_send.send(item)
+
+                async def emit(message: SessionMessage) -> None:
+                    await sdk_write.send(message)
+
+                await self._session(conn, pump_in, emit)
+        except Exception as exc:
+            if not conn.ready.is_set():
+                conn.error = exc
+            else:
+                _log.debug("the MCP session with %r ended with an error", url, exc_info=exc)
+        finally:
+            conn.alive = False
+            if conn.error is not None and conn.http_status is not None:
+                conn.error = ConnectionError(f"{conn.http_status} from {url}")
+            conn.ready.set()
+            conn.gone.set()
+
+    async def _session(
+        self,
+        conn: _Connection,
+        pump_in: Callable[[MemoryObjectSendStream[SessionMessage | Exception]], Awaitable[None]],
+        emit: Callable[[SessionMessage], Awaitable[None]],
+    ) -> None:
+        """The SDK session over one transport: ``pump_in`` feeds what the
+        server sends until it ends; ``emit`` writes one message. The writer
+        claims each remote call as it writes that call's request."""
+        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+        async def reader() -> None:
             try:
                 async with read_send:
-                    async for chunk in stdout:
-                        pending += chunk
-                        while (end := pending.find(b"\n")) >= 0:
-                            line, pending = pending[:end], pending[end + 1 :]
-                            if line.strip():
-                                await read_send.send(_parse_line(line))
+                    await pump_in(read_send)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
             finally:
@@ -802,8 +893,7 @@ class MCPClient:
                             call = conn.unwritten.pop(inner.id, None)
                             if call is not None and not call.claim():
                                 continue  # withdrawn: never written
-                        data = inner.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                        await stdin.send(data.encode("utf-8"))
+                        await emit(message)
                         if call is not None and call.handed_off is not None:
                             call.handed_off.set()
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):

@@ -7,6 +7,9 @@ as ``python tests/mcp/client_servers.py MODE ...``:
 * ``fast`` -- an ``MCPServer`` (the SDK's FastMCP) with ``add`` (structured
   output), ``picture`` (an image and an embedded resource) and ``fail``
   (raises: an ``isError`` result).
+* ``http FD TOKEN`` -- ``add`` over streamable HTTP on the listening
+  socket ``FD``, requiring ``Authorization: Bearer TOKEN`` unless TOKEN is
+  empty.
 * ``scripted LOG`` -- a hand-written JSON-RPC server for what a good server
   never does; logs every received line to ``LOG``. Its tools: ``hang``
   (never answers, ignores cancellation), ``stubborn`` (answers even after a
@@ -46,6 +49,51 @@ def tee(log: str, command: list[str]) -> int:
     except BrokenPipeError:
         pass
     return child.wait()
+
+
+def http(fd: int, token: str) -> None:
+    """``fast``'s ``add`` over streamable HTTP on the listening socket
+    ``fd``; with a non-empty ``token`` every request needs
+    ``Authorization: Bearer <token>`` (else 401)."""
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("http-test")
+
+    @server.tool()
+    def add(a: int, b: int) -> dict[str, int]:
+        """Add two integers."""
+        return {"total": a + b}
+
+    @server.tool()
+    async def slow() -> str:
+        """Sleep a minute; ``$HTTP_RECORDS/slow.started`` when it starts,
+        ``slow.cancelled`` when the server cancels it."""
+        import anyio
+
+        records = Path(os.environ.get("HTTP_RECORDS", "."))
+        (records / "slow.started").write_text("1")
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            (records / "slow.cancelled").write_text("1")
+            raise
+        return "slept"
+
+    inner = server.streamable_http_app()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and token:
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            if given != f"Bearer {token}":
+                await send(
+                    {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+                )
+                await send({"type": "http.response.body", "body": b"no"})
+                return
+        await inner(scope, receive, send)
+
+    uvicorn.run(app, fd=fd, log_level="warning", lifespan="on")
 
 
 def fast() -> None:
@@ -154,6 +202,9 @@ def main() -> int:
     if mode == "tee":
         assert sys.argv[3] == "--"
         return tee(sys.argv[2], sys.argv[4:])
+    if mode == "http":
+        http(int(sys.argv[2]), sys.argv[3])
+        return 0
     if mode == "fast":
         fast()
         return 0
