@@ -28,10 +28,13 @@ Guarantees:
   the server again (``restart=False``: it is refused,
   ``ABORTED_BEFORE_DISPATCH``).
 * **Close.** ``close()`` refuses new calls, cancels the calls in flight
-  (each settles within ``cancel_grace``), closes the session, closes the
-  server's stdin, sends SIGTERM to the server's process group and SIGKILL
-  after ``_STOP_GRACE`` seconds, waits until no process of the server's
-  session is left, and joins the client's event-loop thread.
+  (each settles within ``cancel_grace``), closes the session, and for a
+  stdio server closes its stdin, sends SIGTERM to its process group and
+  SIGKILL after ``_STOP_GRACE`` seconds, and waits until no process of its
+  session is left; then it joins the client's event-loop thread.
+* **HTTP.** ``MCPClient.http`` speaks streamable HTTP through the SDK's
+  transport with the same claim and cancel; an HTTP error status the
+  transport saw is named in the error (``HTTP 401 Unauthorized``).
 
 Threads: one event-loop thread per client (``dshtools-mcp-client``) runs the
 SDK session, the transport and every request; the public methods are
