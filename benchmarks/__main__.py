@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import batch, dispatch, floors, instructions, latency, leaks, peers, process, report, signals
+from . import batch, dispatch, floors, instructions, latency, leaks, peers, process, report, signals, typed
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -66,6 +66,10 @@ def run_all(
             if progress:
                 print("[benchmarks] dispatch instructions (callgrind) ...", file=sys.stderr, flush=True)
             figures.update(instructions.run())
+        if name == "dispatch":
+            if progress:
+                print("[benchmarks] typed tools ...", file=sys.stderr, flush=True)
+            figures.update(typed.run(quick=quick, count_instructions=count_instructions))
         results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)

@@ -96,6 +96,34 @@ def render(results: dict[str, Any]) -> str:
             ]
         elif "skipped" in d:
             lines += [f"Instruction counts skipped: {d['skipped']}.", ""]
+        if "typed_ratio" in d:
+            lines += [
+                "**Typed tools** (a no-op tool made from a typed function against the same tool with its schema "
+                "written by hand: same schema, same arguments, same run)",
+                "",
+                _row("measure", "typed", "hand-written", "ratio", "target", "met"),
+                _row("---", "---:", "---:", "---:", "---:", ":---:"),
+                _row(
+                    "`registry.execute`, wall clock",
+                    _ns(d["typed_execute_ns"]),
+                    _ns(d["by_hand_execute_ns"]),
+                    f"{d['typed_ratio']:.2f}",
+                    "",
+                    "",
+                ),
+            ]
+            if "typed_instructions_ratio" in d:
+                lines.append(
+                    _row(
+                        "`registry.execute`, instructions",
+                        f"{d['typed_execute_instructions']:,.0f}",
+                        f"{d['by_hand_execute_instructions']:,.0f}",
+                        f"{d['typed_instructions_ratio']:.2f}",
+                        "≤ 1.15",
+                        _ok(d["typed_instructions_ratio"], 1.15),
+                    )
+                )
+            lines.append("")
     s = results.get("signals")
     if s:
         lines += [

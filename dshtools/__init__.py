@@ -30,13 +30,10 @@ from ._types.calls import (
     ErrorDetail,
     ErrorInfo,
     ExecutionToken,
-    ToolDispatchExecution,
     ToolError,
-    ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
-    ToolRunContext,
     ToolSuccess,
 )
 from ._types.hooks import (
@@ -57,6 +54,8 @@ from ._types.hooks import (
     ResultObserver,
     ToolDefinition,
 )
+from ._types.marks import tool, tools_from_module
+from ._types.tools import ToolDispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
     "DENIED",
@@ -117,6 +116,9 @@ __all__ = [
     "execute_batch",
     "thaw",
     "timeout_of",
+    # typed tools (docs/contract.md#typed-tools)
+    "tool",
+    "tools_from_module",
 ]
 
 __version__ = "0.1.0"

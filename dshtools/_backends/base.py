@@ -37,7 +37,8 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from .._types.calls import ToolRunContext
+from .._signal import AbortSignal
+from .._types.tools import ToolRunContext
 
 __all__ = [
     "Backend",
@@ -45,6 +46,7 @@ __all__ = [
     "BodyReport",
     "Dispatch",
     "Error",
+    "ListeningBackend",
     "NotInvoked",
     "Value",
     "WorkerLost",
@@ -103,7 +105,7 @@ class BodyReport:
     * ``overrun_s``: seconds between the abort of ``run.signal`` and the
       body's return, when the body was invoked and the signal aborted
       before it returned; else ``None``. The registry reports overruns
-      above 0.1 s (docs/contract.md §8 A8).
+      above 0.1 s (docs/contract.md#a8).
     * ``content``: with a ``Value`` outcome, the content blocks the body
       produced beside its value (a remote tool's result carries both);
       ``None``: the registry renders the value as for any body.
@@ -160,4 +162,37 @@ class Backend(Protocol):
         """Stop accepting work, wait for (or stop) what runs, release the
         workers. Idempotent. The registry calls it when the last registry
         using this backend closes."""
+        ...
+
+
+@runtime_checkable
+class ListeningBackend(Backend, Protocol):
+    """An optional capability of a ``Backend``: its withdrawal can listen on
+    the dispatch signal from the moment the registry derives that signal,
+    instead of being added by ``submit`` (one lock round trip instead of
+    two). The registry finds it by this protocol, once per backend, and
+    then, per call:
+
+    1. ``withdrawal = backend.make_withdrawal()`` (no arguments; called in
+       the thread blocked in ``execute``);
+    2. derives the dispatch signal with ``withdrawal`` as a listener: it is
+       called with the signal, on the aborting thread, when the signal
+       aborts, possibly before step 3 (it must then do nothing; ``submit``
+       sees the abort itself);
+    3. ``backend.submit_listening(body, args, run, withdrawal)`` instead of
+       ``submit``: the same contract, except that it adds no listener of
+       its own for the withdrawal.
+
+    ``ThreadBackend`` has it (docs/backends.md)."""
+
+    @property
+    def make_withdrawal(self) -> Callable[[], Callable[[AbortSignal], object]]:
+        """Makes one fresh withdrawal listener per call."""
+        ...
+
+    def submit_listening(
+        self, body: Body, args: object, run: ToolRunContext, withdrawal: Callable[[AbortSignal], object]
+    ) -> Dispatch:
+        """``submit``, with ``withdrawal`` (from ``make_withdrawal``) already
+        listening on ``run.signal``."""
         ...

@@ -34,13 +34,8 @@ from .._core.errors import AbortError, TimeoutReason, safe_str
 from .._core.freeze import thaw
 from .._signal import AbortController, AbortSignal, budget_controller
 from .._signal.deadline import timeout_of
-from .._types.calls import (
-    ExecutionToken,
-    ToolError,
-    ToolExecutionResult,
-    ToolRunContext,
-    frozen_deferred_context,
-)
+from .._types.calls import ExecutionToken, ToolError, ToolExecutionResult
+from .._types.tools import ToolRunContext, frozen_deferred_context
 
 __all__ = ["ErrorDetail", "RemoteRun", "RemoteTraceback", "call_controller", "describe_error", "rebuilt_error"]
 

@@ -20,17 +20,17 @@ Guarantees:
   recorded on the hand-off and re-read, so a wait can never block on a lock
   that was already consumed.
 * **Caller context.** Every body runs in a copy of the submitting thread's
-  ``contextvars`` context (docs/contract.md §8 A7): it sees the caller's
+  ``contextvars`` context (docs/contract.md#a7): it sees the caller's
   values, and what it sets is seen neither by the caller nor by a later body.
 * **Nested calls do not deadlock.** ``submit`` from a thread that is
   running a body (any thread backend's worker, or a thread that a body
   dispatches from) runs the body inline, at once, in that thread: a full
-  pool of parents waiting for their children cannot deadlock (field case
-  B17). The inline path goes through the same ``start()``.
+  pool of parents waiting for their children cannot deadlock. The inline
+  path goes through the same ``start()``.
 * **Fork.** In a child created by ``os.fork()`` an owned pool is replaced by
   a fresh one on the next call; a supplied executor is refused with a
   ``RuntimeError`` naming the fork (its threads did not survive), so no
-  call waits for a worker that does not exist (docs/contract.md §8 A10).
+  call waits for a worker that does not exist (docs/contract.md#a10).
 
 Atomicity assumptions (all hold with the GIL; each is one bytecode-level
 C operation): the claim is one ``dict.setdefault`` on a fresh dict (the first
@@ -46,7 +46,6 @@ else would change.
 from __future__ import annotations
 
 import contextvars
-import os
 import threading
 import time
 import weakref
@@ -55,8 +54,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Final
 
+from .._core.construct import twin
+from .._core.interrupts import after_fork_in_child
 from .._signal import AbortSignal
-from .._types.calls import ToolRunContext
+from .._types.tools import ToolRunContext
 from .base import Body, BodyOutcome, BodyReport, Error, NotInvoked, Value
 
 __all__ = [
@@ -72,8 +73,10 @@ __all__ = [
 DEFAULT_MAX_WORKERS: Final = 32
 
 _WORKER: Final = object()  # the claim's value when the worker won it
-_new: Final = object.__new__
-_set: Final = object.__setattr__
+# Value(value) and BodyReport(outcome=...) are made on every call: built
+# through twins (dshtools/_core/construct.py), without attrs' per-field setattr.
+_ValueTwin: Final = twin(Value)
+_BodyReportTwin: Final = twin(BodyReport)
 _NOT_YET: Final = NotInvoked()  # placeholder outcome before the claim is decided
 # The outcome and report of a body that returned None with no overrun, the
 # commonest of all (both frozen, so one instance serves every call).
@@ -136,7 +139,7 @@ def _after_fork_in_child() -> None:
     _tls.stack = None  # the forking thread's bodies do not exist in the child
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+after_fork_in_child(_after_fork_in_child)
 
 
 # ------------------------------------------------------------------ hand-off
@@ -188,7 +191,7 @@ class _Handoff:
         self.aborted_at: float | None = None  # monotonic time of an abort seen while running
         # The executor's Future, when it returned one (anything else, from a
         # misbehaving executor, is ignored: the hand-off alone is joined,
-        # docs/contract.md §8 A5).
+        # docs/contract.md#a5).
         self.future: Future[Any] | None = None
         self.pending: KeyboardInterrupt | None = None  # landed inside submit()
         self.waited = False
@@ -253,8 +256,9 @@ class _Handoff:
                 if value is None:
                     self.outcome = _NONE
                 else:
-                    outcome = _new(Value)  # Value(value), without attrs' per-field setattr
-                    _set(outcome, "value", value)
+                    outcome = _ValueTwin()
+                    outcome.value = value
+                    outcome.__class__ = Value
                     self.outcome = outcome
             except BaseException as exc:  # every body fault is an outcome, never a crash
                 self.outcome = Error(exc)
@@ -325,23 +329,23 @@ class _Handoff:
             return _NONE_REPORT
         if aborted_at is not None and type(self.outcome) is not NotInvoked:
             return BodyReport(outcome=self.outcome, overrun_s=max(0.0, time.monotonic() - aborted_at))
-        # BodyReport(outcome=...), built without attrs' per-field setattr: the
-        # common report of every call.
-        report: BodyReport = _new(BodyReport)
-        _set(report, "outcome", self.outcome)
-        _set(report, "contexts", ())
-        _set(report, "killed", False)
-        _set(report, "overrun_s", None)
-        _set(report, "content", None)
-        _set(report, "meta", None)
-        return report
+        report = _BodyReportTwin()
+        report.outcome = self.outcome
+        report.contexts = ()
+        report.killed = False
+        report.overrun_s = None
+        report.content = None
+        report.meta = None
+        report.__class__ = BodyReport
+        return report  # type: ignore[no-any-return]
 
 
 class WithdrawalSlot:
-    """Package-internal: the dispatch signal's listener for a thread-backend
-    call, installed by the registry when it derives that signal (one lock
-    round trip, no separate ``add_listener``), before ``submit`` made the
-    hand-off it forwards to. No ``__init__``: one is made per call."""
+    """The dispatch signal's listener for a thread-backend call
+    (``ThreadBackend.make_withdrawal``, the ``ListeningBackend``
+    capability), installed by the registry when it derives that signal,
+    before ``submit_listening`` made the hand-off it forwards to. No
+    ``__init__``: one is made per call."""
 
     __slots__ = ("handoff",)
     handoff: _Handoff
@@ -381,8 +385,14 @@ class ThreadBackend:
     thread blocked in ``execute``; bodies run on the executor's threads, or
     inline in the submitting thread when it is itself running a body.
     Threads cannot be killed: a body that ignores its signal is joined
-    however long it runs (``killed`` is never reported).
+    however long it runs (``killed`` is never reported). It has the
+    ``ListeningBackend`` capability (``make_withdrawal`` and
+    ``submit_listening``).
     """
+
+    make_withdrawal: Final = WithdrawalSlot
+    """A fresh withdrawal listener for ``submit_listening`` (the class itself:
+    making one runs no Python code)."""
 
     def __init__(self, max_workers: int | None = None, *, executor: Executor | None = None) -> None:
         if executor is not None and max_workers is not None:
@@ -443,11 +453,12 @@ class ThreadBackend:
         return self.submit_listening(body, args, run, None)
 
     def submit_listening(
-        self, body: Body, args: object, run: ToolRunContext, withdrawal: WithdrawalSlot | None
+        self, body: Body, args: object, run: ToolRunContext, withdrawal: Callable[[AbortSignal], object] | None
     ) -> _Handoff | _Settled:
         """``submit``, for a caller that already installed ``withdrawal`` as a
         listener on ``run.signal`` (the registry does, when it derives the
-        dispatch signal: one lock round trip instead of two). Package-internal."""
+        dispatch signal: one lock round trip instead of two; the
+        ``ListeningBackend`` capability)."""
         signal = run.signal
         context = contextvars.copy_context()
         handoff = _Handoff()
@@ -456,7 +467,7 @@ class ThreadBackend:
             # Published before the re-check: either the listener finds the
             # hand-off, or this check sees the abort (it is marked before
             # listeners run).
-            withdrawal.handoff = handoff
+            withdrawal.handoff = handoff  # type: ignore[attr-defined]  # a WithdrawalSlot (make_withdrawal)
         stack = _tls.stack
         if stack and (stack[-1] is self or not isinstance(stack[-1], ThreadBackend)):
             # Inline (a nested call from a body, or a batch's dispatch on
@@ -465,10 +476,10 @@ class ThreadBackend:
             # backend's pool queues here like any call. Nothing is queued,
             # so there is nothing to withdraw.
             handoff.run(context, body, args, run)
-            # As report() does: the withdrawal listening on the signal refers
-            # to this hand-off, so drop the way back (no reference cycle).
-            handoff.signal = None
-            return _Settled(BodyReport(outcome=handoff.outcome))
+            # The same report as a pooled body's, overrun included; report()
+            # also drops the way back from the listening withdrawal (no
+            # reference cycle).
+            return _Settled(handoff.report())
         if withdrawal is None:
             signal.add_listener(handoff.withdraw)
         elif signal.aborted:

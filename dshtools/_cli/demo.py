@@ -37,15 +37,19 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
+
+import attrs
+from pydantic import Field
 
 from .. import io as dio
 from .._backends.process.backend import ProcessBackend
 from .._io.session import _group_alive
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry
-from .._types.calls import ToolError, ToolRunContext
+from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
+from .._types.tools import ToolRunContext
 
 __all__ = ["DemoServer", "DemoTools", "group_alive"]
 
@@ -171,11 +175,12 @@ def group_alive(pgid: int) -> bool:
 # Tools
 
 
-def _stubborn(args: Any, run: ToolRunContext) -> object:
-    """Ignores its signal: only a forced stop ends it early. Module-level, so
-    it pickles by reference for the worker process."""
-    time.sleep(float(args["seconds"]))
-    return {"slept": args["seconds"]}
+def _stubborn(seconds: Annotated[float, Field(ge=0)]) -> dict[str, float]:
+    """Sleep for some seconds, ignoring cancellation (runs in a worker process, stopped by force)."""
+    # Ignores its signal (it takes no run context): only a forced stop ends
+    # it early. Module-level, so it pickles by reference for the worker.
+    time.sleep(seconds)
+    return {"slept": seconds}
 
 
 class DemoTools:
@@ -235,14 +240,15 @@ class DemoTools:
 
     # ------------------------------------------------------------------ tools
 
-    def _shell(self, args: Any, run: ToolRunContext) -> object:
+    def _shell(self, command: str, read_only: bool = False, *, run: ToolRunContext) -> dict[str, Any]:
+        """Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true."""
         # The shell writes its own pid first: it is the leader of the new
         # session/process group run_process creates, so pid == pgid. The
         # file exists only if the shell got that far, and nothing can have
         # been started in the group before it did.
         fd, pidfile = tempfile.mkstemp(prefix="pgid-", dir=self.workdir)
         os.close(fd)
-        script = f"echo $$ > {shlex.quote(pidfile)}\n{args['command']}"
+        script = f"echo $$ > {shlex.quote(pidfile)}\n{command}"
         try:
             done = dio.run_process(["/bin/sh", "-c", script], run.signal, grace=SHELL_GRACE, cwd=self.workdir)
         finally:
@@ -265,86 +271,38 @@ class DemoTools:
             with self._lock:
                 self._pgids.append(int(text))
 
-    def _http_get(self, args: Any, run: ToolRunContext) -> object:
-        url = urllib.parse.urljoin(self.base_url + "/", args["url"])
-        response = dio.http_request("GET", url, run.signal)
+    def _http_get(self, url: str, *, run: ToolRunContext) -> dict[str, Any]:
+        """GET a URL; relative URLs resolve against the demo's local server."""
+        response = dio.http_request("GET", urllib.parse.urljoin(self.base_url + "/", url), run.signal)
         return {"status": response.status, "body": response.body.decode(errors="replace")}
 
-    def _read_file(self, args: Any, run: ToolRunContext) -> object:
-        path = os.path.join(self.workdir, args["path"])
-        data = dio.read_file(path, run.signal)
-        return {"path": args["path"], "text": data.decode(errors="replace")}
+    def _read_file(self, path: str, *, run: ToolRunContext) -> dict[str, str]:
+        """Read a text file from the demo's work directory."""
+        data = dio.read_file(os.path.join(self.workdir, path), run.signal)
+        return {"path": path, "text": data.decode(errors="replace")}
 
-    def _sleep(self, args: Any, run: ToolRunContext) -> object:
-        dio.sleep(float(args["seconds"]), run.signal)
-        return {"slept": args["seconds"]}
+    def _sleep(self, seconds: Annotated[float, Field(ge=0)], *, run: ToolRunContext) -> dict[str, float]:
+        """Sleep for some seconds (cancellable)."""
+        dio.sleep(seconds, run.signal)
+        return {"slept": seconds}
 
     def _definitions(self) -> Iterator[ToolDefinition]:
-        yield ToolDefinition(
-            "shell",
-            "Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true.",
-            {
-                "type": "object",
-                "properties": {"command": {"type": "string"}, "read_only": {"type": "boolean"}},
-                "required": ["command"],
-                "additionalProperties": False,
-            },
-            self._tracked(self._shell),
-            timeout=SHELL_TIMEOUT,
+        # Typed tools; the counted ones get their body wrapped by _tracked.
+        shell = ToolDefinition.from_function(self._shell, name="shell", timeout=SHELL_TIMEOUT)
+        yield attrs.evolve(
+            shell,
+            execute=self._tracked(shell.execute),
             is_concurrency_safe=lambda args: args.get("read_only") is True,
         )
-        yield ToolDefinition(
-            "http_get",
-            "GET a URL; relative URLs resolve against the demo's local server.",
-            {
-                "type": "object",
-                "properties": {"url": {"type": "string"}},
-                "required": ["url"],
-                "additionalProperties": False,
-            },
-            self._tracked(self._http_get),
-            timeout=HTTP_TIMEOUT,
-            is_concurrency_safe=lambda args: True,
-        )
-        yield ToolDefinition(
-            "read_file",
-            "Read a text file from the demo's work directory.",
-            {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-                "additionalProperties": False,
-            },
-            self._tracked(self._read_file),
-            timeout=READ_TIMEOUT,
-            is_concurrency_safe=lambda args: True,
-        )
-        yield ToolDefinition(
-            "sleep",
-            "Sleep for some seconds (cancellable).",
-            {
-                "type": "object",
-                "properties": {"seconds": {"type": "number", "minimum": 0}},
-                "required": ["seconds"],
-                "additionalProperties": False,
-            },
-            self._tracked(self._sleep),
-            timeout=SLEEP_TIMEOUT,
-            is_concurrency_safe=lambda args: True,
-        )
-        yield ToolDefinition(
-            "stubborn",
-            "Sleep for some seconds, ignoring cancellation (runs in a worker process, stopped by force).",
-            {
-                "type": "object",
-                "properties": {"seconds": {"type": "number", "minimum": 0}},
-                "required": ["seconds"],
-                "additionalProperties": False,
-            },
-            _stubborn,
-            timeout=STUBBORN_TIMEOUT,
-            is_concurrency_safe=lambda args: True,
-            backend=self.process_backend,
+        for fn, name, timeout in (
+            (self._http_get, "http_get", HTTP_TIMEOUT),
+            (self._read_file, "read_file", READ_TIMEOUT),
+            (self._sleep, "sleep", SLEEP_TIMEOUT),
+        ):
+            typed = ToolDefinition.from_function(fn, name=name, timeout=timeout, concurrency_safe=True)
+            yield attrs.evolve(typed, execute=self._tracked(typed.execute))
+        yield ToolDefinition.from_function(
+            _stubborn, name="stubborn", timeout=STUBBORN_TIMEOUT, concurrency_safe=True, backend=self.process_backend
         )
 
     def close(self) -> None:

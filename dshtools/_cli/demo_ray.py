@@ -40,8 +40,9 @@ from typing import Any
 from .. import io as dio
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry
-from .._types.calls import ToolError, ToolRunContext
+from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
+from .._types.tools import ToolRunContext
 from .demo import HTTP_TIMEOUT, READ_TIMEOUT, SHELL_GRACE, SHELL_TIMEOUT, SLEEP_TIMEOUT, DemoServer, group_alive
 
 __all__ = ["KILL_AFTER", "cmd_demo_ray"]

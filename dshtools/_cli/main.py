@@ -42,7 +42,8 @@ Command line::
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
-one (``MODULE`` is imported with the current directory on ``sys.path``;
+one, or (``--tools MODULE``) a module whose ``@dshtools.tool`` functions
+become a new registry's tools (``MODULE`` is imported with the current directory on ``sys.path``;
 ``ATTRIBUTE`` may be dotted; a closed registry is a usage error). ``-``
 as the transcript reads it from standard input. The table (stdout; stderr under ``--json``,
 where stdout carries the ``role: "tool"`` messages as one JSON list) has
@@ -371,8 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one: a module name, not a file path "
-        "(the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
+        "functions become the tools: a module name, not a file path (the current directory is importable)",
     )
     replay.add_argument(
         "--format",
@@ -399,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one (the current directory is importable)",
+        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
+        "functions become the tools (the current directory is importable)",
     )
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
     mcp.add_argument(

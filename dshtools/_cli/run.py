@@ -43,12 +43,11 @@ from .._types.calls import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     ExecutionToken,
-    ToolDispatchExecution,
-    ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
 )
+from .._types.tools import ToolDispatchExecution, ToolExecution
 from .inputs import ANTHROPIC, Batch, _to_inputs
 from .signals import current as _current_interrupts
 

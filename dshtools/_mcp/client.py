@@ -75,7 +75,8 @@ from .._core.interrupts import after_fork_in_child
 from .._os import procfs
 from .._registry.registry import ToolRegistry
 from .._signal import AbortSignal
-from .._types.calls import ToolDefinition, ToolError, ToolRunContext
+from .._types.calls import ToolError
+from .._types.tools import ToolDefinition, ToolRunContext
 
 __all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient"]
 

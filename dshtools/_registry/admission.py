@@ -11,9 +11,10 @@ calling thread. Guarantees:
   Cancellation observed between the phases (and an approval answered
   ``"cancelled"`` after the caller aborted, or an ``AbortError`` from a
   hook while the caller is aborted) settles ``ABORTED_BEFORE_DISPATCH``.
-* An unknown tool is settled ``UNKNOWN_TOOL`` after the hooks ran (they see
-  ``definition is None`` and may deny first). Every outcome of this step
-  still passes through post-execute.
+* An unknown tool is not this step's decision: the registry settles it
+  ``UNKNOWN_TOOL`` after the hooks ran (they see ``definition is None`` and
+  may deny first). Every outcome of this step still passes through
+  post-execute.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast
 
 from .._core.errors import AbortError, safe_repr, safe_str, safe_type_name
-from .._types.calls import UNKNOWN_TOOL, ToolExecution, aborted, failure
+from .._types.calls import aborted
 from .._types.hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
+from .._types.tools import ToolExecution
 from .outcome import denied
 from .run import Run
 
@@ -40,7 +42,7 @@ class HookReturnError(Exception):
 
 def describe(fn: Callable[..., object] | object) -> str:
     """A hook's name for messages; never runs a foreign ``__repr__`` and never
-    raises (docs/contract.md §8 A4)."""
+    raises (docs/contract.md#a4)."""
     try:
         name = getattr(fn, "__qualname__", None)
     except Exception:
@@ -121,17 +123,10 @@ def _hook_fault(run: Run, what: str, exc: Exception) -> None:
 
 
 def admit(run: Run, approver: Approver | None) -> None:
-    """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread); leaves
-    ``run.result`` unset when the call may be dispatched."""
+    """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread),
+    called only when the registry has a pre-execute hook or a guard; leaves
+    ``run.result`` unset when the call may go on."""
     hooks = run.hooks
-    if not (hooks.pre_execute or hooks.guards):  # nothing to ask: the hot path
-        if _cancelled(run):
-            return
-        if run.definition is None:
-            run.settle(
-                failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
-            )
-        return
     view = run.view
     # Pre-execute waterfall.
     pre = hooks.pre_execute
@@ -171,12 +166,7 @@ def admit(run: Run, approver: Approver | None) -> None:
                 skip_post=False,
             )
         return
-    if _cancelled(run):
-        return
-    if run.definition is None:
-        run.settle(
-            failure(f'unknown tool "{run.call.name}"', name="UnknownToolError", code=UNKNOWN_TOOL), skip_post=False
-        )
+    _cancelled(run)
 
 
 def _approve(run: Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:

@@ -4,7 +4,7 @@ Guarantees:
 
 * Exactly one result per call, returned in model order, and exactly one
   publication per call to the result observers — also for calls that never
-  started because the batch was cancelled (field cases B14, B16).
+  started because the batch was cancelled.
 * Only dispatch overlaps. Pre-execute/approval/guards (``begin``) and
   post-execute/observers (``complete``) run on the calling thread, in model
   order. A run of consecutive calls whose ``execution_mode`` is
@@ -17,17 +17,17 @@ Guarantees:
   started bodies are signalled through their call's fused signal and
   drained (joined), and every unstarted call gets ``ABORTED_BEFORE_DISPATCH``.
   A ``KeyboardInterrupt`` is re-raised once every result is published.
-* A tool's failure never cancels its siblings (B32).
+* A tool's failure never cancels its siblings.
 * A call whose dispatch settled and that then waits for its model-order
   turn keeps its success if the batch is cancelled during that wait; only
   a cancellation while its own post-execute runs replaces it
-  (docs/contract.md §8 A1, decision 0017, field case N1).
+  (docs/contract.md#a1).
 * A ``KeyboardInterrupt``, or a hook's ``SystemExit``/``GeneratorExit``
-  (§8 A3), stops new dispatch; every call still gets its one published
-  result, then the first of them is re-raised.
+  (docs/contract.md#a3), stops new dispatch; every call still gets its
+  one published result, then the first of them is re-raised.
 * A batch run from inside a tool body (on a registry worker) dispatches
   its calls one after the other on that worker, never queued behind a
-  pool full of parents (B17's kind). A ``close()`` of the registry during
+  pool full of parents. A ``close()`` of the registry during
   the batch settles the calls not yet dispatched as
   ``ABORTED_BEFORE_DISPATCH``: still one published result per call.
 * An internal fault of the scheduler (never a tool or policy fault, which
@@ -35,7 +35,7 @@ Guarantees:
   closes every signal it created, and then raises: no result is invented.
 
 Context: each call's dispatch work runs on a worker in a copy of the
-calling thread's ``contextvars`` context, taken per call (§8 A7).
+calling thread's ``contextvars`` context, taken per call (docs/contract.md#a7).
 
 Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
 interrupt])`` where ``interrupt`` is private to this batch; every such
@@ -52,17 +52,13 @@ from collections.abc import Iterable
 import attrs
 
 from .._backends.thread import on_worker
+from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .pipeline import begin, check_open, complete, dispatch, run_marked
 from .registry import ToolRegistry
 from .run import Run
 
 __all__ = ["execute_batch"]
-
-# Slice for the calling thread's waits so that KeyboardInterrupt is seen
-# promptly on every platform (B19).
-_WAIT_SLICE = 0.25
 
 
 def _check_max_parallel(value: object) -> int:
@@ -115,8 +111,8 @@ class _Batch:
         # Worker -> calling thread: a finished slot, or None as a wake-up
         # when the batch signal aborts.
         self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        # The first KeyboardInterrupt (or hook BaseException, docs/contract.md
-        # §8 A3) to re-raise once every result is published.
+        # The first KeyboardInterrupt (or hook BaseException,
+        # docs/contract.md#a3) to re-raise once every result is published.
         self.interrupted: BaseException | None = None
 
     def cancelled(self) -> bool:
@@ -134,7 +130,7 @@ class _Batch:
         # (docs/contract.md §3 step 2): no pre-execute runs after the batch aborted.
         # The slot is recorded only once begin returned: a call whose
         # begin was interrupted counts as never begun and is settled again.
-        slot.run = run = begin(self.registry, slot.call, allow_closed=True)
+        slot.run = run = self.registry._begin(slot.call, allow_closed=True)
         slot.done = run.result is not None
         if run.interrupt is not None:
             # A KeyboardInterrupt inside pre-execute/approval: the registry
@@ -156,7 +152,7 @@ class _Batch:
                     return
                 slot.started = True
             try:
-                dispatch(run)
+                self.registry._dispatch(run)
             except BaseException as exc:
                 if run.interrupt is not exc:  # a fault of the pipeline itself
                     slot.error = exc
@@ -176,10 +172,12 @@ class _Batch:
         self.in_flight += 1
         slot.submitted = True
         try:
-            run_marked(self.registry, work)
+            # On the registry's thread pool, the worker marked as a registry
+            # worker (a dispatch there runs thread-backend bodies inline).
+            self.registry._threads.run_marked(work)
         except Exception:
             # The executor is shut down (close() during the batch) or refused
-            # the work (docs/contract.md §8 A5): nothing was queued.
+            # the work (docs/contract.md#a5): nothing was queued.
             # Dispatching here reports ABORTED_BEFORE_DISPATCH (closed) or
             # runs the call on this thread.
             self.in_flight -= 1
@@ -190,7 +188,7 @@ class _Batch:
         run = slot.run
         assert run is not None
         try:
-            dispatch(run)
+            self.registry._dispatch(run)
         except BaseException as exc:
             if run.interrupt is not exc:
                 raise
@@ -209,7 +207,7 @@ class _Batch:
         while self.window and self.window[0].done:
             slot = self.window[0]
             assert slot.run is not None
-            self.results[slot.index] = complete(slot.run, waited=True)
+            self.results[slot.index] = self.registry._complete(slot.run, waited=True)
             self.window.pop(0)
             if slot.run.interrupt is not None:
                 # Recorded (not raised) by complete; complete is
@@ -223,7 +221,7 @@ class _Batch:
         aborted; account for what happened."""
         while True:
             try:
-                slot = self.events.get(timeout=_WAIT_SLICE)
+                slot = self.events.get(timeout=INTERRUPT_SLICE)
                 break
             except queue.Empty:
                 continue
@@ -250,7 +248,7 @@ class _Batch:
         registry = self.registry
         # A batch run from inside a tool body (a sub-agent's turn) already
         # holds a worker; queueing its calls behind a full pool of parents
-        # would deadlock (B17's kind). It dispatches each call inline on
+        # would deadlock. It dispatches each call inline on
         # this thread instead, one after the other.
         nested = on_worker()
         for index, call in enumerate(self.calls):
@@ -290,7 +288,7 @@ class _Batch:
                     continue
             while not slot.finished.is_set():
                 try:
-                    slot.finished.wait(_WAIT_SLICE)
+                    slot.finished.wait(INTERRUPT_SLICE)
                 except KeyboardInterrupt as exc:
                     self.on_interrupt(exc)
             slot.done = True
@@ -375,5 +373,5 @@ def execute_batch(
     for call in items:
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
-    check_open(registry)
+    registry._check_open()
     return _Batch(registry, items, signal, limit).run_all()

@@ -18,19 +18,19 @@ from .._core.freeze import FreezeError, FrozenDict, dumps, freeze_with_height
 from .._types.calls import (
     DENIED,
     INVALID_TOOL_OUTPUT,
+    UNKNOWN_TOOL,
     ContentBlock,
     ErrorDetail,
     ErrorInfo,
-    ToolExecution,
     ToolExecutionResult,
     ToolFailure,
     ToolSuccess,
     exception_failure,
     failure,
-    output_problems,
     text_content,
 )
 from .._types.hooks import Accept, Block, ToolDefinition
+from .._types.tools import ToolExecution, output_problems
 from .trusted import trusted_success
 
 __all__ = [
@@ -43,12 +43,18 @@ __all__ = [
     "denied",
     "finalize",
     "invalid_output",
+    "unknown_tool",
 ]
 
 
 def denied(message: str) -> ToolFailure:
     """A ``DENIED`` failure (info name ``ToolDeniedError``)."""
     return failure(message, name="ToolDeniedError", code=DENIED)
+
+
+def unknown_tool(name: str) -> ToolFailure:
+    """``Error: unknown tool "<name>"`` (code ``UNKNOWN_TOOL``)."""
+    return failure(f'unknown tool "{name}"', name="UnknownToolError", code=UNKNOWN_TOOL)
 
 
 def invalid_output(name: str, problem: str) -> ToolFailure:
@@ -139,7 +145,7 @@ def check_success(
         return invalid_output(name, blocks)
     if base is None:
         return trusted_success(frozen, blocks)
-    return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts)
+    return ToolSuccess(frozen, blocks, base.meta, base.additional_contexts, body_invoked=base.body_invoked)
 
 
 def check_result(name: str, definition: ToolDefinition | None, result: ToolExecutionResult) -> ToolExecutionResult:

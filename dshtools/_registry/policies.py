@@ -19,7 +19,7 @@ Guarantees:
   signal whether its own timer decided its abort (``Deadline.timed_out``
   asks the same), not which code the reason carries, so
   nested timeout wrappers each report only their own budget and a caller
-  abort that won the race stays a cancellation (field cases B28, B31).
+  abort that won the race stays a cancellation.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._signal import deadline_signal, timer_fired
-from .._types.calls import TOOL_TIMEOUT, ToolDispatchExecution, ToolExecutionResult, failure
+from .._types.calls import TOOL_TIMEOUT, ToolExecutionResult, failure
+from .._types.tools import ToolDispatchExecution
 
 __all__ = ["TimeoutPolicy"]
 
@@ -46,8 +47,10 @@ class TimeoutPolicy:
     the shared timer thread. When its own timer fired it returns a
     ``ToolFailure`` with code ``TOOL_TIMEOUT``, info name
     ``ToolTimeoutError``, text ``Error: tool call timed out after <ms>ms``
-    and ``meta["reason"]`` the ``TimeoutReason`` — whatever the body
-    returned or raised. Source: docs/contract.md §4.
+    (``... <ms>ms before it started`` when the body never started, e.g. it
+    was still queued behind a busy pool) and ``meta["reason"]`` the
+    ``TimeoutReason`` — whatever the body returned or raised. Source:
+    docs/contract.md §4.
     """
 
     __slots__ = ()
@@ -76,8 +79,11 @@ class TimeoutPolicy:
             finally:
                 execution.signal = upstream
             if timer_fired(signal):
+                # A call still queued when the deadline fired never ran: its
+                # text says so (docs/contract.md#a16).
+                started = result is None or result.body_invoked
                 return failure(
-                    f"tool call timed out after {_format_ms(seconds)}ms",
+                    f"tool call timed out after {_format_ms(seconds)}ms" + ("" if started else " before it started"),
                     name="ToolTimeoutError",
                     code=TOOL_TIMEOUT,
                     meta={"reason": signal.reason},

@@ -1,27 +1,72 @@
-"""``ToolRegistry``: registered tools, their policies and backends
-(docs/contract.md §3, §9).
+"""``ToolRegistry``: registered tools, their policies and backends, and
+the call path of every call through them (docs/contract.md §3, §7, §9).
 
-The call path itself (``execute`` and its phases) is ``Pipeline``, the
-registry's base class in ``_pipeline.py``; this module holds registration,
-hooks, the backends' lifecycle and ``statistics()``. Hook registration and
-``execute`` are thread-safe; each call snapshots the hooks at its start.
+Guarantees:
+
+* ``execute`` publishes **exactly one** result per call, to the caller and
+  to every result observer, and only after the body (if it ever started)
+  has returned: a started body is joined however long it takes, never
+  raced or abandoned. Tool, policy and input faults become failure
+  results; ``execute`` raises only for misuse (a non-call argument,
+  ``RuntimeError`` after ``close()``) and re-raises a ``KeyboardInterrupt``
+  (or a hook's ``SystemExit``/``GeneratorExit``) after publishing.
+* Each concern is decided once: the arguments in ``_begin`` (step 1), the
+  pre-aborted call (step 2), admission (step 3, ``admission.admit``, only
+  when there is a hook or guard to ask; an unknown tool is settled
+  ``UNKNOWN_TOOL`` after it), the body's dispatch by the call's ``Run``
+  (steps 4-5: ``Run.invoke`` is the innermost ``next()``), post-execute and
+  publication in ``_complete`` (steps 6-7). Abort classification is one
+  rule (``classify``, with the run) applied once per phase to a result of
+  an explicit kind (``SUCCESS``, ``ABORT``, ``FINAL``), with the signal in
+  force in that phase: the dispatch signal for the body's own time (so
+  wrappers see it), then the dispatch or the caller's signal once the
+  waterfall settled, then the caller's over post-execute.
+* The result says whether the body ran: its ``body_invoked`` is the run's
+  one record of it (docs/contract.md#a16).
+
+Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
+calling thread; the body runs where its backend puts it. Hook registration
+and ``execute`` are thread-safe; each call snapshots the hooks at its start.
+
+``execute_batch`` drives the phases itself: ``execute(call)`` is
+``_complete(_dispatch(_begin(call)))``, where a ``KeyboardInterrupt``
+raised by ``_dispatch`` leaves the run holding its ``ABORTED`` (or
+``ABORTED_BEFORE_DISPATCH``) result, so ``_complete`` still publishes it
+before the interrupt is re-raised.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 
-from .._backends.base import Backend
+from .._backends.base import Backend, ListeningBackend
 from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
-from .._core.freeze import freeze_with_height
-from .._types.calls import ToolExecutionInput
+from .._core.errors import AbortError, report_unraisable, safe_repr
+from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
+from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
+from .._signal import abort_owned
+from .._types.calls import (
+    ANY_OBJECT,
+    INVALID_ARGS,
+    INVALID_CALL,
+    InvalidCall,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolSuccess,
+    aborted,
+    exception_failure,
+    failure,
+)
 from .._types.hooks import (
     Accept,
     Allow,
@@ -32,14 +77,36 @@ from .._types.hooks import (
     Block,
     Deny,
     Guard,
+    PostExecuteDecision,
     PostExecuteHook,
     PreExecuteHook,
     ResultObserver,
     ToolDefinition,
 )
-from .pipeline import _SLICE, Pipeline, on_worker_of
+from .._types.marks import ToolOptions
+from .._types.tools import SignalSlot, ToolExecution, argument_problems
+from .admission import HookReturnError, Waterfall, admit
+from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
+from .run import (
+    ABORT,
+    CLOSED_BEFORE_DISPATCH,
+    FINAL,
+    Hooks,
+    Kind,
+    Run,
+    classify,
+    kind_of,
+    on_worker_of,
+    prepare_body_arguments,
+)
+from .trusted import trusted_dispatch_view
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _log = logging.getLogger("dshtools")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = [
     "DEFAULT_MAX_WORKERS",
@@ -53,7 +120,37 @@ __all__ = [
     # defined in _hooks, re-exported here (the registry's vocabulary)
     "ToolDefinition",
     "ToolRegistry",
+    "on_worker_of",
 ]
+
+_ACCEPT: Final = Accept()
+
+
+def _accept() -> PostExecuteDecision:
+    return _ACCEPT
+
+
+def _check_unsettled(run: Run) -> None:
+    if run.settled:
+        raise RuntimeError("next() called after the around-dispatch waterfall settled")
+
+
+# Registries alive in this process, for the fork handler below.
+_registries: weakref.WeakSet[ToolRegistry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread exists in the child: the calls other threads
+    # were running (and any lock they held) belong to the parent. Start each
+    # registry over with fresh locks and no call in flight; its thread
+    # backend makes fresh workers on the next call (docs/contract.md#a10).
+    for registry in list(_registries):
+        registry._idle = threading.Condition(threading.Lock())
+        registry._lock = registry._idle._lock  # type: ignore[attr-defined]
+        registry._bodies = set()
+
+
+after_fork_in_child(_after_fork_in_child)
 
 # How many open registries use each backend (by identity): a backend shared
 # by several registries is closed when the last of them closes.
@@ -97,7 +194,7 @@ class RegistryStatistics:
     closed: bool
 
 
-class ToolRegistry(Pipeline):
+class ToolRegistry:
     """Registered tools, their policies, and the backend their bodies run on.
 
     ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
@@ -112,6 +209,13 @@ class ToolRegistry(Pipeline):
     raises ``ValueError``. Hook registration and ``execute`` are
     thread-safe; each call snapshots the hooks at its start. Source:
     docs/contract.md §3, §9.
+
+    ``_lock`` guards registration and waiting on ``_idle`` (``close()`` and
+    a wrapper's stray dispatch attempts wait there); ``_definitions`` and
+    ``_hooks`` are replaced whole (copy-on-write), never mutated, so a call
+    reads them without the lock; ``_bodies`` (the run contexts of the
+    dispatch attempts in flight) is changed by single ``set.add``/
+    ``discard`` calls (atomic with the GIL).
     """
 
     def __init__(
@@ -132,7 +236,19 @@ class ToolRegistry(Pipeline):
         # The thread pool (created on first use) serves a batch's
         # overlapping dispatches and, without `backend`, the bodies.
         threads = ThreadBackend(max_workers, executor=executor)
-        super().__init__(threads=threads, backend=threads if backend is None else backend, approver=approver)
+        self._threads = threads
+        self._backend: Backend = threads if backend is None else backend
+        # Whether the default backend has the ListeningBackend capability
+        # (decided once; a tool's own backend is asked per call).
+        self._listening = isinstance(self._backend, ListeningBackend)
+        self._approver = approver
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._bodies: set[object] = set()
+        self._closed = False
+        self._definitions: dict[str, ToolDefinition] = {}
+        self._hooks = Hooks()
+        _registries.add(self)
         # Every backend this registry uses, closed (when its last registry
         # closes) by close(). Guarded by _lock.
         self._backends: list[Backend] = [threads]
@@ -165,7 +281,7 @@ class ToolRegistry(Pipeline):
         ``TypeError`` for a non-``ToolDefinition``, ``ValueError`` for a name
         already registered or a body its backend cannot run
         (``Backend.validate``), ``RuntimeError`` after ``close()``
-        (docs/contract.md §8 A13)."""
+        (docs/contract.md#a13)."""
         if not isinstance(definition, ToolDefinition):
             raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
         if self._closed:
@@ -193,6 +309,26 @@ class ToolRegistry(Pipeline):
                     self._definitions = defs
 
         return unregister
+
+    @overload
+    def tool(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+
+    @overload
+    def tool(self, /, **options: Unpack[ToolOptions]) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+
+    def tool(self, fn: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]) -> Any:
+        """``@registry.tool`` or ``@registry.tool(name=..., timeout=...,
+        concurrency_safe=..., backend=..., strict=..., output_schema=...)``:
+        register ``ToolDefinition.from_function(fn, **options)`` and return
+        ``fn`` unchanged (still callable directly). Raises what
+        ``from_function`` and ``register`` raise, at decoration
+        (docs/contract.md#typed-tools)."""
+
+        def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.register(ToolDefinition.from_function(f, **options))
+            return f
+
+        return decorate if fn is None else decorate(fn)
 
     def get(self, name: str) -> ToolDefinition | None:
         """The definition registered under ``name``, or ``None``."""
@@ -290,7 +426,7 @@ class ToolRegistry(Pipeline):
         with self._lock:
             self._closed = True
             while self._bodies:
-                self._idle.wait(_SLICE)
+                self._idle.wait(INTERRUPT_SLICE)
             if self._closing is None:
                 # Decided once: the own thread backend is this registry's
                 # alone; another backend is closed by the last registry that
@@ -310,6 +446,245 @@ class ToolRegistry(Pipeline):
         self.close()
 
     # --------------------------------------------------------------- execute
+
+    def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """Run one call through the pipeline of docs/contract.md §3 and return its
+        frozen result (blocks the calling thread). Raises ``TypeError`` for a
+        non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
+        ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
+        the body, publishes the ``ABORTED`` result, then is re-raised."""
+        run = self._begin(call)
+        try:
+            self._dispatch(run)
+        except BaseException:
+            # The run holds its cancellation result; publish it, then re-raise.
+            self._complete(run)
+            raise
+        result = self._complete(run)
+        if run.interrupt is not None:  # arrived during post-execute/observers
+            raise run.interrupt
+        return result
+
+    # -- phase 1: steps 1-3 -------------------------------------------------
+
+    def _begin(self, call: ToolExecutionInput, *, allow_closed: bool = False) -> Run:
+        """Steps 1-3. Never raises for faults; a ``KeyboardInterrupt`` during
+        step 3 is recorded on ``run.interrupt`` (with an
+        ``ABORTED_BEFORE_DISPATCH`` result) and re-raised by ``_dispatch``.
+        With ``allow_closed`` (a batch that started before ``close()``), a
+        closed registry settles the call ``ABORTED_BEFORE_DISPATCH`` instead
+        of raising, so the batch still publishes one result per call."""
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"execute() takes a ToolExecutionInput, not {type(call).__name__}")
+        if self._closed and not allow_closed:
+            self._check_open()
+        run = Run(self, call, self._definitions.get(call.name), self._hooks)
+        if allow_closed and self._closed and not on_worker_of(self):
+            run.settle(aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False), skip_post=True)
+            return run
+        definition = run.definition
+        # Step 1: snapshot, freeze, validate. Wins over an aborted signal.
+        if type(call.arguments) is InvalidCall:  # a model call that cannot run as written
+            run.settle(failure(str(call.arguments), name="InvalidCallError", code=INVALID_CALL), skip_post=True)
+            return run
+        height = 0
+        try:
+            run.arguments, height = freeze_with_height(call.arguments)
+        except FreezeError as exc:
+            run.settle(
+                failure(f"invalid arguments: {exc}", name="InvalidArgumentsError", code=INVALID_ARGS), skip_post=True
+            )
+            return run
+        if definition is not None and not (definition.parameters is ANY_OBJECT and type(run.arguments) is FrozenDict):
+            problems = argument_problems(definition, run.arguments, height)
+            if problems:
+                run.settle(
+                    failure(
+                        "invalid arguments: " + "; ".join(problems), name="InvalidArgumentsError", code=INVALID_ARGS
+                    ),
+                    skip_post=True,
+                )
+                return run
+        if (
+            definition is not None
+            and definition.prepare_arguments is not None
+            and not prepare_body_arguments(run, definition)
+        ):
+            return run
+        # Step 2: pre-aborted.
+        if call.signal.aborted:
+            run.settle(aborted(call.signal.reason, invoked=False), skip_post=True)
+            return run
+        # Step 3: admission, when there is anything to ask (else the hot path).
+        hooks = run.hooks
+        if hooks.pre_execute or hooks.guards:
+            try:
+                admit(run, self._approver)
+            except BaseException as exc:
+                # admit() turns every Exception into a result; what escapes
+                # is a KeyboardInterrupt/SystemExit/GeneratorExit from a
+                # hook, guard or approver: nothing was dispatched, the call
+                # is published ABORTED_BEFORE_DISPATCH, then re-raised.
+                run.interrupt = exc
+                run.settle(aborted(exc, invoked=False), skip_post=True)
+                return run
+        if definition is None and run.result is None:
+            # After the hooks, which see `definition is None` and may deny first.
+            run.settle(unknown_tool(call.name), skip_post=False)
+        return run
+
+    # -- phase 2: steps 4-5 -------------------------------------------------
+
+    def _dispatch(self, run: Run) -> Run:
+        """Steps 4-5 (a no-op when ``run.result`` is set, except that a
+        recorded interrupt is re-raised). Blocks until the body, if started,
+        returned. On ``KeyboardInterrupt`` the run is left holding
+        ``ABORTED`` (body invoked) or ``ABORTED_BEFORE_DISPATCH`` and the
+        interrupt is re-raised; ``_complete(run)`` still publishes it."""
+        if run.result is not None:
+            if run.interrupt is not None:
+                raise run.interrupt
+            return run
+        call = run.call
+        around = run.hooks.around
+        # The slot and view exist only for wrappers (none: the hot path).
+        slot = SignalSlot(call.signal) if around else None
+        kind: Kind
+        try:
+            if slot is not None:
+                result = Waterfall(
+                    "around-dispatch hook",
+                    around,
+                    (trusted_dispatch_view(run, slot),),
+                    partial(run.invoke, slot),
+                    (ToolSuccess, ToolFailure),
+                    partial(_check_unsettled, run),
+                ).at(0)
+            else:
+                result = run.invoke(None)
+        except HookReturnError as exc:
+            result, kind = invalid_output(call.name, str(exc)), FINAL
+        except Exception as exc:
+            # A wrapper raised: a wrapper failure (no post-execute). An
+            # AbortError while cancellation is in force is cancellation.
+            result, kind = exception_failure(exc), ABORT if isinstance(exc, AbortError) else FINAL
+            run.skip_post = True
+        except BaseException as exc:
+            # KeyboardInterrupt (the caller's Ctrl-C, already delivered to the
+            # dispatch signal by the join) or a SystemExit/GeneratorExit from
+            # a wrapper or renderer: abort what is still dispatching, join it
+            # (below), publish, re-raise.
+            if run.interrupt is None:
+                run.interrupt = exc
+            signal = run.cancel_signal
+            if run.attempts and signal is not call.signal:
+                abort_owned(signal, exc)
+            reason = signal.reason if signal.aborted else exc
+            run.settle(aborted(reason, invoked=run.body_invoked), skip_post=True)
+            raise
+        else:
+            if result is run.body_result:
+                kind = run.body_kind  # the innermost next()'s own result, checked already
+            else:
+                result = check_result(call.name, run.definition, result)
+                kind = kind_of(result)
+        finally:
+            run.settled = True
+            if slot is not None:
+                slot.signal = call.signal  # unconditionally, whatever a wrapper left
+            if run.attempts:
+                # A wrapper returned while a next() it started on another
+                # thread is still dispatching: join it (quiescence).
+                run.join_attempts()
+        # Step 5: classification against the cancellation in force.
+        if kind != FINAL:
+            # In force: the dispatch signal's abort, else the caller's.
+            in_force = run.cancel_signal
+            if not in_force.aborted:
+                in_force = call.signal
+            if in_force.aborted:
+                result, kind = classify(result, kind, in_force, run.body_invoked), FINAL
+        run.result = result
+        run.kind = kind
+        return run
+
+    # -- phase 3: steps 6-7 -------------------------------------------------
+
+    def _complete(self, run: Run, *, waited: bool = False) -> ToolExecutionResult:
+        """Steps 6-7: post-execute (unless skipped), caller cancellation over
+        a success, ``finalize_content``, freezing, ``body_invoked``,
+        observers (once). Returns the final result; never raises for hook
+        faults. A ``BaseException`` that is not an ``Exception``
+        (KeyboardInterrupt, SystemExit, ...) from post-execute or the
+        finalizer makes a success ``ABORTED`` and is recorded on
+        ``run.interrupt``. ``waited``: the call's dispatch settled before
+        and it waited for its model-order turn (a batch); an abort that
+        arrived during that wait does not replace its success
+        (docs/contract.md#a1)."""
+        if run.published:
+            assert run.result is not None
+            return run.result
+        result = run.result
+        if result is None:  # pragma: no cover - defensive: a phase was skipped
+            result = failure("internal error: the call has no result", name="RuntimeError", code=None)
+        signal = run.call.signal
+        # Aborted while waiting for its turn: not this call's own time.
+        waited_out = waited and signal.aborted
+        try:
+            if not run.skip_post and run.hooks.post_execute:
+                result = self._post_execute(run, run.view, result)
+            if signal.aborted and not waited_out:
+                # The kind of what post-execute passed on, or of its own result.
+                kind = run.kind if result is run.result else kind_of(result)
+                if kind != FINAL:
+                    result = classify(result, kind, signal, run.body_invoked)
+            definition = run.definition
+            if isinstance(result, ToolSuccess) and definition is not None and definition.finalize_content is not None:
+                result = finalize(definition, run.view, result)
+        except BaseException as exc:
+            if run.interrupt is None:
+                run.interrupt = exc
+            if isinstance(result, ToolSuccess):
+                result = aborted(exc, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
+        if run.tool_contexts and not run.drop_tool_contexts:
+            result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
+        if run.killed or run.overrun_s is not None or run.report_meta:
+            result = run.backend_meta(result)
+        if result.body_invoked is not run.body_invoked:
+            result = attrs.evolve(result, body_invoked=run.body_invoked)
+        run.result = result
+        run.published = True
+        observers = run.hooks.observers
+        if observers:
+            view = run.view
+            for observer in observers:
+                try:
+                    observer(view, result)
+                except KeyboardInterrupt as ki:
+                    if run.interrupt is None:
+                        run.interrupt = ki
+                except BaseException as exc:
+                    report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
+        return result
+
+    def _post_execute(self, run: Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
+        hooks = run.hooks.post_execute
+        try:
+            decision = Waterfall("post-execute hook", hooks, (view, result), _accept, (Accept, Block)).at(0)
+        except HookReturnError as exc:
+            return attrs.evolve(invalid_output(run.call.name, str(exc)), additional_contexts=result.additional_contexts)
+        except Exception as exc:
+            return attrs.evolve(exception_failure(exc), additional_contexts=result.additional_contexts)
+        result, drop = apply_post_decision(run.call.name, run.definition, result, decision)
+        if drop:
+            run.drop_tool_contexts = True
+        return result
+
+    def _check_open(self) -> None:
+        """Raise ``RuntimeError`` when the registry is closed (and the caller
+        is not one of its in-flight bodies)."""
+        if self._closed and not on_worker_of(self):
+            raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
 
 
 def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:

@@ -1,31 +1,37 @@
-"""The registry's trusted constructors of frozen objects (docs/decisions/0044).
+"""The registry's trusted constructors of frozen objects.
 
 The registry builds a context, usually a success and, with hooks, the views
 on every call. ``attrs``' generated ``__init__`` of a frozen class runs
 converters and a slot-wrapper setattr per field; these build the same frozen
-instances through a twin (``dshtools/_twin.py``) from values the registry
-produced itself, so there is nothing to convert or check. Not public: users
-build results and views with the classes. Tests compare each with the
-class's own ``__init__``, field by field.
+instances through a twin (``dshtools/_core/construct.py``, the one way the
+package builds an object without its ``__init__``) from values the registry
+produced itself, so there is nothing to convert or check. The views take
+the call's run and read its fields there. Not public: users build results
+and views with the classes. Tests compare each with the class's own
+``__init__``, field by field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .._core.construct import twin
-from .._signal import AbortSignal
-from .._types.calls import (
-    ContentBlock,
-    ExecutionToken,
-    SignalSlot,
-    ToolDefinition,
-    ToolDispatchExecution,
-    ToolExecution,
-    ToolSuccess,
-)
+from .._types.calls import EMPTY_META, ContentBlock, ExecutionToken, ToolExecutionInput, ToolSuccess
+from .._types.hooks import ToolDefinition
+from .._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
-__all__ = ["trusted_dispatch_view", "trusted_success", "trusted_view"]
+__all__ = ["RunFields", "trusted_dispatch_view", "trusted_success", "trusted_view"]
+
+
+class RunFields(Protocol):
+    """The fields of a call's run that its views copy (``run.Run`` has them)."""
+
+    call: ToolExecutionInput
+    token: ExecutionToken
+    root_call_id: str
+    arguments: Any
+    definition: ToolDefinition | None
+
 
 _SuccessTwin: Final = twin(ToolSuccess)
 _ExecutionTwin: Final = twin(ToolExecution)
@@ -33,64 +39,48 @@ _DispatchExecutionTwin: Final = twin(ToolDispatchExecution)
 
 
 def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSuccess:
-    """``ToolSuccess(value, content)`` for a frozen ``value`` and frozen
-    content blocks; no meta, no contexts."""
+    """``ToolSuccess(value, content, body_invoked=True)`` for a frozen
+    ``value`` and frozen content blocks of a body's return; empty meta, no
+    contexts."""
     result = _SuccessTwin()
     result.value = value
     result.content = content
-    result.meta = None
+    result.meta = EMPTY_META
     result.additional_contexts = ()
+    result.body_invoked = True
     result.__class__ = ToolSuccess
     return result  # type: ignore[no-any-return]
 
 
-def trusted_view(
-    token: ExecutionToken,
-    call_id: str,
-    root_call_id: str,
-    name: str,
-    arguments: Any,
-    agent: str | None,
-    parent: ExecutionToken | None,
-    definition: ToolDefinition | None,
-    signal: AbortSignal,
-) -> ToolExecution:
-    """``ToolExecution(...)`` from the registry's own values."""
+def trusted_view(run: RunFields) -> ToolExecution:
+    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
+    call = run.call
     view = _ExecutionTwin()
-    view.token = token
-    view.call_id = call_id
-    view.root_call_id = root_call_id
-    view.name = name
-    view.arguments = arguments
-    view.agent = agent
-    view.parent = parent
-    view.definition = definition
-    view.signal = signal
+    view.token = run.token
+    view.call_id = call.call_id
+    view.root_call_id = run.root_call_id
+    view.name = call.name
+    view.arguments = run.arguments
+    view.agent = call.agent
+    view.parent = call.parent
+    view.definition = run.definition
+    view.signal = call.signal
     view.__class__ = ToolExecution
     return view  # type: ignore[no-any-return]
 
 
-def trusted_dispatch_view(
-    token: ExecutionToken,
-    call_id: str,
-    root_call_id: str,
-    name: str,
-    arguments: Any,
-    agent: str | None,
-    parent: ExecutionToken | None,
-    definition: ToolDefinition | None,
-    slot: SignalSlot,
-) -> ToolDispatchExecution:
-    """``ToolDispatchExecution(...)`` from the registry's own values."""
+def trusted_dispatch_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecution:
+    """``ToolDispatchExecution(...)`` of ``run``, whose replaceable signal is ``slot``."""
+    call = run.call
     view = _DispatchExecutionTwin()
-    view.token = token
-    view.call_id = call_id
-    view.root_call_id = root_call_id
-    view.name = name
-    view.arguments = arguments
-    view.agent = agent
-    view.parent = parent
-    view.definition = definition
+    view.token = run.token
+    view.call_id = call.call_id
+    view.root_call_id = run.root_call_id
+    view.name = call.name
+    view.arguments = run.arguments
+    view.agent = call.agent
+    view.parent = call.parent
+    view.definition = run.definition
     view._slot = slot
     view.__class__ = ToolDispatchExecution
     return view  # type: ignore[no-any-return]

@@ -6,40 +6,37 @@ Guarantees:
   construction raises ``TypeError`` otherwise. Python has no compiler to
   enforce the annotation, so the check is made at runtime as well
   (a deliberate difference from a typed-only seam).
-* Views are frozen ``attrs`` classes handed out by the registry; only the
-  around-dispatch view's ``signal`` can be replaced (with another
-  ``AbortSignal``; ``TypeError`` otherwise; deleting it raises
-  ``AttributeError``).
 * Results are frozen. The registry deep-freezes a result's ``value``,
   ``content`` and contexts before anyone outside the pipeline sees it
-  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not deep-frozen)
-  from construction on.
+  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not
+  deep-frozen) from construction on, empty when nothing is in it, never
+  ``None``; ``body_invoked`` says whether the registry invoked the body
+  (docs/contract.md#a16).
+* A body's exception becomes ``Error: <str(exc)>``, except that an empty
+  text gives the class name and a ``KeyError`` is prefixed with it
+  (docs/contract.md#a17).
 * Every code constant of docs/contract.md §2 is defined here, once.
-* ``ToolDefinition`` is frozen and checked at construction: a bad name,
-  schema, callable or ``timeout`` raises ``TypeError``/``ValueError`` there,
-  never later inside ``execute``. Its schemas are deep-frozen and compiled
-  once (``jsonschema-rs``).
+* Views and tool definitions are in ``_types.tools``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
 from .._core.errors import AbortError, safe_str, safe_type_name
-from .._core.freeze import FreezeError, FrozenDict, freeze, thaw
-from .._core.schema import CompiledSchema
+from .._core.freeze import FrozenDict, freeze, thaw
 from .._signal import AbortSignal
 from .._signal.deadline import timeout_of
 
 __all__ = [
     "ANY_OBJECT",
     "DENIED",
+    "EMPTY_META",
     "INVALID_ARGS",
     "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
@@ -49,27 +46,19 @@ __all__ = [
     "TOOL_TIMEOUT",
     "UNKNOWN_TOOL",
     "WORKER_LOST",
-    "BackendLike",
     "ContentBlock",
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
     "InvalidCall",
-    "ToolBody",
-    "ToolDefinition",
-    "ToolDispatchExecution",
     "ToolError",
-    "ToolExecution",
     "ToolExecutionInput",
     "ToolExecutionResult",
     "ToolFailure",
-    "ToolRunContext",
     "ToolSuccess",
     "aborted",
-    "argument_problems",
     "exception_failure",
     "failure",
-    "output_problems",
     "text_content",
     "thaw",
 ]
@@ -87,8 +76,8 @@ TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
 INVALID_CALL: Final = "INVALID_CALL"
 """The code of a model tool call that cannot be run as written: an empty or
-repeated call id, an unsupported call type, no tool name (docs/contract.md
-§8 A11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
+repeated call id, an unsupported call type, no tool name
+(docs/contract.md#a11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
 
 
 ANY_OBJECT: Final = freeze({"type": "object"})
@@ -105,7 +94,7 @@ class InvalidCall:
     (an empty or repeated call id, an unsupported call type, no tool name).
     The registry answers such a call with an ``INVALID_CALL`` failure whose
     text is ``Error: invalid call: <problem>``, before any hook runs
-    (docs/contract.md §8 A11). ``arguments`` keeps what the model sent, for
+    (docs/contract.md#a11). ``arguments`` keeps what the model sent, for
     display."""
 
     problem: str
@@ -228,8 +217,15 @@ def to_content(value: str | Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
     return tuple(value)
 
 
-def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object] | None:
-    if value is None or isinstance(value, types.MappingProxyType):
+EMPTY_META: Final[Mapping[str, object]] = FrozenDict()
+"""The ``meta`` of a result with nothing in it (read-only, shared, and
+picklable, as a result without meta always was)."""
+
+
+def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object]:
+    if value is None or value is EMPTY_META:
+        return EMPTY_META
+    if isinstance(value, types.MappingProxyType):
         return value
     if not isinstance(value, Mapping):
         raise TypeError(f"meta must be a mapping or None, not {type(value).__name__}")
@@ -248,14 +244,19 @@ def to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], 
 class ToolSuccess:
     """A successful call: ``value`` (a JSON value, deep-frozen by the
     registry), ``content`` (content blocks for the model; a ``str`` becomes
-    one text block), ``meta`` (read-only mapping or ``None``),
-    ``additional_contexts`` (JSON objects). ``is_error`` is ``False``,
-    ``code`` is ``None``. Source: docs/contract.md §2."""
+    one text block), ``meta`` (a read-only mapping, empty by default; ``None``
+    gives the empty one), ``additional_contexts`` (JSON objects),
+    ``body_invoked`` (keyword-only: whether the registry invoked the tool's
+    body; every result the registry returns sets it, a result built by hand
+    says ``False`` unless told). ``is_error`` is ``False``, ``code`` is
+    ``None``. Source: docs/contract.md §2,
+    docs/contract.md#a16."""
 
     value: Any
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
-    meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
+    meta: Mapping[str, object] = attrs.field(default=EMPTY_META, converter=_to_meta)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
+    body_invoked: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def is_error(self) -> Literal[False]:
@@ -270,13 +271,16 @@ class ToolSuccess:
 class ToolFailure:
     """A failed call: ``error`` (``ErrorDetail``), ``content`` (exactly one
     text block ``Error: <message>``, except a post-execute ``Block``),
-    ``meta``, ``additional_contexts``. ``is_error`` is ``True``; ``code`` is
-    ``error.info.code`` or ``None``. Source: docs/contract.md §2."""
+    ``meta`` (a read-only mapping, empty by default), ``additional_contexts``,
+    ``body_invoked`` (keyword-only, as on ``ToolSuccess``). ``is_error`` is
+    ``True``; ``code`` is ``error.info.code`` or ``None``. Source:
+    docs/contract.md §2."""
 
     error: ErrorDetail = attrs.field(validator=attrs.validators.instance_of(ErrorDetail))
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
-    meta: Mapping[str, object] | None = attrs.field(default=None, converter=_to_meta)
+    meta: Mapping[str, object] = attrs.field(default=EMPTY_META, converter=_to_meta)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
+    body_invoked: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def is_error(self) -> Literal[True]:
@@ -317,6 +321,7 @@ def failure(
     code: str | None,
     meta: Mapping[str, object] | None = None,
     additional_contexts: Iterable[Mapping[str, Any]] = (),
+    body_invoked: bool = False,
 ) -> ToolFailure:
     """A ``ToolFailure`` with the canonical content ``Error: <message>``
     (for policies; docs/contract.md §2)."""
@@ -325,318 +330,51 @@ def failure(
         text_content("Error: " + message),
         meta,
         tuple(additional_contexts),
+        body_invoked=body_invoked,
     )
 
 
-def exception_failure(exc: BaseException) -> ToolFailure:
-    """A raised exception as a failure (docs/contract.md §8 A2): a
-    ``ToolError`` keeps its code (``TOOL_ERROR`` when it has none); an
-    exception carrying a timeout (``timeout_of(exc)``, e.g. the
-    ``AbortError`` of ``run_process(timeout=...)``) gets that reason's code;
-    any other exception ``TOOL_ERROR``. ``info.name`` is the exception's
-    class name; an unprintable message is replaced by a stand-in."""
+def exception_text(exc: BaseException) -> str:
+    """The model text of a raised exception, without ``Error: ``
+    (docs/contract.md#a17): ``str(exc)``, except
+    the class name when that is empty and ``<ClassName>: <str(exc)>`` for a
+    ``KeyError`` (whose text is only the key's repr). A ``ToolError``'s
+    message is the tool author's and stays as written; an unprintable
+    message is replaced by a stand-in."""
+    text = safe_str(exc)
     if isinstance(exc, ToolError):
-        return failure(safe_str(exc), name=safe_type_name(exc), code=exc.code or TOOL_ERROR)
+        return text
+    if not text:
+        return safe_type_name(exc)
+    if isinstance(exc, KeyError):
+        return f"{safe_type_name(exc)}: {text}"
+    return text
+
+
+def exception_failure(exc: BaseException, *, body_invoked: bool = False) -> ToolFailure:
+    """A raised exception as a failure (docs/contract.md#a2), with the
+    text of ``exception_text``: a ``ToolError`` keeps its code
+    (``TOOL_ERROR`` when it has none); an exception carrying a timeout
+    (``timeout_of(exc)``, e.g. the ``AbortError`` of
+    ``run_process(timeout=...)``) gets that reason's code; any other
+    exception ``TOOL_ERROR``. ``info.name`` is the exception's class name."""
+    text = exception_text(exc)
+    if isinstance(exc, ToolError):
+        return failure(text, name=safe_type_name(exc), code=exc.code or TOOL_ERROR, body_invoked=body_invoked)
     timeout = timeout_of(exc)
-    return failure(safe_str(exc), name=safe_type_name(exc), code=TOOL_ERROR if timeout is None else timeout.code)
+    code = TOOL_ERROR if timeout is None else timeout.code
+    return failure(text, name=safe_type_name(exc), code=code, body_invoked=body_invoked)
 
 
 def aborted(reason: object, *, invoked: bool, additional_contexts: Iterable[Mapping[str, Any]] = ()) -> ToolFailure:
     """``ABORTED`` (the body was invoked) or ``ABORTED_BEFORE_DISPATCH``;
-    ``meta["reason"]`` is the abort reason object (B28)."""
-    if invoked:
-        return failure(
-            "tool call aborted",
-            name=AbortError.__name__,
-            code=TOOL_ABORTED,
-            meta={"reason": reason},
-            additional_contexts=additional_contexts,
-        )
+    ``meta["reason"]`` is the abort reason object and ``body_invoked`` is
+    ``invoked``."""
     return failure(
-        "tool call aborted before dispatch",
+        "tool call aborted" if invoked else "tool call aborted before dispatch",
         name=AbortError.__name__,
-        code=TOOL_ABORTED_BEFORE_DISPATCH,
+        code=TOOL_ABORTED if invoked else TOOL_ABORTED_BEFORE_DISPATCH,
         meta={"reason": reason},
         additional_contexts=additional_contexts,
+        body_invoked=invoked,
     )
-
-
-# --------------------------------------------------------------------- views
-
-
-def frozen_deferred_context(context: object, settled: bool) -> Any:
-    """``context`` deep-frozen for ``run.defer_context`` (docs/contract.md
-    §2): ``RuntimeError`` once the body ``settled``, ``TypeError`` for a
-    non-object, ``TypeError``/``ValueError`` for a non-JSON value.
-    Package-internal (every kind of run)."""
-    if settled:
-        raise RuntimeError("defer_context() after the tool body settled")
-    if not isinstance(context, dict):
-        raise TypeError(f"a deferred context must be a JSON object (dict), not {type(context).__name__}")
-    return freeze(context)
-
-
-class RunLike(Protocol):
-    """What a view needs from the registry's private run object."""
-
-    def defer_context(self, context: object) -> None: ...
-
-    def dispatch(
-        self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
-    ) -> ToolExecutionResult: ...
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class _ViewBase:
-    token: ExecutionToken
-    call_id: str
-    root_call_id: str
-    name: str
-    arguments: Any
-    agent: str | None
-    parent: ExecutionToken | None
-    definition: ToolDefinition | None
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class ToolExecution(_ViewBase):
-    """The read-only view of a call given to pre-execute hooks, guards,
-    post-execute hooks and result observers (docs/contract.md §2).
-
-    ``signal`` is the caller's signal; every attribute is read-only
-    (``attrs.exceptions.FrozenInstanceError``, an ``AttributeError``).
-    ``arguments`` is the deep-frozen snapshot (``thaw()`` for plain data);
-    ``definition`` is the registered ``ToolDefinition`` or ``None`` for an
-    unknown name."""
-
-    signal: AbortSignal
-
-
-class SignalSlot:
-    __slots__ = ("signal",)
-
-    def __init__(self, signal: AbortSignal) -> None:
-        self.signal = signal
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class ToolDispatchExecution(_ViewBase):
-    """The view given to around-dispatch wrappers (docs/contract.md §2, §3 step 4).
-
-    Like ``ToolExecution`` except ``signal`` is replaceable: a wrapper may
-    assign another ``AbortSignal`` (anything else: ``TypeError``) and must
-    restore the previous one before returning; ``del view.signal`` raises
-    ``AttributeError``. The registry fuses the caller's signal with
-    whatever signal is here when the innermost ``next()`` dispatches, and
-    restores the caller's signal once the whole waterfall settled."""
-
-    _slot: SignalSlot = attrs.field(alias="slot", repr=False)
-
-    @property
-    def signal(self) -> AbortSignal:
-        return self._slot.signal
-
-    @signal.setter
-    def signal(self, value: AbortSignal) -> None:
-        if not isinstance(value, AbortSignal):
-            raise TypeError(f"signal must be an AbortSignal, not {type(value).__name__}")
-        self._slot.signal = value
-
-
-def _dispatch_setattr(self: ToolDispatchExecution, name: str, value: object) -> None:
-    if name == "signal":
-        _set_dispatch_signal(self, value)  # the property's setter, called directly
-        return
-    raise attrs.exceptions.FrozenInstanceError()
-
-
-def _dispatch_delattr(self: ToolDispatchExecution, name: str) -> None:
-    if name == "signal":
-        raise AttributeError("the dispatch view's signal cannot be deleted; assign another AbortSignal")
-    raise attrs.exceptions.FrozenInstanceError()
-
-
-_set_dispatch_signal: Final[Callable[[ToolDispatchExecution, object], None]] = vars(ToolDispatchExecution)[
-    "signal"
-].fset
-ToolDispatchExecution.__setattr__ = _dispatch_setattr  # type: ignore[method-assign,assignment]
-ToolDispatchExecution.__delattr__ = _dispatch_delattr  # type: ignore[method-assign,assignment]
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class ToolRunContext(_ViewBase):
-    """The view a tool body receives as ``run`` (docs/contract.md §2).
-
-    ``signal`` (read-only) is the dispatch-scoped signal: the caller's
-    signal fused with any wrapper's replacement; a cooperative body checks
-    or waits on it. ``defer_context(ctx)`` attaches a JSON object to the
-    result (first, exactly once); ``dispatch(name, arguments, *,
-    call_id=None)`` runs a nested call through the same registry with
-    ``parent=run.token`` and ``run.signal`` (inline on this worker, so a
-    full pool cannot deadlock). Both may be called from the body's thread
-    or threads it joins before returning."""
-
-    signal: AbortSignal
-    _run: RunLike = attrs.field(alias="run", repr=False)
-
-    def defer_context(self, context: Mapping[str, Any]) -> None:
-        """Attach ``context`` (a JSON object, deep-frozen now) to this call's
-        result. Raises ``TypeError``/``ValueError`` for a non-object or
-        non-JSON value, ``RuntimeError`` after the body settled."""
-        self._run.defer_context(context)
-
-    def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
-        """Run a nested tool call and return its result (blocks). The child
-        inherits ``agent`` and ``root_call_id``, gets ``parent=self.token``,
-        ``signal=self.signal`` and ``call_id`` (default
-        ``"<call_id>:<n>"``). Never raises for tool/policy faults."""
-        return self._run.dispatch(name, arguments, call_id, self.signal, self.token)
-
-
-# --------------------------------------------------------------- definition
-
-ToolBody = Callable[[Any, ToolRunContext], object]
-"""``execute(args, run) -> JSON value``: ``args`` is the frozen arguments."""
-
-
-def _check_callable(what: str, optional: bool) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-        if value is None and optional:
-            return
-        if not callable(value):
-            raise TypeError(f"{what} must be callable{' or None' if optional else ''}, not {type(value).__name__}")
-
-    return check
-
-
-def _check_name(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"name must be a str, not {type(value).__name__}")
-    if not value or value != value.strip() or any(c.isspace() for c in value):
-        raise ValueError(f"name must be a non-empty string without whitespace, got {value!r}")
-
-
-def _check_description(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"description must be a str, not {type(value).__name__}")
-
-
-def _check_timeout(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise ValueError(f"timeout must be positive and finite (seconds), got {value!r}")
-
-
-@runtime_checkable
-class BackendLike(Protocol):
-    """The shape of a backend as a ``ToolDefinition`` holds it; the full,
-    documented protocol is ``dshtools.Backend`` (docs/backends.md). Kept
-    loose here so the data types do not depend on the backend module."""
-
-    def validate(self, name: str, body: Any) -> None: ...
-
-    def submit(self, body: Any, args: object, run: Any) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-def _check_backend(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, BackendLike):
-        raise TypeError(f"backend must implement the Backend protocol or be None, not {type(value).__name__}")
-
-
-def _freeze_schema(value: object, what: str) -> Any:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{what} must be a JSON Schema object (dict), not {type(value).__name__}")
-    try:
-        return freeze(dict(value))
-    except FreezeError as exc:
-        raise ValueError(f"{what} is not JSON: {exc}") from None
-
-
-def _schema_converter(value: object) -> Any:
-    return _freeze_schema(value, "parameters")
-
-
-def _opt_schema_converter(value: object) -> Any:
-    return None if value is None else _freeze_schema(value, "output_schema")
-
-
-@attrs.frozen(eq=False)
-class ToolDefinition:
-    """One tool: ``ToolDefinition(name, description, parameters, execute, *,
-    output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
-    finalize_content=None, backend=None)`` (docs/contract.md §3, §9).
-
-    * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
-      deep-frozen and compiled here; invalid → ``ValueError``.
-    * ``execute(args, run) -> JSON value`` runs on a registry worker thread;
-      ``args`` is the frozen arguments, ``run`` a ``ToolRunContext``.
-    * ``render(value) -> str | sequence of content blocks``: the content of
-      a success (default: the string itself, or compact JSON).
-    * ``timeout``: seconds, positive and finite (``ValueError``), read by
-      ``TimeoutPolicy``.
-    * ``is_concurrency_safe(args) -> bool``: only exactly ``True`` lets a
-      batch overlap the call.
-    * ``finalize_content(exec, result) -> str | sequence of blocks``:
-      replaces the content of a *success* last (step 7); failures keep the
-      canonical ``Error: ...`` text.
-    * ``backend``: where this tool's body runs (docs/backends.md); ``None``
-      uses the registry's. ``register()`` asks it to ``validate`` the body.
-    """
-
-    name: str = attrs.field(validator=_check_name)
-    description: str = attrs.field(validator=_check_description)
-    parameters: Mapping[str, Any] = attrs.field(converter=_schema_converter)
-    execute: ToolBody = attrs.field(validator=_check_callable("execute", False))
-    output_schema: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True, converter=_opt_schema_converter)
-    render: Callable[[Any], str | Sequence[ContentBlock]] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable("render", True)
-    )
-    timeout: float | None = attrs.field(default=None, kw_only=True, validator=_check_timeout)
-    is_concurrency_safe: Callable[[Any], bool] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable("is_concurrency_safe", True)
-    )
-    finalize_content: Callable[[ToolExecution, ToolExecutionResult], str | Sequence[ContentBlock]] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable("finalize_content", True)
-    )
-    backend: BackendLike | None = attrs.field(default=None, kw_only=True, validator=_check_backend)
-    _parameters_validator: CompiledSchema = attrs.field(init=False, repr=False)
-    _output_validator: CompiledSchema | None = attrs.field(init=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        if dict(self.parameters) == {"type": "object"}:
-            # One shared instance, so the registry recognises "any object"
-            # by identity (``parameters is ANY_OBJECT``) and skips the
-            # validator for a frozen JSON object.
-            object.__setattr__(self, "parameters", ANY_OBJECT)
-        object.__setattr__(
-            self, "_parameters_validator", CompiledSchema(self.parameters, f"parameters of {self.name!r}")
-        )
-        out = (
-            None
-            if self.output_schema is None
-            else CompiledSchema(self.output_schema, f"output_schema of {self.name!r}")
-        )
-        object.__setattr__(self, "_output_validator", out)
-
-    def schema(self) -> dict[str, Any]:
-        """``{"name", "description", "parameters"}`` as plain, mutable data."""
-        return {"name": self.name, "description": self.description, "parameters": thaw(self.parameters)}
-
-
-def argument_problems(definition: ToolDefinition, arguments: Any, height: int) -> Sequence[str]:
-    """What is wrong with the frozen ``arguments`` (nesting depth ``height``)
-    against ``definition.parameters``: empty when they are valid
-    (docs/contract.md §3 step 1, §8 A6). Package-internal."""
-    return definition._parameters_validator.problems(arguments, height)
-
-
-def output_problems(definition: ToolDefinition, value: Any, height: int) -> Sequence[str]:
-    """What is wrong with a body's frozen return ``value`` against
-    ``definition.output_schema`` (empty without one). Package-internal."""
-    validator = definition._output_validator
-    return () if validator is None else validator.problems(value, height)

@@ -17,16 +17,8 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from .._signal import AbortSignal
-from .calls import (
-    ContentBlock,
-    ToolBody,
-    ToolDefinition,
-    ToolDispatchExecution,
-    ToolExecution,
-    ToolExecutionResult,
-    to_content,
-    to_contexts,
-)
+from .calls import ContentBlock, ToolExecutionResult, to_content, to_contexts
+from .tools import ToolBody, ToolDefinition, ToolDispatchExecution, ToolExecution
 
 __all__ = [
     "Accept",

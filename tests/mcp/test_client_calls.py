@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,7 +85,8 @@ def test_structured_values_images_and_embedded_resources_come_back_as_sent(tmp_p
             client.tool("no_such_tool")
         # The body exists only for the registry's backend.
         with pytest.raises(RuntimeError, match="only through a ToolRegistry"):
-            single.execute({}, None)  # type: ignore[arg-type]
+            no_run: Any = None
+            single.execute({}, no_run)
 
 
 @pytest.mark.timeout(60)

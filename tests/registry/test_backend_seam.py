@@ -4,6 +4,7 @@ backends it was given when their last registry closes."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._backends.base import BodyReport, Error, Value, WorkerLost
-from tests.registry_support import Recorder, call, tool
+from tests.registry_support import Recorder, call, run_in_thread, tool, wait_until
 
 
 class _Settled:
@@ -159,3 +160,80 @@ def test_statistics_report_tools_hooks_and_bodies_in_flight() -> None:
         assert registry.execute(call("t")).value == 1  # type: ignore[union-attr]
         assert registry.statistics().bodies_in_flight == 0 and not registry.statistics().closed
     assert registry.statistics().closed
+
+
+class _ListeningThreads:
+    """A user's backend with the ``ListeningBackend`` capability: it runs on a
+    ``ThreadBackend`` and records which entry point the registry used."""
+
+    def __init__(self) -> None:
+        self.inner = ThreadBackend(1)
+        self.used: list[str] = []
+        self.made = 0
+
+    @property
+    def make_withdrawal(self) -> Any:
+        def make() -> Any:
+            self.made += 1
+            return self.inner.make_withdrawal()
+
+        return make
+
+    def validate(self, name: str, body: Any) -> None:
+        pass
+
+    def submit(self, body: Any, args: object, run: ToolRunContext) -> Any:
+        self.used.append("submit")
+        return self.inner.submit(body, args, run)
+
+    def submit_listening(self, body: Any, args: object, run: ToolRunContext, withdrawal: Any) -> Any:
+        self.used.append("submit_listening")
+        return self.inner.submit_listening(body, args, run, withdrawal)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_the_listening_capability_is_found_by_protocol_not_by_type() -> None:
+    """The registry asks for ``ListeningBackend`` (docs/backends.md), never
+    for the thread backend's type: a user's backend with the capability is
+    called through ``submit_listening`` with a withdrawal it made, whether
+    it is the registry's backend or a tool's; one without it through
+    ``submit``; and a withdrawal still works through the capability (a
+    queued call aborted by its caller never runs)."""
+    from dshtools._backends.base import ListeningBackend
+
+    assert isinstance(ThreadBackend(), ListeningBackend)
+    assert not isinstance(ScriptedBackend(), ListeningBackend)
+    listening, scripted = _ListeningThreads(), ScriptedBackend()
+    assert isinstance(listening, ListeningBackend)
+    with ToolRegistry(backend=listening) as registry:
+        registry.register(tool("a", lambda a, r: "A"))
+        registry.register(ToolDefinition("b", "", {"type": "object"}, lambda a, r: "B", backend=scripted))
+        registry.register(ToolDefinition("c", "", {"type": "object"}, lambda a, r: "C", backend=_ListeningThreads()))
+        assert [registry.execute(call(n, call_id=n)).value for n in "abc"] == ["A", "B", "C"]  # type: ignore[union-attr]
+        assert listening.used == ["submit_listening"] and listening.made == 1
+        assert scripted.submitted == ["b"]
+        own = registry.get("c")
+        assert own is not None and own.backend.used == ["submit_listening"]  # type: ignore[union-attr]
+        # A withdrawal through the capability: the only worker is held, the
+        # queued call is aborted by its caller once submitted, and never runs.
+        started, release, ran = threading.Event(), threading.Event(), []
+
+        def hog_body(a: Any, r: Any) -> str:
+            started.set()
+            release.wait(10)
+            return "hog"
+
+        registry.register(tool("hog", hog_body))
+        registry.register(tool("queued", lambda a, r: ran.append(1)))
+        hog, _ = run_in_thread(lambda: registry.execute(call("hog", call_id="h")))
+        assert started.wait(5)
+        controller = AbortController()
+        waiter, box = run_in_thread(lambda: registry.execute(call("queued", signal=controller.signal, call_id="q")))
+        wait_until(lambda: len(listening.used) == 3)  # a, hog, queued: submitted
+        controller.abort("stop")
+        waiter.join(5)
+        release.set()
+        hog.join(5)
+    assert box[0].code == "ABORTED_BEFORE_DISPATCH" and box[0].body_invoked is False and ran == []

@@ -23,8 +23,6 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from dshtools._registry import batch as _batch
-from dshtools._registry import pipeline as _pipeline
 from tests.batch_support import Recorder, calls, tool
 from tests.registry_support import error_of, value_of
 
@@ -273,14 +271,14 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(
     with ToolRegistry() as registry:
         rec.install(registry)
         registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
-        real = _pipeline.dispatch
+        real = registry._dispatch
 
         def faulty(run: Any) -> Any:
             if run.call.call_id == "c3":
                 raise Boom("scheduler bug")
             return real(run)
 
-        monkeypatch.setattr(_batch, "dispatch", faulty)
+        monkeypatch.setattr(registry, "_dispatch", faulty)
         with pytest.raises(Boom):
             execute_batch(
                 registry, calls("t", 8, AbortController().signal), signal=AbortController().signal, max_parallel=4

@@ -38,7 +38,6 @@ from dshtools import (
     ToolSuccess,
     thaw,
 )
-from dshtools._registry import pipeline as _pipeline
 from tests.registry_support import (
     Recorder,
     blocked_in_wait,
@@ -504,7 +503,7 @@ def test_body_sees_the_fused_signal_and_the_wrapper_signal_is_restored(registry:
     assert seen["upstream_is_caller"] and seen["after_next"] is wrapper_ctrl.signal
     assert seen["body_signal"] not in (caller, wrapper_ctrl.signal) and seen["body_saw"]
     # The wrapper's own signal aborting turns the body's success into ABORTED.
-    assert result.code == TOOL_ABORTED and result.meta["reason"] == "wrapper"  # type: ignore[index]
+    assert result.code == TOOL_ABORTED and result.meta["reason"] == "wrapper"
     assert caller.listener_count == 0 and wrapper_ctrl.signal.listener_count == 0
 
 
@@ -918,7 +917,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
     interrupter.join()
     assert body_done.is_set()  # joined before the interrupt surfaced
     assert [r.code for _, r in rec.results] == [TOOL_ABORTED]
-    assert isinstance(rec.results[0][1].meta["reason"], KeyboardInterrupt)  # type: ignore[index]
+    assert isinstance(rec.results[0][1].meta["reason"], KeyboardInterrupt)
     assert not caller.aborted and caller.listener_count == 0
 
 
@@ -958,17 +957,17 @@ def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
     rec = Recorder()
     registry.add_result_observer(rec.observer)
     registry.register(tool("t", lambda a, r: "v"))
-    run = _pipeline.begin(registry, call("t"))
+    run = registry._begin(call("t"))
     assert run.result is None and run.definition is registry.get("t") and not run.body_invoked
-    assert _pipeline.dispatch(run) is run
+    assert registry._dispatch(run) is run
     assert run.body_invoked and isinstance(run.result, ToolSuccess) and rec.results == []
-    final = _pipeline.complete(run)
+    final = registry._complete(run)
     assert final.value == "v" and [r for _, r in rec.results] == [final]
-    assert _pipeline.complete(run) is final and len(rec.results) == 1  # published once
-    early = _pipeline.begin(registry, call("missing"))
+    assert registry._complete(run) is final and len(rec.results) == 1  # published once
+    early = registry._begin(call("missing"))
     assert early.result is not None and early.result.code == UNKNOWN_TOOL
-    assert _pipeline.dispatch(early) is early and not early.body_invoked
-    pre_aborted = _pipeline.begin(registry, call("t", signal=AbortSignal.already_aborted()))
+    assert registry._dispatch(early) is early and not early.body_invoked
+    pre_aborted = registry._begin(call("t", signal=AbortSignal.already_aborted()))
     assert pre_aborted.result is not None and pre_aborted.result.code == TOOL_ABORTED_BEFORE_DISPATCH
 
 
@@ -979,12 +978,12 @@ def test_submit_marks_the_worker_so_dispatch_runs_the_body_inline() -> None:
         registry.register(tool("t", lambda a, r: threads.append(threading.current_thread().name) or "ok"))  # type: ignore[func-returns-value]
 
         def work() -> str:
-            run = _pipeline.begin(registry, call("t"))
-            _pipeline.dispatch(run)  # on the only worker: must not wait for a second one
+            run = registry._begin(call("t"))
+            registry._dispatch(run)  # on the only worker: must not wait for a second one
             threads.append(threading.current_thread().name)
-            return _pipeline.complete(run).value  # type: ignore[no-any-return,union-attr]
+            return registry._complete(run).value  # type: ignore[no-any-return,union-attr]
 
-        assert _pipeline.run_marked(registry, work).result(timeout=5) == "ok"
+        assert registry._threads.run_marked(work).result(timeout=5) == "ok"
     assert threads[0] == threads[1]
 
 

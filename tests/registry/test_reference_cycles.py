@@ -93,12 +93,12 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     from dshtools._registry.trusted import trusted_success, trusted_view
     from dshtools._types.calls import ExecutionToken, text_content
 
-    success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7")
+    success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7", body_invoked=True)
     assert type(success) is ToolSuccess and success == built
     assert repr(success) == repr(built)
     assert pickle.loads(pickle.dumps(success)) == built
     assert copy.copy(success) == built and copy.deepcopy(success) == built
-    assert attrs.evolve(success, value=8) == ToolSuccess(8, "7")
+    assert attrs.evolve(success, value=8) == ToolSuccess(8, "7", body_invoked=True)
     assert attrs.asdict(success) == attrs.asdict(built)
     assert weakref.ref(success)() is success
 
@@ -113,11 +113,15 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
         "parent": None,
         "definition": None,
     }
-    view = trusted_view(**fields, signal=signal)
-    context = trusted_run_context(**fields, signal=signal, run=None)  # type: ignore[arg-type]
+    from dshtools._registry.run import Hooks, Run
+
+    run = Run(None, ToolExecutionInput("c", "n", fields["arguments"], signal), None, Hooks())  # type: ignore[arg-type]
+    run.token, run.arguments = fields["token"], fields["arguments"]
+    view = trusted_view(run)
+    context = trusted_run_context(run, signal)
     assert type(view) is ToolExecution and type(context) is ToolRunContext
     assert repr(view) == repr(ToolExecution(**fields, signal=signal))
-    assert repr(context) == repr(ToolRunContext(**fields, signal=signal, run=None))  # type: ignore[arg-type]
+    assert repr(context) == repr(ToolRunContext(**fields, signal=signal, run=run))
     assert attrs.evolve(view, name="m").name == "m" and attrs.evolve(context, name="m").signal is signal
     for obj in (success, view, context):
         twin = next(c for c in type(obj).__subclasses__() if c.__qualname__.endswith(".<twin>"))

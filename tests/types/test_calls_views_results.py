@@ -87,7 +87,7 @@ def test_execution_token_compares_by_identity_only() -> None:
 
 def test_success_and_failure_shapes() -> None:
     s = ToolSuccess({"v": 1}, "text")
-    assert not s.is_error and s.code is None and s.content[0]["text"] == "text" and s.meta is None
+    assert not s.is_error and s.code is None and s.content[0]["text"] == "text" and s.meta == {}
     f = failure("boom", name="X", code="C", meta={"k": 1})
     assert f.is_error and f.code == "C" and f.error == ErrorDetail("boom", ErrorInfo("X", "C"))
     assert [dict(b) for b in f.content] == [{"type": "text", "text": "Error: boom"}]
@@ -272,15 +272,34 @@ def _same_fields(a: object, b: object) -> None:
         assert getattr(a, name) is getattr(b, name), name
 
 
+def _run_of(values: dict[str, Any], signal: AbortSignal) -> Any:
+    """A registry ``Run`` whose call and fields are ``values``."""
+    from dshtools._registry.run import Hooks, Run
+
+    call = ToolExecutionInput(
+        values["call_id"],
+        values["name"],
+        values["arguments"],
+        signal,
+        agent=values["agent"],
+        parent=values["parent"],
+        root_call_id=values["root_call_id"],
+    )
+    run = Run(None, call, values["definition"], Hooks())  # type: ignore[arg-type]
+    run.token = values["token"]
+    run.arguments = values["arguments"]
+    return run
+
+
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
     from dshtools._registry.run import trusted_run_context
 
-    class _R:
-        def defer_context(self, context: object) -> None: ...
-
-        def dispatch(self, *a: object) -> Any: ...
-
-    token, parent, run, signal = ExecutionToken(), ExecutionToken(), _R(), AbortController().signal
+    token, parent, signal, dispatch_signal = (
+        ExecutionToken(),
+        ExecutionToken(),
+        AbortController().signal,
+        AbortController().signal,
+    )
     values: dict[str, Any] = {
         "token": token,
         "call_id": "c",
@@ -290,10 +309,10 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
         "agent": "ag",
         "parent": parent,
         "definition": None,
-        "signal": signal,
     }
-    built = ToolRunContext(**values, run=run)
-    fast = trusted_run_context(**values, run=run)
+    run = _run_of(values, signal)
+    built = ToolRunContext(**values, signal=dispatch_signal, run=run)
+    fast = trusted_run_context(run, dispatch_signal)
     _same_fields(built, fast)  # fails when a field is added to the class only
     with pytest.raises(AttributeError):
         fast.signal = signal  # type: ignore[misc]
@@ -304,7 +323,7 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
     from dshtools._types.calls import text_content
 
     content = text_content("hi")
-    built, fast = ToolSuccess("v", content), trusted_success("v", content)
+    built, fast = ToolSuccess("v", content, body_invoked=True), trusted_success("v", content)
     _same_fields(built, fast)
     assert built == fast and not fast.is_error and fast.code is None
     with pytest.raises(AttributeError):
@@ -313,7 +332,7 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
 
 def test_trusted_views_set_every_field_like_the_classes() -> None:
     from dshtools._registry.trusted import trusted_dispatch_view, trusted_view
-    from dshtools._types.calls import SignalSlot, ToolDispatchExecution, ToolExecution
+    from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
     values: dict[str, Any] = {
@@ -326,19 +345,25 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
         "parent": ExecutionToken(),
         "definition": None,
     }
-    _same_fields(ToolExecution(**values, signal=signal), trusted_view(**values, signal=signal))
+    run = _run_of(values, signal)
+    _same_fields(ToolExecution(**values, signal=signal), trusted_view(run))
     slot = SignalSlot(signal)
-    built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(**values, slot=slot)
+    built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(run, slot)
     _same_fields(built, fast)
     assert repr(built) == repr(fast)
     # The retyped view behaves as the class: frozen fields, a replaceable signal.
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        fast.name = "other"  # type: ignore[misc]
-    other = AbortController().signal
-    fast.signal = other
-    assert fast.signal is other and slot.signal is other
-    with pytest.raises(TypeError):
-        fast.signal = "not a signal"  # type: ignore[assignment]
+    for view in (built, fast):
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            view.name = "other"  # type: ignore[misc]
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            del view.name
+        with pytest.raises(AttributeError, match="cannot be deleted"):
+            del view.signal  # type: ignore[misc]
+        other = AbortController().signal
+        view.signal = other
+        assert view.signal is other and slot.signal is other
+        with pytest.raises(TypeError):
+            view.signal = "not a signal"  # type: ignore[assignment]
 
 
 def test_a_twin_refuses_a_class_with_an_instance_dict() -> None:

@@ -60,7 +60,7 @@ from typing import Any, Final
 from ..._core.errors import AbortError, safe_str
 from ..._core.interrupts import INTERRUPT_SLICE
 from ..._os.tree import left_behind, stop_tree
-from ..._types.calls import ToolRunContext
+from ..._types.tools import ToolRunContext
 from ..base import Body, BodyReport, Dispatch, Error, Value, WorkerLost
 from .pool import _Job, _Worker
 from .wire import UnsendableValue, error_from

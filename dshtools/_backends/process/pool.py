@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final, Protocol
 
 from ..._signal import AbortSignal
-from ..._types.calls import ToolRunContext
+from ..._types.tools import ToolRunContext
 from ..base import BodyReport, NotInvoked
 from .wire import dump_reason
 

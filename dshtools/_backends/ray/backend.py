@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..._core.errors import AbortError, safe_repr, safe_str
 from ..._signal import AbortSignal, ListenerHandle
 from ..._signal.lifecycle import sigint_deferred
-from ..._types.calls import ToolRunContext
+from ..._types.tools import ToolRunContext
 from ..base import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
 from ..remote import ErrorDetail, rebuilt_error
 from . import reap as _ray_reap

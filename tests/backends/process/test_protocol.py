@@ -26,7 +26,8 @@ import pytest
 from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason, ToolError
 from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
 from dshtools._os.tree import session_alive
-from dshtools._types.calls import ExecutionToken, ToolExecutionResult, ToolRunContext
+from dshtools._types.calls import ExecutionToken, ToolExecutionResult
+from dshtools._types.tools import ToolRunContext
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 

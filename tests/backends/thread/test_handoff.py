@@ -43,7 +43,6 @@ from dshtools import (
     ToolRegistry,
 )
 from dshtools._backends import thread as _thread_backend
-from dshtools._registry import pipeline as _pipeline
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
 from tests.registry_support import Recorder, blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
@@ -76,7 +75,7 @@ def main_parked_in(function: str) -> bool:
         return False
     frame = sys._current_frames().get(MAIN.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _pipeline.__file__):
+        if frame.f_code.co_name == function and frame.f_code.co_filename in (_registry.__file__, _run.__file__):
             return True
         frame = frame.f_back
     return False
@@ -813,7 +812,7 @@ def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after
             go.wait(5)
         return make_context(*args)
 
-    monkeypatch.setattr(_pipeline, "trusted_run_context", held_context)
+    monkeypatch.setattr(_run, "trusted_run_context", held_context)
     close_returned = threading.Event()
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
@@ -997,3 +996,39 @@ def test_close_after_an_interrupted_close_still_waits_for_the_running_body() -> 
     registry.close()  # what the second close() should have done
     if returned_early:
         raise ObservedBug("the second close() returned while the body was still running")
+
+
+@posix_only
+@pytest.mark.timeout(15)
+def test_a21_a_ctrl_c_overrun_is_in_the_published_result_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Contract A21 on the Ctrl-C path: a real SIGINT while the main thread
+    waits for a body; the registry aborts the dispatch signal, the body
+    finishes 0.3 s of work after the abort (the scenario's timing) and
+    returns; ``execute`` re-raises the interrupt after publishing an
+    ``ABORTED`` result with ``meta["overrun_s"]`` and exactly one WARNING
+    naming the tool and the call."""
+    import logging
+    import time
+
+    started = threading.Event()
+
+    def late(a: Any, run: Any) -> Any:
+        started.set()
+        run.signal.wait(10)
+        time.sleep(0.3)  # the overrun under test: work done after the abort
+        return "late"
+
+    caplog.set_level(logging.WARNING, logger="dshtools")
+    rec = Recorder()
+    with ToolRegistry() as registry:
+        registry.register(tool("late", late))
+        registry.add_result_observer(rec.observer)
+        helper = sigint_when_main_parks_in("_run_body", before=lambda: started.wait(5))
+        with pytest.raises(KeyboardInterrupt):
+            registry.execute(call("late", call_id="k"))
+        helper.join(5)
+    ((_, published),) = rec.results
+    assert published.code == TOOL_ABORTED and published.body_invoked is True
+    assert 0.25 < published.meta["overrun_s"] < 1.0  # type: ignore[operator]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "'k'" in r.getMessage()]
+    assert len(warnings) == 1 and "'late'" in warnings[0].getMessage()
