@@ -44,16 +44,20 @@ def _noop(_args: Any, _run: ToolRunContext) -> None:
 
 def _wait(args: Any, run: ToolRunContext) -> str:
     tag = str(args["tag"])
+    noted = threading.Event()
 
     def seen(_signal: AbortSignal) -> None:
         at = time.time()
         partial = RECORDS / f"{tag}.abort.partial"
         partial.write_text(json.dumps(at))
         os.replace(partial, RECORDS / f"{tag}.abort")  # whole, or not there
+        noted.set()
 
+    # Returns once the listener ran (not merely once the signal aborted: a
+    # listener taken off first would never write its record).
     with run.signal.add_listener(seen):
         (RECORDS / f"{tag}.started").write_text("1")
-        run.signal.wait(60)
+        noted.wait(60)
     return "done"
 
 
