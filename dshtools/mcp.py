@@ -87,11 +87,12 @@ from ._core.errors import safe_str
 from ._core.freeze import thaw
 from ._interop.calls import check_decoded, provider_text, result_text
 from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
+from ._mcp.client import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, MCPClient
 from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
-__all__ = ["serve_stdio"]
+__all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient", "serve_stdio"]
 
 _STOP_SIGNALS = (_signals.SIGTERM, _signals.SIGINT)
 

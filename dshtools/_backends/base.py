@@ -106,12 +106,20 @@ class BodyReport:
       body's return, when the body was invoked and the signal aborted
       before it returned; else ``None``. The registry reports overruns
       above 0.1 s (docs/contract.md#a8).
+    * ``content``: with a ``Value`` outcome, the content blocks the body
+      produced beside its value (a remote tool's result carries both);
+      ``None``: the registry renders the value as for any body.
+    * ``meta``: entries the registry adds to the call's final ``meta``
+      whichever hook built that result (a remote call's cancellation
+      status); ``None`` adds nothing.
     """
 
     outcome: BodyOutcome
     contexts: tuple[Mapping[str, Any], ...] = ()
     killed: bool = False
     overrun_s: float | None = None
+    content: tuple[Mapping[str, Any], ...] | None = None
+    meta: Mapping[str, object] | None = None
 
 
 @runtime_checkable

@@ -334,6 +334,8 @@ class _Handoff:
         report.contexts = ()
         report.killed = False
         report.overrun_s = None
+        report.content = None
+        report.meta = None
         report.__class__ = BodyReport
         return report  # type: ignore[no-any-return]
 

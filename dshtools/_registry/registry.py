@@ -657,7 +657,7 @@ class ToolRegistry:
                 result = aborted(exc, invoked=run.body_invoked, additional_contexts=result.additional_contexts)
         if run.tool_contexts and not run.drop_tool_contexts:
             result = attrs.evolve(result, additional_contexts=tuple(run.tool_contexts) + result.additional_contexts)
-        if run.killed or run.overrun_s is not None:
+        if run.killed or run.overrun_s is not None or run.report_meta:
             result = run.backend_meta(result)
         if result.body_invoked is not run.body_invoked:
             result = attrs.evolve(result, body_invoked=run.body_invoked)

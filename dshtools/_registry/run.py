@@ -232,6 +232,7 @@ class Run:
         "overrun_s",
         "published",
         "registry",
+        "report_meta",
         "result",
         "root_call_id",
         "settled",
@@ -275,6 +276,7 @@ class Run:
         self._children: itertools.count[int] | None = None  # made by the first nested dispatch
         self.killed = False  # a backend killed the body's process (docs/contract.md §9)
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
+        self.report_meta: dict[str, object] | None = None  # a backend's own entries for the final meta
         self.overrun_logged = False
 
     @property
@@ -302,6 +304,8 @@ class Run:
             self.killed = True
         if report.overrun_s is not None:
             self.overrun_s = max(self.overrun_s or 0.0, report.overrun_s)
+        if report.meta:
+            self.report_meta = {**(self.report_meta or {}), **report.meta}
 
     def claim_overrun_log(self) -> bool:
         """True the first time it is asked: the overrun WARNING is logged once per call."""
@@ -312,11 +316,12 @@ class Run:
             return True
 
     def backend_meta(self, result: ToolExecutionResult) -> ToolExecutionResult:
-        """``result`` with ``meta["killed"]`` and ``meta["overrun_s"]`` (an
-        overrun above 0.1 s, also logged as a WARNING unless the 1 s watch
-        did), whichever hook built it (docs/contract.md §9,
+        """``result`` with the backend's own ``meta`` entries,
+        ``meta["killed"]`` and ``meta["overrun_s"]`` (an overrun above
+        0.1 s, also logged as a WARNING unless the 1 s watch did),
+        whichever hook built it (docs/contract.md §9,
         docs/contract.md#a21)."""
-        extra: dict[str, object] = {}
+        extra: dict[str, object] = dict(self.report_meta) if self.report_meta else {}
         if self.killed:
             extra["killed"] = True
         overrun = self.overrun_s
@@ -479,17 +484,18 @@ class Run:
             self.interrupt = interrupt
             self.note_report(report)
             raise interrupt
-        if report.contexts or report.killed or report.overrun_s is not None:
+        if report.contexts or report.killed or report.overrun_s is not None or report.meta:
             self.note_report(report)
         result: ToolExecutionResult
         kind: Kind
         if type(outcome) is Value:
             self.body_invoked = True
             value = outcome.value
-            if value is None and definition.output_schema is None and definition.render is None:
+            content = report.content
+            if value is None and content is None and definition.output_schema is None and definition.render is None:
                 result, kind = NULL_SUCCESS, SUCCESS  # "done, nothing to say": never varies
             else:
-                result = check_success(self.call.name, definition, value, None)
+                result = check_success(self.call.name, definition, value, content)
                 kind = SUCCESS if isinstance(result, ToolSuccess) else FINAL
         elif type(outcome) is Error:
             self.body_invoked = True
