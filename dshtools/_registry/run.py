@@ -226,6 +226,7 @@ class Run:
         "skip_post",
         "token",
         "tool_contexts",
+        "watch",
     )
 
     def __init__(
@@ -264,6 +265,8 @@ class Run:
         self.killed = False  # a backend killed the body's process (docs/contract.md §9)
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
         self.overrun_logged = False
+        # What a call observer watches this call with (registry.CallWatch), or None.
+        self.watch: Any = None
 
     @property
     def view(self) -> ToolExecution:
