@@ -41,14 +41,7 @@ from opentelemetry.trace import NoOpTracer, ProxyTracer, SpanKind, Status, Statu
 from ._core.freeze import thaw
 from ._registry.registry import CallWatch, ToolRegistry
 from ._signal import ListenerHandle
-from ._types.calls import (
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    InvalidCall,
-    ToolExecutionInput,
-    ToolExecutionResult,
-    ToolFailure,
-)
+from ._types.calls import InvalidCall, ToolExecutionInput, ToolExecutionResult, ToolFailure
 from ._types.hooks import ToolDefinition
 
 __all__ = [
@@ -90,7 +83,6 @@ MAX_CONTENT_CHARS: Final = 8192
 """Characters of arguments or result kept on a span; more is cut and marked."""
 
 _SCOPE: Final = "dshtools"
-_ABORT_CODES: Final = frozenset({TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH})
 
 
 def _bounded(text: str) -> str:
@@ -184,7 +176,9 @@ class _Watch:
         if isinstance(attempts, int) and not isinstance(attempts, bool):
             span.set_attribute(ATTEMPTS, attempts)
         signal = self.call.signal
-        if self.aborted_at is not None or (error_type in _ABORT_CODES):
+        # The caller's signal aborted while the call ran, or the result is a
+        # cancellation (a wrapper's timeout aborts a signal of its own).
+        if self.aborted_at is not None or (error_type is not None and "reason" in meta):
             reason = signal.reason if self.aborted_at is not None else meta.get("reason")
             span.add_event(ABORT_EVENT, {ABORT_REASON: type(reason).__name__}, timestamp=self.aborted_at)
         if killed:
