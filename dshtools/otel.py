@@ -1,6 +1,6 @@
 """OpenTelemetry for every tool call: one GenAI ``execute_tool`` span per
-call, whatever its outcome, and a duration histogram (docs/observability.md,
-docs/contract.md#opentelemetry).
+call, whatever its outcome, and a duration histogram
+(docs/observability.md).
 
 ``instrument(registry)`` installs a call observer on the registry; the
 returned ``Instrumentation``'s ``uninstrument()`` takes it off. Needs the
@@ -102,12 +102,6 @@ def _capture_from_env() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _CAPTURE_ON
 
 
-def _noop_histogram(histogram: Histogram) -> bool:
-    """True while recording on ``histogram`` does nothing: the API's no-op,
-    or the global proxy before a real meter provider is set."""
-    return isinstance(histogram, NoOpHistogram) or getattr(histogram, "_real_instrument", False) is None
-
-
 class _Watch:
     """One call's span and timing (``registry.CallWatch``). Made and
     finished by the registry's call path; ``_on_abort`` runs in the
@@ -150,7 +144,7 @@ class _Watch:
             info = result.error.info
             error_type = (info.code or info.name) if info is not None else "_OTHER"
         histogram = inst._histogram
-        if not _noop_histogram(histogram):
+        if histogram is not None and inst._measuring():
             attributes = {GEN_AI_OPERATION_NAME: EXECUTE_TOOL, GEN_AI_TOOL_NAME: self.call.name}
             if error_type is not None:
                 attributes[ERROR_TYPE] = error_type
@@ -208,32 +202,44 @@ class Instrumentation:
     ) -> None:
         self.registry = registry
         self.capture_content = capture_content
-        self._tracer: Tracer | None = tracer
-        self._histogram = histogram
+        # Decided here, once, so that a call with no SDK costs a few
+        # attribute reads: `_tracer` is a live tracer or None; `_proxy` the
+        # global proxy tracer while no SDK provider is set (a provider set
+        # later is picked up by the next call); `_histogram` is None for the
+        # API's no-op, and `_histogram_proxy` says it is the global proxy,
+        # live once a real meter provider is set.
+        self._tracer: Tracer | None = None
+        self._proxy: ProxyTracer | None = None
+        if isinstance(tracer, ProxyTracer):
+            self._proxy = tracer
+        elif not isinstance(tracer, NoOpTracer):
+            self._tracer = tracer
+        self._histogram: Histogram | None = None if isinstance(histogram, NoOpHistogram) else histogram
+        self._histogram_proxy = hasattr(histogram, "_real_instrument")
         self._installed = True
 
-    def _live_tracer(self) -> Tracer | None:
-        tracer = self._tracer
-        if isinstance(tracer, ProxyTracer):
-            # The global provider: no-op until an SDK provider is set, then
-            # that provider's tracer (kept from then on).
-            real = tracer._tracer
-            if isinstance(real, NoOpTracer):
-                return None
-            self._tracer = tracer = real
-        if tracer is None or isinstance(tracer, NoOpTracer):
-            return None
-        return tracer
+    def _measuring(self) -> bool:
+        histogram = self._histogram
+        if histogram is None:
+            return False
+        return not self._histogram_proxy or histogram._real_instrument is not None  # type: ignore[attr-defined]
 
     def started(self, call: ToolExecutionInput, definition: ToolDefinition | None) -> CallWatch | None:
         """The call observer: the call's span, started in the caller's
         context, or ``None`` when neither a span nor a measurement would be
-        recorded."""
-        tracer = self._live_tracer()
+        recorded (written out: with no SDK this is all a call pays)."""
+        tracer = self._tracer
         if tracer is None:
-            if _noop_histogram(self._histogram):
-                return None
-            return _Watch(self, call, None)
+            proxy = self._proxy
+            if proxy is not None:
+                real = proxy._tracer  # the SDK's tracer once a provider is set, else the API's no-op
+                if type(real) is not NoOpTracer:
+                    self._tracer = tracer = real
+                    self._proxy = None
+            if tracer is None:
+                if not self._measuring():
+                    return None
+                return _Watch(self, call, None)
         attributes: dict[str, Any] = {
             GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
             GEN_AI_TOOL_NAME: call.name,

@@ -171,13 +171,6 @@ def set_call_observer(registry: ToolRegistry, observer: CallObserver | None) -> 
     return previous
 
 
-def _watch(observer: CallObserver, run: Run) -> None:
-    try:
-        run.watch = observer.started(run.call, run.definition)
-    except Exception as exc:
-        report_unraisable(exc, "Exception in call observer " + safe_repr(observer), run.call)
-
-
 def _check_unsettled(run: Run) -> None:
     if run.settled:
         raise RuntimeError("next() called after the around-dispatch waterfall settled")
@@ -528,8 +521,12 @@ class ToolRegistry:
         if self._closed and not allow_closed:
             self._check_open()
         run = Run(self, call, self._definitions.get(call.name), self._hooks)
-        if self._observer is not None:
-            _watch(self._observer, run)
+        observer = self._observer
+        if observer is not None:
+            try:
+                run.watch = observer.started(call, run.definition)
+            except Exception as exc:
+                report_unraisable(exc, "Exception in call observer " + safe_repr(observer), call)
         if allow_closed and self._closed and not on_worker_of(self):
             run.settle(aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False), skip_post=True)
             return run
