@@ -21,6 +21,10 @@ Guarantees:
   its children).
 * Arguments and results are recorded only on opt-in, each cut to
   ``MAX_CONTENT_CHARS`` characters with a marker.
+* While any instrumentation is installed, the W3C trace context crosses
+  with every call a ``ProcessBackend`` sends to a worker: a span a body
+  starts there (with an SDK configured in the worker) is a child of its
+  call's span.
 * With no SDK installed (the API's no-op providers), a call costs one
   method call more and makes no span; a provider set later is picked up by
   the next call.
@@ -28,16 +32,20 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
+from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import Histogram, MeterProvider, NoOpHistogram
 from opentelemetry.trace import NoOpTracer, ProxyTracer, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from ._backends.remote import Carried, set_context_carrier
 from ._core.freeze import thaw
 from ._registry.registry import CallWatch, ToolRegistry
 from ._signal import ListenerHandle
@@ -48,6 +56,7 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "MAX_CONTENT_CHARS",
     "Instrumentation",
+    "carried_context",
     "instrument",
 ]
 
@@ -100,6 +109,37 @@ def _json(value: object) -> str:
 
 def _capture_from_env() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _CAPTURE_ON
+
+
+# How many instrumentations are installed; the context carrier of process
+# workers is installed while there is one. Guarded by _carrying_lock.
+_carrying_lock = threading.Lock()
+_carrying = 0
+
+
+def _carry() -> Carried | None:
+    """The current context as W3C headers, for a call sent to a worker now."""
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return (__name__, headers) if headers else None
+
+
+@contextlib.contextmanager
+def carried_context(headers: dict[str, str]) -> Iterator[None]:
+    """In a worker process: run the body inside the context whose W3C
+    headers crossed with its call (``dshtools._backends.remote``)."""
+    token = otel_context.attach(propagate.extract(headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def _carrying_changed(delta: int) -> None:
+    global _carrying
+    with _carrying_lock:
+        _carrying += delta
+        set_context_carrier(_carry if _carrying > 0 else None)
 
 
 class _Watch:
@@ -267,6 +307,7 @@ class Instrumentation:
         with registry._lock:
             if registry._observer is self:
                 registry._observer = None
+        _carrying_changed(-1)
 
 
 def instrument(
@@ -300,4 +341,5 @@ def instrument(
         if registry._observer is not None:
             raise RuntimeError("this registry is instrumented already: uninstrument() the other first")
         registry._observer = instrumentation
+    _carrying_changed(+1)
     return instrumentation

@@ -441,6 +441,37 @@ def test_with_no_sdk_no_span_is_made_and_a_provider_set_later_is_used(registry: 
     proxy.uninstrument()
 
 
+_LATE_PROVIDER = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry, otel
+
+with ToolRegistry() as registry:
+    registry.register(ToolDefinition("ok", "", {"type": "object"}, lambda a, r: "fine"))
+    inst = otel.instrument(registry)  # the global providers: no SDK yet
+    call = ToolExecutionInput("c1", "ok", {}, AbortController().signal)
+    assert inst.started(call, None) is None
+    registry.execute(call)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    registry.execute(call)
+    print([s.name for s in exporter.get_finished_spans()])
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_global_provider_set_after_instrument_is_used_by_the_next_call() -> None:
+    # In a child: the global provider can be set once per process.
+    out = subprocess.run(
+        [sys.executable, "-c", _LATE_PROVIDER], capture_output=True, text=True, check=True, env=dict(os.environ)
+    )
+    assert out.stdout.strip() == "['execute_tool ok']"
+
+
 def test_a_faulty_observer_is_reported_and_changes_no_result(registry: ToolRegistry, unraisable: list[Any]) -> None:
     class Broken:
         def started(self, call: ToolExecutionInput, definition: object) -> Any:
