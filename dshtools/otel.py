@@ -22,9 +22,9 @@ Guarantees:
 * Arguments and results are recorded only on opt-in, each cut to
   ``MAX_CONTENT_CHARS`` characters with a marker.
 * While any instrumentation is installed, the W3C trace context crosses
-  with every call a ``ProcessBackend`` sends to a worker: a span a body
-  starts there (with an SDK configured in the worker) is a child of its
-  call's span.
+  with every call a ``ProcessBackend`` or ``RayBackend`` sends to a
+  worker: a span a body starts there (with an SDK configured in the
+  worker) is a child of its call's span.
 * With no SDK installed (the API's no-op providers), a call costs one
   method call more and makes no span; a provider set later is picked up by
   the next call.
