@@ -40,7 +40,7 @@ their JSON), which the API always accepts, including when it is empty.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ._interop.calls import (
     INVALID_CALL,
@@ -56,9 +56,9 @@ from ._interop.calls import (
     field,
     paired,
     parse_arguments,
+    provider_text,
     provider_tools,
     refuse_other_shapes,
-    result_text,
 )
 from ._signal import AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
@@ -81,22 +81,31 @@ class _HasSchemas(Protocol):
     def schemas(self) -> list[dict[str, Any]]: ...
 
 
-class ToolParam(TypedDict):
-    """One entry of the Messages API ``tools`` parameter."""
+if TYPE_CHECKING:
+    # mypy checks what is built here against the SDK's own parameter types,
+    # so a user's code passes them to the SDK with no cast
+    # (docs/contract.md#a18); nothing imports the SDK at run time.
+    from anthropic.types import ToolParam
+    from anthropic.types import ToolResultBlockParam as ToolResultBlock
+else:
 
-    name: str
-    description: str
-    input_schema: dict[str, Any]
+    class ToolParam(TypedDict):
+        """One entry of the Messages API ``tools`` parameter (for type
+        checkers: the SDK's ``anthropic.types.ToolParam``)."""
 
+        name: str
+        description: str
+        input_schema: dict[str, Any]
 
-class ToolResultBlock(TypedDict):
-    """One ``tool_result`` content block. ``is_error`` is ``True`` exactly
-    for failures."""
+    class ToolResultBlock(TypedDict):
+        """One ``tool_result`` content block. ``is_error`` is ``True``
+        exactly for failures (for type checkers: the SDK's
+        ``anthropic.types.ToolResultBlockParam``)."""
 
-    type: Literal["tool_result"]
-    tool_use_id: str
-    content: str
-    is_error: bool
+        type: Literal["tool_result"]
+        tool_use_id: str
+        content: str
+        is_error: bool
 
 
 def tools_param(registry: _HasSchemas) -> list[ToolParam]:
@@ -188,7 +197,7 @@ def tool_result(call_id: str, result: ToolExecutionResult) -> ToolResultBlock:
     return {
         "type": "tool_result",
         "tool_use_id": checked_call_id(call_id),
-        "content": result_text(result.content),
+        "content": provider_text(result),
         "is_error": bool(result.is_error),
     }
 

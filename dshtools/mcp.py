@@ -16,6 +16,17 @@ Guarantees:
   the body was joined. No response is sent for a cancelled request (the SDK
   drops it), but the registry still publishes the call's one result to its
   observers.
+* **Every request with an id gets exactly one response, or none when
+  the client cancelled it** (docs/contract.md#a19).
+  Lines the SDK would drop are answered by the reader before the next line
+  is read: not UTF-8 JSON → ``-32700``; not a request, or an id that is not
+  a string or an integer → ``-32600`` (id ``null``); a bad envelope or a
+  ``params`` that is not an object → ``-32600``/``-32602`` under its id; an
+  id still in flight → ``-32600``. Arguments holding a lone surrogate, or
+  nested past 1 000 levels, are the registry's ``INVALID_ARGS`` result.
+  Ids are matched exactly as sent (``10`` is not ``"1_0"``, ``1`` is not
+  ``"1"``): the SDK sees ids of the server's own making, and a
+  cancellation reaches only the request it names (``_interop.jsonrpc``).
 * **End of input aborts every call in flight** (reason: the connection
   closed), joins them, and only then does ``serve_stdio`` return.
 * **Results**: each content block of the result becomes an MCP text block
@@ -74,6 +85,8 @@ from mcp.shared.message import SessionMessage
 
 from ._core.errors import safe_str
 from ._core.freeze import thaw
+from ._interop.calls import check_decoded, provider_text, result_text
+from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
 from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
@@ -81,6 +94,10 @@ from ._types.calls import ToolExecutionInput, ToolExecutionResult
 __all__ = ["serve_stdio"]
 
 _STOP_SIGNALS = (_signals.SIGTERM, _signals.SIGINT)
+
+_Outgoing = SessionMessage | Reply
+"""What the writer takes: the SDK's messages and the reader's own replies."""
+
 
 # Abort reasons, one per way a call can be stopped from outside.
 CLIENT_CANCELLED = "the MCP client cancelled the request (notifications/cancelled)"
@@ -232,6 +249,9 @@ def _tool_result(outcome: ToolExecutionResult | BaseException) -> types.CallTool
             content=[types.TextContent(type="text", text=_text({"type": "text", "text": text}))], is_error=True
         )
     content: list[types.ContentBlock] = [types.TextContent(type="text", text=_text(b)) for b in outcome.content]
+    if outcome.is_error and (said := provider_text(outcome)) != result_text(outcome.content):
+        # A failure whose text says nothing (docs/contract.md#a18).
+        content = [types.TextContent(type="text", text=said)]
     return types.CallToolResult(content=content, is_error=outcome.is_error)
 
 
@@ -247,6 +267,7 @@ class _StdioServer:
         self._in_fd = in_fd
         self._out_fd = out_fd
         self._gate = _Gate()
+        self._ids = RequestIds()
         self.stop_reason: str | None = None
         self.signum: int | None = None
 
@@ -271,10 +292,14 @@ class _StdioServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         controller = AbortController()
+        outer = self._ids.outer_of(ctx.request_id)
         call = ToolExecutionInput(
-            call_id=f"mcp:{ctx.request_id}",
+            call_id=f"mcp:{ctx.request_id if outer is None else outer}",
             name=params.name,
-            arguments=params.arguments if params.arguments is not None else {},
+            # Lone surrogates or nesting past 1 000 levels: INVALID_ARGS,
+            # answered by the registry like any bad arguments
+            # (docs/contract.md#a11, docs/contract.md#a19).
+            arguments=check_decoded(params.arguments) if params.arguments is not None else {},
             signal=controller.signal,
         )
         ticket = self._gate.enqueue(self._registry.execution_mode(call) == "exclusive")
@@ -319,10 +344,31 @@ class _StdioServer:
 
     # ------------------------------------------------------------ transport
 
+    def _outgoing(self, item: _Outgoing) -> types.JSONRPCMessage | None:
+        """What goes out for ``item``: a reply of the reader as is; an SDK
+        answer under the client's own id, or nothing when its request was
+        cancelled (``RequestIds.answer``); any other SDK message as is."""
+        if isinstance(item, Reply):
+            return types.JSONRPCError(
+                jsonrpc="2.0", id=item.id, error=types.ErrorData(code=item.code, message=item.message)
+            )
+        message = item.message
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            keep, outer = self._ids.answer(message.id)
+            if not keep:
+                return None
+            return message.model_copy(update={"id": outer})
+        return message
+
     def _read_loop(
-        self, send: MemoryObjectSendStream[SessionMessage | Exception], token: anyio.lowlevel.EventLoopToken
+        self,
+        send: MemoryObjectSendStream[SessionMessage | Exception],
+        answer: MemoryObjectSendStream[_Outgoing],
+        token: anyio.lowlevel.EventLoopToken,
     ) -> None:
-        """Reader thread: one JSON-RPC message per line of stdin."""
+        """Reader thread: one JSON-RPC message per line of stdin. A line the
+        SDK would drop although it carries a request id is answered here,
+        through the writer, before the next line is read (``read_line``)."""
         pending = bytearray()
         try:
             while True:
@@ -337,9 +383,9 @@ class _StdioServer:
                     line = bytes(pending[:end])
                     del pending[: end + 1]
                     if line.strip():
-                        anyio.from_thread.run(send.send, _parse(line), token=token)
+                        self._route(line, send, answer, token)
             if pending.strip():
-                anyio.from_thread.run(send.send, _parse(bytes(pending)), token=token)
+                self._route(bytes(pending), send, answer, token)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
             return
         if self.stop_reason is None:
@@ -349,13 +395,42 @@ class _StdioServer:
         except anyio.RunFinishedError:  # pragma: no cover
             pass
 
-    async def _write_loop(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    def _route(
+        self,
+        line: bytes,
+        send: MemoryObjectSendStream[SessionMessage | Exception],
+        answer: MemoryObjectSendStream[_Outgoing],
+        token: anyio.lowlevel.EventLoopToken,
+    ) -> None:
+        read = read_line(line, self._ids)
+        routed = self._validated(read) if isinstance(read, Forward) else read
+        if isinstance(routed, SessionMessage):
+            anyio.from_thread.run(send.send, routed, token=token)
+        elif routed is not None:
+            for reply in routed:
+                anyio.from_thread.run(answer.send, reply, token=token)
+
+    def _validated(self, forward: Forward) -> SessionMessage | list[Reply] | None:
+        """The SDK's message for ``forward``; a request the SDK's envelope
+        refuses is answered ``-32600`` under its own id, anything else it
+        refuses is dropped (notifications and responses are never
+        answered)."""
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_python(forward.message, by_name=False))
+        except Exception:
+            if "method" not in forward.message or "id" not in forward.message:
+                return None
+            _, outer = self._ids.answer(forward.message["id"])
+            return [Reply(outer, INVALID_REQUEST, "Invalid Request: not a valid MCP request envelope")]
+
+    async def _write_loop(self, receive: MemoryObjectReceiveStream[_Outgoing]) -> None:
         broken = False
         async with receive:
-            async for message in receive:
-                if broken:
+            async for item in receive:
+                message = self._outgoing(item)
+                if broken or message is None:
                     continue
-                data = (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+                data = _encode(message)
                 try:
                     await anyio.to_thread.run_sync(_write_all, self._out_fd, data)
                 except OSError:  # the client went away; keep draining
@@ -384,10 +459,10 @@ class _StdioServer:
             self._name, version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
         send_in, receive_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        send_out, receive_out = anyio.create_memory_object_stream[SessionMessage](0)
+        send_out, receive_out = anyio.create_memory_object_stream[_Outgoing](0)
         reader = threading.Thread(
             target=self._read_loop,
-            args=(send_in, anyio.lowlevel.current_token()),
+            args=(send_in, send_out, anyio.lowlevel.current_token()),
             name="dshtools-mcp-stdin",
             daemon=True,
         )
@@ -415,11 +490,16 @@ def _version() -> str:
     return __version__
 
 
-def _parse(line: bytes) -> SessionMessage | Exception:
+def _encode(message: types.JSONRPCMessage) -> bytes:
+    """One line of UTF-8 JSON. A string the SDK cannot encode (a lone
+    surrogate in an id the client sent) is written as a ``\\u`` escape, so
+    the id goes back exactly as it came."""
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except Exception as exc:
-        return exc
+        text = message.model_dump_json(by_alias=True, exclude_unset=True)
+    except ValueError:  # pydantic_core.PydanticSerializationError
+        plain = message.model_dump(mode="python", by_alias=True, exclude_unset=True)
+        text = json.dumps(plain, ensure_ascii=True, separators=(",", ":"), default=str)
+    return (text + "\n").encode("utf-8")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -80,7 +80,9 @@ def _del_targets_of(tree: MypyFile) -> set[int]:
         elif isinstance(node, Decorator):
             todo.append(node.func)
         elif isinstance(node, OverloadedFuncDef):
+            # the @overload stubs are the items; the body that runs is impl
             todo.extend(node.items)
+            todo.append(node.impl)
         elif isinstance(node, IfStmt):
             todo.extend(node.body)
             todo.append(node.else_body)

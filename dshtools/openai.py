@@ -49,7 +49,7 @@ only text for ``role: "tool"``, and every compatible server takes a string.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ._interop.calls import (
     INVALID_CALL,
@@ -64,13 +64,19 @@ from ._interop.calls import (
     field,
     paired,
     parse_arguments,
+    provider_text,
     provider_tools,
     refuse_other_shapes,
-    result_text,
     utf8_safe,
 )
 from ._signal import AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
+
+if TYPE_CHECKING:
+    # mypy checks tools_param against the SDK's own parameter type, so it
+    # goes to client.chat.completions.create(tools=...) with no cast
+    # (docs/contract.md#a18); nothing imports the SDK at run time.
+    from openai.types.chat import ChatCompletionToolParam
 
 __all__ = [
     "INVALID_CALL",
@@ -101,7 +107,7 @@ class ToolMessage(TypedDict):
     content: Any
 
 
-def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
+def tools_param(registry: _HasSchemas) -> list[ChatCompletionToolParam]:
     """The Chat Completions ``tools`` parameter for every tool in
     ``registry`` (a ``ToolRegistry``), in ``registry.schemas()`` order:
     ``{"type": "function", "function": {"name": ..., "description": ...,
@@ -114,7 +120,7 @@ def tools_param(registry: _HasSchemas) -> list[dict[str, Any]]:
     request otherwise). The result is a fresh, plain, mutable JSON
     structure: editing it does not touch the registry. A tool defined with
     ``strict=True`` also has ``"strict": true`` (docs/contract.md#typed-tools)."""
-    tools: list[dict[str, Any]] = [
+    tools: list[ChatCompletionToolParam] = [
         {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
         for name, description, parameters in provider_tools(registry)
     ]
@@ -209,7 +215,7 @@ def tool_message(call_id: str, result: ToolExecutionResult) -> ToolMessage:
     the tool message: where they go in the conversation is the agent
     loop's decision. Raises ``TypeError`` for a non-``str`` ``call_id``.
     Source: docs/contract.md §6, §8 A11."""
-    return {"role": "tool", "tool_call_id": checked_call_id(call_id), "content": result_text(result.content)}
+    return {"role": "tool", "tool_call_id": checked_call_id(call_id), "content": provider_text(result)}
 
 
 def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]) -> list[ToolMessage]:

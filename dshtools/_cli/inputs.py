@@ -14,7 +14,11 @@ Guarantees:
   result, docs/contract.md §8 A11); a file path where a module is
   expected (the message names the module form), a malformed spec, a
   module that cannot be imported, a missing attribute, a factory that
-  raises, anything that is not an open ``ToolRegistry``.
+  raises, anything that is not an open ``ToolRegistry``. That holds
+  whatever the user's module does while it is imported or its factory
+  runs: an exception whose ``__str__`` raises, ``sys.exit(3)`` (any
+  ``BaseException`` but ``KeyboardInterrupt``, which stays Ctrl-C) -- still
+  one line and exit 2, with the original behind ``--traceback``.
 * Transcript errors name the message as ``message #N``, counting every
   message (of any role) from 1.
 * Nothing runs here: the registry's tools are only looked up, not called.
@@ -31,6 +35,7 @@ from typing import Any, NamedTuple
 
 from .. import anthropic as danthropic
 from .. import openai as dopenai
+from .._core.errors import safe_str, safe_type_name
 from .._registry.registry import ToolRegistry
 from .._signal import AbortSignal
 from .._types.calls import ToolExecutionInput
@@ -222,11 +227,13 @@ def load_registry(spec: str) -> ToolRegistry:
     except ModuleNotFoundError as exc:
         if module_name.endswith(".py"):
             raise UsageError(_module_form_hint(spec, module_name, attr_path)) from exc
-        raise UsageError(f"--tools: cannot import module {module_name!r}: {exc} (--traceback shows where)") from exc
-    except Exception as exc:
         raise UsageError(
-            f"--tools: importing {module_name!r} failed: {type(exc).__name__}: {exc} (--traceback shows where)"
+            f"--tools: cannot import module {module_name!r}: {safe_str(exc)} (--traceback shows where)"
         ) from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the user's module: SystemExit at import included
+        raise UsageError(f"--tools: importing {module_name!r} {_failed(exc)} (--traceback shows where)") from exc
     if not sep:
         return _module_tools(module, module_name)
     target: object = module
@@ -235,19 +242,37 @@ def load_registry(spec: str) -> ToolRegistry:
             target = getattr(target, part)
         except AttributeError:
             raise UsageError(f"--tools: module {module_name!r} has no attribute {attr_path!r}") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a module __getattr__ of the user's
+            raise UsageError(
+                f"--tools: reading {attr_path!r} of {module_name!r} {_failed(exc)} (--traceback shows where)"
+            ) from exc
     if isinstance(target, ToolRegistry):
         return _open(target, spec)
     if callable(target):
         try:
             made = target()
-        except Exception as exc:
-            raise UsageError(
-                f"--tools: calling {spec}() failed: {type(exc).__name__}: {exc} (--traceback shows where)"
-            ) from exc
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise UsageError(f"--tools: calling {spec}() {_failed(exc)} (--traceback shows where)") from exc
         if isinstance(made, ToolRegistry):
             return _open(made, f"{spec}()")
         raise UsageError(f"--tools: {spec}() returned {type(made).__name__}, not a ToolRegistry")
     raise UsageError(f"--tools: {spec} is {type(target).__name__}, not a ToolRegistry or a factory returning one")
+
+
+def _failed(exc: BaseException) -> str:
+    """``failed: <Class>: <text>`` or, for ``SystemExit``, ``called
+    sys.exit(<code>)``: what went wrong in the user's code, formatted
+    without trusting it (docs/contract.md#a4)."""
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        shown = repr(code) if code is None or type(code) in (int, str) else f"<{safe_type_name(code)}>"
+        return f"called sys.exit({shown}) instead of finishing"
+    text = " ".join(safe_str(exc).split())
+    return f"failed: {safe_type_name(exc)}: {text}" if text else f"failed: {safe_type_name(exc)}"
 
 
 def _module_tools(module: ModuleType, module_name: str) -> ToolRegistry:

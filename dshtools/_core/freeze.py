@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Final, NoReturn
 
-__all__ = ["FreezeError", "FrozenDict", "depth_of", "dumps", "freeze", "freeze_with_height", "json_path", "thaw"]
+__all__ = ["FreezeError", "FrozenDict", "dumps", "freeze", "freeze_with_height", "json_path", "thaw"]
 
 
 class FrozenDict(dict[str, Any]):
@@ -101,9 +101,6 @@ class FreezeError(ValueError):
         super().__init__(f"{problem} at {path}")
         self.problem = problem
         self.path = path
-
-
-_SCALARS = (str, int, bool, type(None))
 
 
 def _key_part(key: object) -> str:
@@ -251,17 +248,6 @@ def _fast(value: Any, depth: int, budget: list[int]) -> tuple[Any, int]:
     raise _Fallback
 
 
-def _scalar_problem(value: object) -> str | None:
-    t = type(value)
-    if t is float:
-        if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
-            return f"non-finite number {value!r} is not JSON"
-        return None
-    if t in _SCALARS:
-        return None
-    return f"unsupported type {t.__name__!r} (not a JSON value)"
-
-
 def _path_of(stack: list[_Frame], last: object) -> str:
     parts: list[object] = [f.key for f in stack[1:]]
     parts.append(last)
@@ -317,7 +303,8 @@ def _freeze_container(root: Any) -> tuple[Any, int]:
                     stack.append(_Frame(child, isinstance(child, dict), where))
                     break
             else:
-                raise FreezeError(_scalar_problem(child) or "unsupported value", _path_of(stack, where))
+                # every JSON scalar was matched above by its exact type
+                raise FreezeError(f"unsupported type {ct.__name__!r} (not a JSON value)", _path_of(stack, where))
             frame.height = max(frame.height, ch)
             if frame.is_map:
                 frame.out[where] = frozen
@@ -399,33 +386,15 @@ def thaw(value: object) -> Any:
     return root_out
 
 
-def depth_of(value: object) -> int:
-    """Nesting depth of a JSON value (a scalar is 0), iterative. For a DAG
-    the result is a lower bound (each container is visited once); exact
-    heights come from ``freeze_with_height``."""
-    if not isinstance(value, (dict, list, tuple)):
-        return 0
-    best = 0
-    seen: set[int] = set()
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        best = max(best, d)
-        children: Any = v.values() if isinstance(v, dict) else v
-        for c in children:
-            if isinstance(c, (dict, list, tuple)) and id(c) not in seen:
-                seen.add(id(c))
-                stack.append((c, d + 1))
-    return best
-
-
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 _SCALAR_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
 
 
 def dumps(value: object) -> str:
-    """Compact JSON text of a frozen JSON value; falls back to an iterative
-    encoder when the C encoder's recursion limit is hit (deep values)."""
+    """JSON text of a frozen JSON value, as ``json.dumps(value,
+    ensure_ascii=False)`` writes it (``", "`` and ``": "`` separators); a
+    value too deep for the C encoder's recursion limit is written by an
+    iterative encoder to the same text."""
     if value is None or value is True or value is False:
         return _SCALAR_TEXT[value]
     try:
@@ -447,14 +416,14 @@ def dumps(value: object) -> str:
             for i in range(len(items) - 1, -1, -1):
                 k, c = items[i]
                 todo.append((True, c))
-                todo.append((False, ("," if i else "") + enc(k) + ":"))
+                todo.append((False, (", " if i else "") + enc(k) + ": "))
             todo.append((False, "{"))
         elif isinstance(v, (list, tuple)):
             todo.append((False, "]"))
             for i in range(len(v) - 1, -1, -1):
                 todo.append((True, v[i]))
                 if i:
-                    todo.append((False, ","))
+                    todo.append((False, ", "))
             todo.append((False, "["))
         else:
             out.append(json.dumps(v, ensure_ascii=False))

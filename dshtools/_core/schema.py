@@ -12,15 +12,21 @@ Guarantees:
   the depth. Deeper than ``MAX_DEPTH`` is reported as a problem, never
   attempted. The helper's creation sets ``threading.stack_size`` briefly
   (process-global); it is serialised by a lock and restored at once.
-* Validation is bounded (docs/contract.md §8 A6): time and memory grow
+* Validation is bounded (docs/contract.md#a6): time and memory grow
   linearly with the value. The yes/no answer (``is_valid``) is linear in
-  ``jsonschema-rs``; describing violations is not, because an ``anyOf``
-  or ``oneOf`` error carries its branches' errors, each holding a copy of
-  its part of the value, so a recursive schema costs depth × size. So
-  violations are described (at most ``_MAX_ERRORS`` of them) only for an
-  invalid value within ``DESCRIBE_DEPTH`` levels and ``_DESCRIBE_BUDGET``
-  units of depth × size; any other invalid value gets one message saying
-  that it does not match, without asking the validator why.
+  ``jsonschema-rs``. Describing a violation costs one copy of the part of
+  the value it is about (its message prints it), so at most
+  ``_MAX_ERRORS`` descriptions cost at most that many copies of the value:
+  linear. Except under ``anyOf``/``oneOf``: such an error carries its
+  branches' errors, each holding its own copy, and nested branches
+  multiply, so with a recursive schema the cost is depth × size.
+* Large invalid values are still located (docs/contract.md#a20): against a
+  schema without ``anyOf``/``oneOf`` anywhere, every invalid value within
+  ``DESCRIBE_DEPTH`` levels is described, whatever its size (a 100 001-item
+  array names ``$.l[100000]`` and why). Against a schema with them, a
+  value is described when depth × size stays within ``_DESCRIBE_BUDGET``.
+  Any other invalid value gets one message saying that it does not match
+  and how deep it is, without asking the validator why.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any, Final
 import jsonschema_rs
 
 from .freeze import json_path
+from .interrupts import INTERRUPT_SLICE
 
 __all__ = ["DESCRIBE_DEPTH", "INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
 
@@ -39,8 +46,11 @@ MAX_DEPTH: Final = 200_000
 DESCRIBE_DEPTH: Final = INLINE_DEPTH
 # depth × size, with size counted in nodes (a string counts one node per
 # 64 characters): describing the violations of a value under this budget
-# stays within milliseconds and a few megabytes, whatever the schema.
-_DESCRIBE_BUDGET: Final = 100_000
+# stays within tens of milliseconds and tens of megabytes, whatever the
+# schema (tests/core/test_bounded_validation.py holds the worst shapes to
+# A6's bounds).
+_DESCRIBE_BUDGET: Final = 300_000
+_BRANCHING: Final = frozenset({"anyOf", "oneOf"})
 _MAX_ERRORS: Final = 5
 _MAX_MESSAGE: Final = 300
 # Native stack given to the helper thread per level of nesting: more than
@@ -49,7 +59,6 @@ _MAX_MESSAGE: Final = 300
 _STACK_PER_LEVEL: Final = 4096
 _STACK_BASE: Final = 16 * 1024 * 1024
 _STACK_LOCK: Final = threading.Lock()
-_SLICE: Final = 0.25
 
 
 class CompiledSchema:
@@ -58,7 +67,7 @@ class CompiledSchema:
     ``CompiledSchema(schema, what)`` raises ``ValueError`` naming ``what``
     when ``schema`` is not a valid JSON Schema."""
 
-    __slots__ = ("_validator",)
+    __slots__ = ("_branching", "_validator")
 
     def __init__(self, schema: Any, what: str) -> None:
         try:
@@ -71,6 +80,7 @@ class CompiledSchema:
             self._validator = jsonschema_rs.validator_for(schema)
         except Exception as exc:
             raise ValueError(f"{what} could not be compiled: {_short(str(exc))}") from None
+        self._branching = _has_branches(schema)
 
     def problems(self, value: Any, height: int) -> list[str]:
         """Violations of ``value`` (a frozen JSON value nested ``height``
@@ -87,7 +97,7 @@ class CompiledSchema:
         try:
             if self._validator.is_valid(value):
                 return out
-            if not _describable(value, height):
+            if not _describable(value, height, self._branching):
                 return [
                     f"value does not match the schema (too large or too deeply nested, {height} levels, to locate why)"
                 ]
@@ -124,19 +134,39 @@ class CompiledSchema:
             finally:
                 threading.stack_size(old)
         while thread.is_alive():
-            thread.join(_SLICE)
+            thread.join(INTERRUPT_SLICE)
         result = box[0] if box else RuntimeError("validation thread died")
         if isinstance(result, BaseException):
             return [f"value could not be validated: {type(result).__name__}: {_short(str(result))}"]
         return result
 
 
-def _describable(value: Any, height: int) -> bool:
+def _has_branches(schema: Any) -> bool:
+    """Whether ``anyOf`` or ``oneOf`` appears anywhere in ``schema`` (as a
+    key of any object in it: over-approximate, never recursive)."""
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not _BRANCHING.isdisjoint(item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def _describable(value: Any, height: int, branching: bool) -> bool:
     """Whether asking the validator for messages about ``value`` (a frozen
-    JSON value nested ``height`` levels) stays within the bound: linear,
-    and stops counting as soon as the budget is spent."""
+    JSON value nested ``height`` levels) stays within the bound. Without
+    branches in the schema each message copies its part of the value once,
+    so any value within ``DESCRIBE_DEPTH`` is; with them, depth × size must
+    stay within the budget (counted linearly, stopping as soon as it is
+    spent)."""
     if height > DESCRIBE_DEPTH:
         return False
+    if not branching:
+        return True
     budget = _DESCRIBE_BUDGET // max(height, 1)
     stack = [value]
     while stack:

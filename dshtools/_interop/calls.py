@@ -40,11 +40,16 @@ __all__ = [
     "Aliases",
     "InvalidCall",
     "MalformedArguments",
+    "TooDeep",
     "alias_names",
     "as_mapping",
     "check_decoded",
+    "failure_text",
     "field",
+    "nesting_depth",
     "parse_arguments",
+    "parse_iterative",
+    "provider_text",
     "utf8_safe",
 ]
 
@@ -114,15 +119,15 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
-class _TooDeep(Exception):
-    pass
+class TooDeep(Exception):
+    """Raised by ``parse_iterative`` past its depth limit."""
 
 
-def _parse_iterative(s: str) -> Any:
+def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
     """``json.loads(s)`` without recursion (so the caller's stack depth
     does not matter) and without ``NaN``/``Infinity``. Raises
     ``json.JSONDecodeError`` like ``json.loads`` (same messages and
-    positions) and ``_TooDeep`` past ``MAX_DEPTH`` levels."""
+    positions) and ``TooDeep`` past ``limit`` levels."""
     ws = _WS.match
     n = len(s)
     err = json.JSONDecodeError
@@ -135,8 +140,8 @@ def _parse_iterative(s: str) -> Any:
             raise err("Expecting value", s, idx)
         c = s[idx]
         if c in "{[":
-            if len(stack) >= MAX_DEPTH:
-                raise _TooDeep
+            if len(stack) >= limit:
+                raise TooDeep
             close = "}" if c == "{" else "]"
             idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
             if idx < n and s[idx] == close:
@@ -210,7 +215,7 @@ def _parse_iterative(s: str) -> Any:
 _NESTING_TOKENS = re.compile(r'([\[{])|([\]}])|"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
-def _nesting(s: str) -> int:
+def nesting_depth(s: str) -> int:
     """The deepest nesting of ``s``'s brackets outside JSON strings: exact
     for valid JSON (the only text ``json.loads`` accepts), an estimate for
     anything else. Never recursive."""
@@ -272,21 +277,21 @@ def parse_arguments(raw: object) -> object:
             return MalformedArguments(_safe_repr(raw), f"expected a JSON string, got {type(raw).__name__}")
         if not raw.strip():
             return {}
-        if raw.count("[") + raw.count("{") > MAX_DEPTH and _nesting(raw) > MAX_DEPTH:
+        if raw.count("[") + raw.count("{") > MAX_DEPTH and nesting_depth(raw) > MAX_DEPTH:
             # Too deep: never hand it to the C decoder (its limit moves with
             # sys.setrecursionlimit); the iterative parser refuses it.
-            value = _parse_iterative(raw)
+            value = parse_iterative(raw)
         else:
             try:
                 value = json.loads(raw, parse_constant=_reject_constant)
             except RecursionError:  # the caller is already deep in its stack
-                value = _parse_iterative(raw)
+                value = parse_iterative(raw)
         if _SURROGATE_ESCAPE.search(raw) is not None or not _encodable(raw):
             where = _find_lone_surrogate(value)
             if where is not None:
                 return _lone_surrogate(raw, where)
         return value
-    except _TooDeep:
+    except TooDeep:
         return _too_deep(raw if isinstance(raw, str) else _safe_repr(raw))
     except ValueError as exc:  # json.JSONDecodeError, a rejected constant
         return MalformedArguments(raw if isinstance(raw, str) else _safe_repr(raw), str(exc))
@@ -634,3 +639,26 @@ def result_text(content: Iterable[Mapping[str, Any]]) -> str:
         except Exception as exc:
             parts.append(f"<unprintable content block: {type(exc).__name__}>")
     return utf8_safe("\n".join(parts))
+
+
+def failure_text(content: Iterable[Mapping[str, Any]], code: str | None) -> str:
+    """``result_text`` of a failure's content, made to say something: when
+    that text is empty, blank or only ``Error:`` (a post-execute
+    ``Block("")``, a ``ToolError("")``), ``Error: the tool call failed with
+    no message`` (naming ``code`` when there is one).
+    Providers reject an error result without text (Anthropic answers HTTP
+    400 and the turn is lost; docs/contract.md#a18). Never raises."""
+    text = result_text(content)
+    if text.strip().removeprefix("Error:").strip():
+        return text
+    if code:
+        return f"Error: the tool call failed ({utf8_safe(code)}) with no message"
+    return "Error: the tool call failed with no message"
+
+
+def provider_text(result: Any) -> str:
+    """The text a provider is sent for ``result`` (a ``ToolExecutionResult``):
+    ``result_text`` of its content, and for a failure ``failure_text``."""
+    if result.is_error:
+        return failure_text(result.content, result.code)
+    return result_text(result.content)

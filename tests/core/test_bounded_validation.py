@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 
 import pytest
 
@@ -112,3 +113,98 @@ def test_a_wide_flat_invalid_value_is_described_with_the_index() -> None:
         result = registry.execute(ToolExecutionInput("c", "t", {"xs": values}, AbortController().signal))
     assert result.code == INVALID_ARGS
     assert "$.xs[12345]" in result.content[0]["text"]
+
+
+# ------------------------------------------- large values are located (A20)
+
+_CHILD_WIDE = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 1024**3, 3 * 1024**3))
+    from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
+    schema = json.loads(sys.argv[1])
+    items, rows = int(sys.argv[2]), int(sys.argv[3])
+    # rows == 0: a flat list of integers; else a list of `rows` lists of `items` integers.
+    value = list(range(items)) if rows == 0 else [list(range(items)) for _ in range(rows)]
+    value.append("x")
+    ran = []
+    def body(args, run):
+        ran.append(True)
+        return 1
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with ToolRegistry() as registry:
+        registry.register(ToolDefinition("t", "d", schema, body))
+        started = time.monotonic()
+        result = registry.execute(ToolExecutionInput("c", "t", {"l": value}, AbortController().signal))
+        elapsed = time.monotonic() - started
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(json.dumps({"code": result.code, "text": result.content[0]["text"], "elapsed": elapsed,
+                      "grown_mib": grown_kib / 1024, "ran": bool(ran)}))
+    """
+)
+
+
+def _run_wide(schema: Mapping[str, object], items: int, rows: int = 0) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD_WIDE, json.dumps(schema), str(items), str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(out, dict)
+    # A6's bounds (under a second, under 100 MB), the time with room for a
+    # loaded machine as in the deep tests above. The time and memory include
+    # freezing the value, which every call pays, valid or not.
+    assert isinstance(out["grown_mib"], float) and out["grown_mib"] < 100
+    assert isinstance(out["elapsed"], float) and out["elapsed"] < 5
+    assert out["ran"] is False
+    return out
+
+
+def _list_of(items: object) -> dict[str, object]:
+    return {"type": "object", "properties": {"l": {"type": "array", "items": items}}}
+
+
+@pytest.mark.timeout(90)
+def test_a20_the_last_of_100_001_items_is_named_with_its_reason_within_a6_bounds() -> None:
+    """A20: the value the contract names, which gave "too large or too
+    deeply nested, 2 levels, to locate why" before."""
+    out = _run_wide(_list_of({"type": "integer"}), 100_000)
+    assert out["code"] == INVALID_ARGS
+    assert out["text"] == 'Error: invalid arguments: "x" is not of type "integer" at $.l[100000]'
+
+
+@pytest.mark.timeout(90)
+def test_a20_a_wide_value_under_anyof_items_is_located_within_a6_bounds() -> None:
+    out = _run_wide(_list_of({"anyOf": [{"type": "integer"}, {"type": "null"}]}), 100_000)
+    assert out["code"] == INVALID_ARGS
+    assert "at $.l[100000]" in str(out["text"])
+
+
+@pytest.mark.timeout(90)
+def test_a20_a_million_items_under_a_failing_anyof_stay_within_a6_bounds() -> None:
+    """Where describing would copy the value once per branch (an ``anyOf``
+    over a million-item subtree: 140 MB when asked), the value is still
+    refused within the bounds, with the general text."""
+    schema = {
+        "type": "object",
+        "properties": {"l": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "array"}}]}},
+    }
+    out = _run_wide(schema, 1000, rows=1000)
+    assert out["code"] == INVALID_ARGS
+    assert "does not match the schema" in str(out["text"])
+
+
+@pytest.mark.timeout(30)
+def test_a20_a_deep_value_beyond_the_describe_depth_still_says_how_deep() -> None:
+    schema = {"type": "object", "properties": {"v": {"type": "array", "items": {"$ref": "#/properties/v"}}}}
+    deep: object = "x"
+    for _ in range(300):
+        deep = [deep]
+    with ToolRegistry() as registry:
+        registry.register(ToolDefinition("t", "d", schema, lambda args, run: 1))
+        result = registry.execute(ToolExecutionInput("c", "t", {"v": deep}, AbortController().signal))
+    assert result.code == INVALID_ARGS
+    assert "301 levels" in result.content[0]["text"]

@@ -63,7 +63,8 @@ def test_tools_param_has_the_messages_api_shape_with_aliases(registry: ToolRegis
         {"name": "math_fail", "description": "Always fails.", "input_schema": {"type": "object"}},
     ]
     assert all(NAME_RULE.match(t["name"]) for t in tools)
-    tools[0]["input_schema"]["properties"]["a"]["type"] = "string"
+    schema: Any = tools[0]["input_schema"]  # the SDK types it as a mapping of objects
+    schema["properties"]["a"]["type"] = "string"
     assert dan.tools_param(registry)[0]["input_schema"] == ADD
 
 

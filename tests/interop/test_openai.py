@@ -87,7 +87,8 @@ def test_tools_param_wraps_every_schema_as_a_function_tool(registry: ToolRegistr
 
 def test_tools_param_is_a_fresh_copy_the_caller_may_edit(registry: ToolRegistry) -> None:
     tools = doa.tools_param(registry)
-    tools[0]["function"]["parameters"]["properties"]["a"]["type"] = "string"
+    parameters: Any = tools[0]["function"].get("parameters")  # the SDK types it as a mapping of objects
+    parameters["properties"]["a"]["type"] = "string"
     assert doa.tools_param(registry)[0]["function"]["parameters"] == ADD_PARAMS
 
 
@@ -371,17 +372,17 @@ def test_the_limit_holds_whatever_the_parser_could_do() -> None:
     ],
 )
 def test_the_iterative_parser_agrees_with_json_loads(text: str) -> None:
-    from dshtools._interop.calls import _parse_iterative
+    from dshtools._interop.calls import parse_iterative
 
-    assert _parse_iterative(text) == json.loads(text)
+    assert parse_iterative(text) == json.loads(text)
 
 
 @pytest.mark.parametrize("text", ['{"a": 1,}', "[1,]", '{"a" 1}', "[1 2]", "{", "[", '{"a":1} x', "[01]", "[NaN]"])
 def test_the_iterative_parser_rejects_what_json_rejects_with_the_same_message(text: str) -> None:
-    from dshtools._interop.calls import _parse_iterative
+    from dshtools._interop.calls import parse_iterative
 
     with pytest.raises(ValueError) as iterative:
-        _parse_iterative(text)
+        parse_iterative(text)
     if "NaN" not in text:
         with pytest.raises(ValueError) as decoder:
             json.loads(text)
@@ -398,10 +399,10 @@ _json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(_json_values, st.sampled_from([None, 0, 2]))
 def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: int | None) -> None:
-    from dshtools._interop.calls import _parse_iterative
+    from dshtools._interop.calls import parse_iterative
 
     text = json.dumps(value, indent=indent)
-    assert _parse_iterative(text) == json.loads(text)
+    assert parse_iterative(text) == json.loads(text)
 
 
 @settings(max_examples=500, deadline=None)

@@ -9,6 +9,10 @@
   ``<tag>.abort`` gets ``time.time()`` and the reason when its signal
   aborts (written by the listener, the instant the abort reaches the
   body); ``<tag>.ended`` is written when the body returns or raises.
+* ``wait {"tag"}`` -- parallel-safe; prints ``started <tag>`` when it
+  starts (after writing ``<tag>.call_id``) and ``aborted <tag>: <reason>`` when its signal aborts (to fd 1,
+  which the server points at stderr, so a test reads them from the
+  server's stderr), and returns ``stopped <tag>``.
 * ``note {"tag"}`` -- exclusive (no ``is_concurrency_safe``): writes
   ``<tag>.start`` with ``time.time()`` and returns.
 """
@@ -50,6 +54,15 @@ def _slow(args: Any, run: ToolRunContext) -> str:
         (OUT / f"{tag}.ended").write_text(json.dumps({"t": time.time()}))
 
 
+def _wait(args: Any, run: ToolRunContext) -> str:
+    tag = str(args["tag"])
+    (OUT / f"{tag}.call_id").write_text(run.call_id)
+    print(f"started {tag}", flush=True)
+    run.signal.wait()
+    print(f"aborted {tag}: {run.signal.reason}", flush=True)
+    return f"stopped {tag}"
+
+
 def _note(args: Any, run: ToolRunContext) -> str:
     (OUT / f"{args['tag']}.start").write_text(json.dumps({"t": time.time()}))
     return "noted"
@@ -75,6 +88,15 @@ registry.register(
         "Run sleep 60 in a child process",
         {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
         _slow,
+        is_concurrency_safe=_parallel,
+    )
+)
+registry.register(
+    ToolDefinition(
+        "wait",
+        "Wait until cancelled",
+        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
+        _wait,
         is_concurrency_safe=_parallel,
     )
 )

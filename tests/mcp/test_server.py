@@ -163,7 +163,7 @@ def test_lists_the_tools_calls_them_and_keeps_stdout_clean(tmp_path: Path) -> No
         with anyio.fail_after(10):
             listed = await server.session.list_tools()
             by_name = {tool.name: tool for tool in listed.tools}
-            assert sorted(by_name) == ["echo", "note", "slow"]
+            assert sorted(by_name) == ["echo", "note", "slow", "wait"]
             assert by_name["echo"].input_schema == {
                 "type": "object",
                 "properties": {"text": {"type": "string"}},
