@@ -487,6 +487,45 @@ def test_a_faulty_observer_is_reported_and_changes_no_result(registry: ToolRegis
     assert len(unraisable) == 1 and "observer bug" in str(unraisable[0].exc_value)
 
 
+def test_a_watch_whose_methods_raise_is_reported_and_changes_no_result(
+    registry: ToolRegistry, unraisable: list[Any]
+) -> None:
+    class BrokenWatch:
+        def enter(self) -> object:
+            raise RuntimeError("enter bug")
+
+        def exit(self, token: object) -> None:
+            raise RuntimeError("exit bug")
+
+        def finished(self, result: object) -> None:
+            raise RuntimeError("finished bug")
+
+    class Observer:
+        def started(self, call: ToolExecutionInput, definition: object) -> Any:
+            return BrokenWatch()
+
+    registry.register(_tool("ok", lambda a, r: "fine"))
+    set_call_observer(registry, Observer())
+    try:
+        result = registry.execute(_call("ok"))
+    finally:
+        set_call_observer(registry, None)
+    assert result.is_error is False and result.content[0]["text"] == "fine"
+    assert [str(u.exc_value) for u in unraisable] == ["enter bug", "exit bug", "finished bug"]
+
+
+def test_metrics_alone_are_recorded_without_a_tracer(registry: ToolRegistry, traced: Traced) -> None:
+    registry.register(_tool("ok", lambda a, r: "fine"))
+    inst = otel.instrument(registry, tracer_provider=trace.NoOpTracerProvider(), meter_provider=traced.meters)
+    registry.execute(_call("ok"))
+    inst.uninstrument()
+    assert traced.exporter.get_finished_spans() == ()
+    data = traced.reader.get_metrics_data()
+    assert data is not None
+    names = [m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+    assert names == [otel.OPERATION_DURATION]
+
+
 @pytest.mark.timeout(120)
 def test_ten_thousand_calls_leave_no_span_token_or_listener_behind(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
