@@ -536,8 +536,8 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
     body yet). ``fields`` is ``(call_id, root_call_id, name, agent, seconds
-    left or None, carried tracing context or None)``: the budget is re-based on this process's clock at the
-    task's start."""
+    left or None, carried tracing context or None)``: the budget is
+    re-based on this process's clock at the task's start."""
     global _current_task
     received = time.monotonic()
     try:
