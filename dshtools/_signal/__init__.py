@@ -1,24 +1,26 @@
 """The cancellation primitive, ``AbortController`` / ``AbortSignal``
-(docs/contract.md §1): the names the rest of the package imports.
+(docs/contract.md#1-cancellation-primitive): the names the rest of the
+package imports.
 
-Guarantees and invariants live with the code that gives them:
-``_signal_surface`` (``AbortSignal``, ``derive``; the public guarantees and
-the atomicity assumptions), ``_signal_controller`` (``AbortController``),
-``_signal_claim`` (listener storage, abort decision and claim,
-``ListenerHandle``), ``_signal_links`` (keep-alive and abort propagation),
-``_signal_budget`` (``deadline``). Imports flow one way: this module ->
-controller -> surface -> links -> claim; budget -> claim.
+Guarantees and invariants live with the code that gives them: ``signal``
+(``AbortSignal``, its slots, ``derive``), ``controller``
+(``AbortController``, the plain abort), ``state`` (listener storage, the
+abort decision and dispatch, ``ListenerHandle``, the lock and atomicity
+rationale), ``links`` (linked signals: keep-alive and abort propagation),
+``budget`` (``deadline``), ``timer`` (the timer thread and abort runners),
+``deadline`` and ``lifecycle``. Imports flow one way: this module ->
+controller -> signal -> links -> state; budget -> state.
 """
 
 from __future__ import annotations
 
 from .controller import AbortController, budget_controller
+from .links import abort_owned
 from .signal import (
     AbortSignal,
     Listener,
     _ensure_signal,
     _timeout_signal,
-    abort_owned,
     deadline_signal,
     derive,
     timer_fired,

@@ -1,11 +1,10 @@
 """The remaining budget of a signal: the earliest pending timer that can
-abort it (``AbortSignal.deadline`` / ``time_left``; docs/contract.md §8 A9,
-docs/decisions/0021).
+abort it (``AbortSignal.deadline`` / ``time_left``; docs/contract.md#a9).
 
 Guarantees: ``_deadline_of`` returns the earliest ``time.monotonic()``
 instant (seconds) among the timer entry of the signal itself, those of its
 pending linked sources and the carried deadlines of its pending plain
-sources (a remote body's signal, decision 0047), or ``None`` when none can
+sources (a remote body's signal), or ``None`` when none can
 abort it. It takes no lock and never blocks.
 
 Relies on: ``_timer`` and ``_sources`` are replaced whole, never mutated,
@@ -15,12 +14,15 @@ reports a timer that just fired.
 
 from __future__ import annotations
 
-from .state import _SignalState
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .signal import AbortSignal
 
 __all__: list[str] = []
 
 
-def _deadline_of(signal: _SignalState) -> float | None:
+def _deadline_of(signal: AbortSignal) -> float | None:
     timer = signal._timer
     best = None if timer is None else timer.when
     for source in signal._sources:

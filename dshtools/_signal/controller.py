@@ -1,20 +1,20 @@
 """``AbortController``: the owner of a signal and of the right to abort it
-(docs/contract.md §1).
+(docs/contract.md#1-cancellation-primitive).
 
 Guarantees: of many concurrent ``abort()`` calls exactly one wins and the
 rest return at once; the winner makes the signal (and, through
-``_signal_links``, every signal derived from it) read aborted before any
-listener runs, then runs the listeners in the calling thread, each once; a
-``KeyboardInterrupt``/``SystemExit`` from a listener is re-raised after
-every listener ran.
+``dshtools._signal.links``, every signal derived from it) read aborted
+before any listener runs, then runs the listeners in the calling thread,
+each once; a ``KeyboardInterrupt``/``SystemExit`` from a listener is
+re-raised after every listener ran.
 
-Relies on: the abort decision and dispatch of ``_signal_claim`` (deleting
-``_armed`` wins; the boundary ``_ABORTED`` splits the listeners between the
-dispatch and late adders) and the "abort vs add_listener / wait / derive"
-atomicity assumptions listed in ``_signal_surface``: ``abort()`` inserts
-the boundary, stores ``_reason`` and ``_aborted``, and only then reads the
-dependents, the ``Event`` and the listeners. ``abort()`` is
-``_signal_surface._abort_plain`` inlined: keep them in step.
+``AbortController.abort`` is the abort of every plain signal (a
+controller's, and a remote body's ``budget_controller``): the lock-free
+abort decision of ``dshtools._signal.state`` (deleting ``_armed`` wins;
+the boundary splits the listeners between the dispatch and late adders),
+in the order that module's "Atomicity" section relies on: insert the
+boundary, store ``_reason`` and ``_aborted``, and only then read the
+dependents, the ``Event`` and the listeners.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Final
 from .._core.errors import report_unraisable, safe_repr
 from .links import _won_plain_with_deps
 from .signal import AbortSignal, _BudgetSignal, _PlainSignal
-from .state import _ABORTED, _DEFAULT_REASON, _dispatch_split, _pending
+from .state import _BOUNDARY, _DEFAULT_REASON, _dispatch_plain
 
 __all__ = ["AbortController", "budget_controller"]
 
@@ -35,13 +35,15 @@ class AbortController:
     ``abort(reason=None)``: the first call wins and sets ``signal.reason``
     (``None`` means a default ``AbortError()``; ``0``, ``""``, ``False`` are
     kept as given); later calls do nothing. Listeners run in the calling
-    thread before ``abort`` returns. Source: docs/contract.md §1.
+    thread before ``abort`` returns. Source: docs/contract.md#1-cancellation-primitive.
     """
 
     __slots__ = ("signal",)
 
     def __init__(self) -> None:
-        # `AbortSignal()`, inlined (creating a controller is a hot path).
+        # `AbortSignal.__init__` inlined: the call costs more than 5 % of
+        # creating a controller (benchmarks.signal_instructions "create");
+        # tests/signal/test_inlined_steps.py compares the two.
         signal = _PlainSignal()
         signal._linked = False
         signal._aborted = False
@@ -60,9 +62,7 @@ class AbortController:
         order, in this thread, outside any lock, before ``abort`` returns.
         A listener's ``Exception`` goes to ``sys.unraisablehook``; the first
         ``KeyboardInterrupt``/``SystemExit`` a listener raises is re-raised
-        here once every listener ran. Source: docs/contract.md §1."""
-        # `_abort_plain` and `_dispatch_plain`, inlined: this is the abort of
-        # almost every signal.
+        here once every listener ran. Source: docs/contract.md#1-cancellation-primitive."""
         signal = self.signal
         try:
             del signal._armed
@@ -70,7 +70,7 @@ class AbortController:
             return  # an abort won before: this call does nothing
         listeners = signal._listeners
         if listeners is not None:
-            listeners[_ABORTED] = None  # the boundary
+            listeners[_BOUNDARY] = None
         signal._reason = _DEFAULT_REASON if reason is None else reason  # the AbortError is made when first read
         signal._aborted = True
         if signal._watched:  # a waiter or a dependent came: one read for both
@@ -86,37 +86,25 @@ class AbortController:
         if len(listeners) == 2:
             # The boundary and one handle? If that handle comes first, it is
             # the one listener before the boundary (anything added from here
-            # on was added after `_aborted` and is claimed by its adder): no
-            # snapshot. An interrupt it raises propagates as it is.
+            # on was added after `_aborted` and is claimed by its adder): run
+            # it here, `_dispatch_plain` (snapshot, split) and `_dispatch`
+            # (the listener call with its containment) inlined. Calling them
+            # costs a third more of an abort with one listener
+            # (benchmarks.signal_instructions "abort_1");
+            # tests/signal/test_inlined_steps.py compares the two. An
+            # interrupt it raises propagates as it is (it is the only one).
             try:
                 handle = next(iter(listeners))
             except (RuntimeError, StopIteration):  # changed meanwhile
-                handle = _ABORTED
-            if handle is not _ABORTED and _ABORTED in listeners:
+                handle = _BOUNDARY
+            if handle is not _BOUNDARY and _BOUNDARY in listeners:
                 callback = handle._cb
                 try:
                     callback(signal)
                 except Exception as exc:
                     report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
                 return
-        # One atomic copy: the dict may change size under us (late adders,
-        # removers on other threads), so it is never iterated directly.
-        handles = list(listeners)
-        if handles[-1] is not _ABORTED:
-            interrupt = _dispatch_split(signal, listeners, handles)
-        else:
-            # `_dispatch`, inlined.
-            del handles[-1]
-            interrupt = None
-            for handle in _pending(signal, handles):
-                callback = handle._cb
-                try:
-                    callback(signal)
-                except Exception as exc:
-                    report_unraisable(exc, "Exception in abort listener " + safe_repr(callback), signal)
-                except BaseException as exc:
-                    if interrupt is None:
-                        interrupt = exc
+        interrupt = _dispatch_plain(signal, listeners)
         if interrupt is not None:
             raise interrupt
 
@@ -130,16 +118,10 @@ def budget_controller(deadline: float) -> AbortController:
     ``deadline`` until it aborts; its ``time_left()`` counts down to it and
     stays ``0.0`` past it. It owns no timer and never aborts by itself: the
     timer that aborts it runs in another process, whose abort arrives as a
-    message (decision 0047). Package-internal: the worker side of
+    message. Package-internal: the worker side of
     ``ProcessBackend`` and ``RayBackend`` (``dshtools._backends.remote``)."""
     signal = _BudgetSignal()
-    signal._linked = False
-    signal._aborted = False
-    signal._armed = True
-    signal._event = None
-    signal._listeners = None
-    signal._deps = None
-    signal._watched = False
+    _init_plain(signal)
     signal._budget_at = deadline
     controller = AbortController.__new__(AbortController)
     # `signal` is a slot written once, as `__init__` writes it; `__init__`
@@ -149,3 +131,4 @@ def budget_controller(deadline: float) -> AbortController:
 
 
 _SIGNAL_SLOT: Final = AbortController.__dict__["signal"]
+_init_plain: Final = AbortSignal.__init__

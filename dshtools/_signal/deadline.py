@@ -1,4 +1,5 @@
-"""Deadlines: the timing and classification half of timeouts (docs/contract.md §1).
+"""Deadlines: the timing and classification half of timeouts
+(docs/contract.md#1-cancellation-primitive).
 
 A ``Deadline`` only *says* "time is up" (its signal aborts with a
 ``TimeoutReason``); stopping the work belongs to whoever owns it. Guarantees:
@@ -6,7 +7,7 @@ A ``Deadline`` only *says* "time is up" (its signal aborts with a
 * ``Deadline.signal`` aborts on the upstream's abort (with the upstream's
   reason) or when the timer fires (with ``TimeoutReason(code, seconds)``),
   whichever happens first; the reason says which, so a timeout is never
-  mistaken for a user abort (B28).
+  mistaken for a user abort.
 * ``close()`` (or leaving ``with``) cancels the timer and detaches from the
   upstream deterministically; it never aborts anything.
 """
@@ -77,10 +78,11 @@ class Deadline:
 
 def deadline(upstream: AbortSignal | None, seconds: float | None, code: str) -> Deadline:
     """Arm a deadline of ``seconds`` (``None`` or ``<= 0``: no timer) over
-    ``upstream`` (``None``: no upstream). The timer fires on the shared timer
-    thread with ``TimeoutReason(code, seconds)``. Raises ``TypeError`` for a
+    ``upstream`` (``None``: no upstream). The timer aborts the signal with
+    ``TimeoutReason(code, seconds)``; its listeners run on a library thread,
+    never the caller's. Raises ``TypeError`` for a
     non-number ``seconds`` or non-``str`` code, ``ValueError`` for NaN or
-    infinity. Source: docs/contract.md §1."""
+    infinity. Source: docs/contract.md#1-cancellation-primitive."""
     return Deadline(upstream, seconds, code)
 
 

@@ -1,4 +1,4 @@
-"""Process lifecycle signals for a user's own program (docs/contract.md §8 A13):
+"""Process lifecycle signals for a user's own program (docs/contract.md#a13):
 ``abort_on_signals`` turns SIGTERM and SIGHUP (a service manager, a
 container runtime, CI, ``timeout(1)``, a closed terminal) into an abort of
 the program's ``AbortController``, so running tool bodies are cancelled
@@ -46,7 +46,7 @@ class SignalReason(Exception):
     e.g. ``signal.SIGTERM`` = 15) and ``name`` its name (``"SIGTERM"``).
     A shell reports a process ended by a signal as ``128 + signum``; a
     program that stops cleanly on one conventionally exits with that
-    status. Source: docs/contract.md §8 A13."""
+    status. Source: docs/contract.md#a13."""
 
     signum: int
     name: str
@@ -84,7 +84,7 @@ class abort_on_signals:
     the main thread may install signal handlers); ``TypeError`` for a
     ``controller`` that is not an ``AbortController``; ``ValueError`` for
     an empty ``signals`` or SIGKILL/SIGSTOP (which cannot be caught).
-    Not reentrant: one ``with`` per instance. Source: docs/contract.md §8 A13.
+    Not reentrant: one ``with`` per instance. Source: docs/contract.md#a13.
     """
 
     __slots__ = ("_controller", "_previous", "_read_fd", "_signals", "_thread", "_write_fd", "received")
@@ -173,7 +173,7 @@ class sigint_deferred:
 
     Only the main thread receives signals, so elsewhere (and where the
     SIGINT handler was not installed from Python) this does nothing.
-    Package-internal: the Ray backend's submit (docs/contract.md §9)."""
+    Package-internal: the Ray backend's submit (docs/contract.md#9-execution-backends)."""
 
     __slots__ = ("_frame", "_previous", "_signum")
 

@@ -1,5 +1,7 @@
-"""Links between signals: keep-alive, abort propagation and release
-(docs/contract.md §1; the public surface is ``dshtools._signal``).
+"""Linked signals: their listeners, their links to other signals
+(keep-alive, abort propagation, release) and their abort
+(docs/contract.md#1-cancellation-primitive; the public surface is
+``dshtools._signal``).
 
 A *linked* signal (``any_of``/``derive`` and timeout signals) owns
 keep-alive links to its sources or a timer entry. Guarantees:
@@ -26,34 +28,58 @@ and so does everything that changes ``_deps``, ``_sources``, ``_anchor``,
 source's entry for a derived signal is that signal's one shared ``_anchor``
 list, so the links turn strong or weak in one step. Weakref callbacks never
 take ``_LOCK``.
+
+Test hook: every linked signal's listeners run through this module's
+``_dispatch`` name (``dshtools._signal.state._dispatch``, looked up here at
+each call), so a test that replaces ``links._dispatch`` can land an
+interrupt at the entry of a linked signal's listener dispatch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._core.errors import TimeoutReason
-from . import timer as _timer
+import dshtools._signal.timer as _timer
+
 from .state import (
-    _DEFAULT_REASON,
     _LOCK,
     ListenerHandle,
     _Callback,
-    _DefaultReason,
+    _dispatch,
     _dispatch_plain,
     _refused,
     _removed,
     _shared_reason_locked,
-    _SignalState,
 )
 
-__all__: list[str] = []
+if TYPE_CHECKING:
+    from .signal import AbortSignal, _LinkedSignal
+
+# `_dispatch` is listed as the documented test hook (module docstring).
+__all__ = ["_dispatch", "abort_owned"]
 
 
-def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
+class _LinkedHandle(ListenerHandle):
+    """The handle of a listener of a linked signal: removing it takes
+    ``_LOCK``, and the last one's removal weakens the signal's links."""
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        self._cb = _removed  # a dispatch that has not read it never runs it
+        signal: _LinkedSignal = self._signal  # type: ignore[assignment]  # made by `_add_linked`
+        with _LOCK:
+            listeners = signal._listeners
+            if listeners is None or listeners.pop(self, None) is None:
+                return  # removed before, or the signal aborted
+            if not listeners:
+                _keepalive_changed_locked(signal)
+
+
+def _add_linked(self: _LinkedSignal, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
     with _LOCK:
         if not self._aborted:
-            handle = ListenerHandle()
+            handle = _LinkedHandle()
             handle._signal = self
             handle._cb = callback
             listeners = self._listeners
@@ -66,17 +92,7 @@ def _add_linked(self: _SignalState, callback: _Callback, run_if_aborted: bool) -
     return _refused(self, callback, run_if_aborted)
 
 
-def _remove_linked(self: _SignalState, handle: ListenerHandle) -> None:
-    handle._cb = _removed  # a dispatch that has not read it never runs it
-    with _LOCK:
-        listeners = self._listeners
-        if listeners is None or listeners.pop(handle, None) is None:
-            return  # removed before, or the signal aborted
-        if not listeners:
-            _keepalive_changed_locked(self)
-
-
-def _keepalive_changed_locked(self: _SignalState) -> None:
+def _keepalive_changed_locked(self: _LinkedSignal) -> None:
     """Listener/strong-dependent presence changed on a linked signal:
     make the links that keep it alive strong or weak accordingly.
 
@@ -99,27 +115,26 @@ def _keepalive_changed_locked(self: _SignalState) -> None:
     # must then keep them alive).
     for source in self._sources:
         if source._linked:
-            source._strong_deps += 1 if needed else -1
-            if source._strong_deps == (1 if needed else 0):
-                _keepalive_changed_locked(source)
+            linked: _LinkedSignal = source  # type: ignore[assignment]  # `_linked` is True
+            linked._strong_deps += 1 if needed else -1
+            if linked._strong_deps == (1 if needed else 0):
+                _keepalive_changed_locked(linked)
 
 
-def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = False) -> None:
-    if reason is None:
-        reason = _DEFAULT_REASON
+def _abort_linked(self: _LinkedSignal, reason: object, *, from_timer: bool = False) -> None:
+    # `reason` is never None: a linked signal is aborted by its timer (a
+    # `TimeoutReason`) or by its owner with a reason (`abort_owned`).
     with _LOCK:
         if self._aborted:
             return
         if from_timer and self._closed:
-            # Race: the timer thread popped this signal's entry and is
-            # about to call _on_timer (outside the timer lock) when
-            # another thread calls close(); close() finds nothing left to
-            # cancel and returns. Checking `_closed` here, under the same
-            # lock close() sets it under, makes "after close() returns,
-            # the signal never aborts" hold for that interleaving too.
+            # The timer thread took this signal's entry off its heap and
+            # handed `_on_timer` to a runner, and close() ran meanwhile,
+            # found nothing left to cancel and returned. Checking `_closed`
+            # here, under the lock close() sets it under, makes "after
+            # close() returns, the signal never aborts" hold for that
+            # interleaving too.
             return
-        if reason is _DEFAULT_REASON and self._deps:
-            reason = _DefaultReason()  # shared with dependents
         if from_timer:
             self._fired = True  # before any listener runs (Deadline.timed_out)
         _mark_aborted_locked(self, reason)
@@ -127,11 +142,7 @@ def _abort_linked(self: _SignalState, reason: object, *, from_timer: bool = Fals
     _finish(won, batches, None)
 
 
-def _on_timer(self: _SignalState) -> None:
-    _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
-
-
-def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
+def _mark_aborted_locked(self: _LinkedSignal, reason: object) -> None:
     # Linked signals only (their every abort path holds _LOCK).
     self._reason = reason
     self._aborted = True
@@ -148,7 +159,7 @@ def _mark_aborted_locked(self: _SignalState, reason: object) -> None:
         self._sources = ()
 
 
-def _release_sources_locked(self: _SignalState) -> None:
+def _release_sources_locked(self: _LinkedSignal) -> None:
     # An aborted derived signal no longer needs its sources to keep it
     # alive, nor pins them. Its (weak) entries in the sources' dependent
     # dicts are left for their amortised prune: that is what makes an
@@ -162,12 +173,13 @@ def _release_sources_locked(self: _SignalState) -> None:
     self._sources = ()
     for source in sources:
         if source._linked:
-            source._strong_deps -= 1
-            if source._strong_deps == 0:
-                _keepalive_changed_locked(source)
+            linked: _LinkedSignal = source  # type: ignore[assignment]  # `_linked` is True
+            linked._strong_deps -= 1
+            if linked._strong_deps == 0:
+                _keepalive_changed_locked(linked)
 
 
-def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[_SignalState], list[Any]]:
+def _mark_dependents_locked(signal: AbortSignal, reason: object) -> tuple[list[AbortSignal], list[Any]]:
     """Mark every live dependent of ``signal`` aborted with ``reason``;
     return the signals to wake (``signal`` first) and the listener batches
     of the linked ones to run, in order: ``(signal, iterator of handles)``,
@@ -178,9 +190,9 @@ def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[
     deps = signal._deps
     if deps:
         signal._deps = None
-        for ref, anchor in (deps,) if type(deps) is tuple else deps.items():
-            dep = anchor[0] if anchor else ref()
-            if dep is not None and not dep._aborted and dep._sources:
+        for link in _dep_links(deps):
+            dep = _live(*link)
+            if dep is not None:
                 _mark_aborted_locked(dep, reason)
                 won.append(dep)
     batches = []
@@ -194,7 +206,7 @@ def _mark_dependents_locked(signal: _SignalState, reason: object) -> tuple[list[
     return won, batches
 
 
-def _finish(won: list[_SignalState], batches: list[Any], plain: dict[Any, Any] | None) -> None:
+def _finish(won: list[AbortSignal], batches: list[Any], plain: dict[Any, Any] | None) -> None:
     # Every affected signal now reads aborted. Wake waiters, then run
     # listeners: own first (`plain`: the listener dict of a plain signal,
     # `won[0]`), dependents in derivation order.
@@ -204,27 +216,21 @@ def _finish(won: list[_SignalState], batches: list[Any], plain: dict[Any, Any] |
             event.set()
     first = _dispatch_plain(won[0], plain) if plain else None
     for signal, pending in batches:
-        interrupt = signal._dispatch(pending)
+        interrupt = _dispatch(signal, pending)
         if first is None:
             first = interrupt
     if first is not None:
         # A Ctrl-C (or SystemExit) raised inside a listener must not be
-        # swallowed (B16's "several interrupts needed"); it is re-raised
-        # here, after every listener - dependents' too - has run.
+        # swallowed; it is re-raised here, after every listener -
+        # dependents' too - has run.
         raise first
 
 
-def _won_plain_with_deps(signal: _SignalState) -> None:
+def _won_plain_with_deps(signal: AbortSignal) -> None:
     # The rest of a plain signal's abort that won, once `_aborted` is
     # stored, when it has dependents.
     with _LOCK:
         won, batches = _mark_dependents_locked(signal, _shared_reason_locked(signal))
-    if len(won) == 1 and not batches and signal._event is None:
-        listeners = signal._listeners  # no live dependent: the plain abort
-        first = _dispatch_plain(signal, listeners) if listeners else None
-        if first is not None:
-            raise first
-        return
     _finish(won, batches, signal._listeners)
 
 
@@ -237,15 +243,15 @@ def _dep_links(deps: Any) -> Any:
     return (deps,) if type(deps) is tuple else deps.items()
 
 
-def _live(ref: Any, anchor: list[_SignalState]) -> _SignalState | None:
-    # The dependent behind a link, if it can still abort.
-    dep = anchor[0] if anchor else ref()
+def _live(ref: Any, anchor: list[Any]) -> _LinkedSignal | None:
+    # The dependent behind a link (a derived signal), if it can still abort.
+    dep: _LinkedSignal | None = anchor[0] if anchor else ref()
     if dep is not None and not dep._aborted and dep._sources:
         return dep
     return None
 
 
-def _add_dep_locked(root: _SignalState, deps: Any, link: tuple[Any, list[_SignalState]]) -> None:
+def _add_dep_locked(root: AbortSignal, deps: Any, link: tuple[Any, list[AbortSignal]]) -> None:
     # A link to one more dependent of `root`, whose `_deps` is `deps` (not None).
     if type(deps) is tuple:
         if _live(*deps) is None:
@@ -258,7 +264,7 @@ def _add_dep_locked(root: _SignalState, deps: Any, link: tuple[Any, list[_Signal
         _prune_deps_locked(root)
 
 
-def _close_linked(self: _SignalState) -> None:
+def _close_linked(self: _LinkedSignal) -> None:
     with _LOCK:
         timer = self._timer
         sources = self._sources
@@ -285,13 +291,13 @@ def _close_linked(self: _SignalState) -> None:
         _timer.cancel(timer)
 
 
-def _born_aborted(derived: _SignalState, source: _SignalState) -> None:
+def _born_aborted(derived: AbortSignal, source: AbortSignal) -> None:
     # Under _LOCK. `source` aborted: `derived` reads aborted with its reason.
     derived._reason = _shared_reason_locked(source)
     derived._aborted = True
 
 
-def _prune_deps_locked(signal: _SignalState) -> None:
+def _prune_deps_locked(signal: AbortSignal) -> None:
     # Amortised O(1): drop links to released, aborted and closed dependents
     # once the dict has doubled since the last prune, so a long-lived
     # parent's memory follows its live dependents, not every signal ever
@@ -304,3 +310,22 @@ def _prune_deps_locked(signal: _SignalState) -> None:
             live[ref] = anchor
     signal._deps = live
     signal._deps_prune_at = max(32, 2 * len(live))
+
+
+def abort_owned(signal: AbortSignal, reason: object) -> None:
+    """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
+    by the caller that owns it (the registry's dispatch signal on
+    ``KeyboardInterrupt``), with ``reason`` (not ``None``). If it is already aborted, run the listeners it
+    still has pending: a second interrupt may have landed inside the first
+    abort, after the signal was marked but before its listeners ran, and a
+    body woken only by a listener would then never wake. Both dispatches
+    draw from the one iterator the abort made (``_pending``), so none runs
+    twice. Package-internal."""
+    if not signal._aborted:
+        _abort_linked(signal, reason)  # type: ignore[arg-type]  # derived: a `_LinkedSignal`
+        return
+    pending = signal._pending
+    if pending is not None:
+        interrupt = _dispatch(signal, pending)
+        if interrupt is not None:
+            raise interrupt

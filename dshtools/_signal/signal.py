@@ -1,4 +1,5 @@
-"""``AbortSignal``: the cancellation primitive (docs/contract.md §1).
+"""``AbortSignal``: the cancellation primitive
+(docs/contract.md#1-cancellation-primitive).
 
 Guarantees:
 
@@ -15,7 +16,7 @@ Guarantees:
 * A listener that raises never stops the others: an ``Exception`` goes to
   ``sys.unraisablehook``; a ``KeyboardInterrupt`` or ``SystemExit`` is held
   and re-raised from ``abort()`` after every listener ran, so a Ctrl-C is
-  never swallowed (decision 0011).
+  never swallowed.
 * ``ListenerHandle.remove()`` never waits. Once it returns, a listener that
   had not started never will; one that already started on another thread
   may still be running.
@@ -24,47 +25,25 @@ Guarantees:
   until it aborts or is closed, its sources keep it alive. Nothing else
   does: there is no global registry.
 
-This module is ``AbortSignal`` and the paths that must stay one frame deep
-(add_listener, wait, any_of/derive); ``AbortController`` and its inlined
-abort are in ``_signal_controller``, and ``_signal`` re-exports both. The
-layers under it, each with its own guarantees and invariants:
+This module is ``AbortSignal``, its subclasses, and the paths that must
+stay one frame deep (add_listener, wait, any_of/derive); ``AbortController``
+is in ``dshtools._signal.controller``. The layers under it, each with its
+own guarantees and invariants:
 
-* ``_signal_claim``: listener storage, the abort decision, listener
-  dispatch (the boundary ``_ABORTED``), ``ListenerHandle``, the module lock
-  ``_LOCK``;
-* ``_signal_links``: keep-alive links, abort propagation to dependents,
-  release and pruning;
-* ``_signal_budget``: the earliest pending timer (``deadline``).
+* ``state``: listener storage, the abort decision, listener dispatch (the
+  boundary), ``ListenerHandle``, the module lock ``_LOCK``, and the
+  atomicity assumptions every lock-free step relies on;
+* ``links``: linked signals' listeners, keep-alive links, abort
+  propagation to dependents, release and pruning;
+* ``budget``: the earliest pending timer (``deadline``);
+* ``timer``: the timer thread and the abort runners.
 
 Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
 ``already_aborted``) keeps nothing alive, so its listener and abort paths
-take no lock (below). A *linked* signal (``any_of``/``derive`` and timeout
-signals, class ``_LinkedSignal``) owns keep-alive links to its sources or a
-timer entry; everything that changes those links, and its own abort, runs
-under the one lock ``_LOCK``.
-
-Atomicity assumptions, each a pair of "write, then read" steps that must not
-both miss the other (they hold with the GIL, under which every bytecode and
-every C call on one object is sequentially consistent; a build without the
-GIL would need these stores and loads to be sequentially consistent atomics,
-which CPython's free-threaded dict operations are):
-
-* abort vs ``add_listener`` on a plain signal: the adder inserts its
-  handle and then reads ``_aborted``; the aborter inserts the boundary
-  ``_ABORTED``, stores ``_aborted`` and then snapshots the handles. An
-  adder that reads ``False`` is in the snapshot; one that reads ``True``
-  finds its handle before the boundary (the dispatch runs it) or after it
-  (it and the dispatch both claim it with ``dict.pop``: one wins), see
-  ``_signal_claim``.
-* abort vs ``wait()``: the waiter stores the ``Event`` (then ``_watched``)
-  and then reads ``_aborted``; the aborter stores ``_aborted`` and then
-  reads ``_watched`` and ``_event``.
-* abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source and
-  (and sets ``_watched``) then reads ``_aborted``; a plain source's
-  aborter stores ``_reason``, then ``_aborted``, and then reads
-  ``_watched`` and its dependents, propagating under
-  ``_LOCK``. Marking a dependent aborted is itself under ``_LOCK`` and
-  checked first, so a dependent both sides reach is marked once.
+take no lock. A *linked* signal (``any_of``/``derive`` and timeout signals,
+class ``_LinkedSignal``) owns keep-alive links to its sources or a timer
+entry; everything that changes those links, and its own abort, runs under
+the one lock ``_LOCK``.
 """
 
 from __future__ import annotations
@@ -78,8 +57,10 @@ from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from .._core.errors import AbortError, check_seconds, safe_repr
-from . import timer as _timer
+import dshtools._signal.timer as _timer
+
+from .._core.errors import AbortError, TimeoutReason, check_seconds, safe_repr
+from .._core.interrupts import INTERRUPT_SLICE
 from .budget import _deadline_of
 from .links import (
     _abort_linked,
@@ -89,34 +70,23 @@ from .links import (
     _close_linked,
     _dep_links,
     _keepalive_changed_locked,
-    _mark_aborted_locked,
-    _on_timer,
+    _live,
     _release_sources_locked,
-    _remove_linked,
-    _won_plain_with_deps,
 )
 from .state import (
-    _ABORTED,
-    _DEFAULT_REASON,
+    _BOUNDARY,
     _LOCK,
     ListenerHandle,
     _added_late,
-    _dispatch,
-    _dispatch_plain,
     _listener_dict,
     _pending_count,
     _reason_of,
     _refused,
-    _SignalState,
 )
 
 __all__ = ["AbortSignal", "Listener", "ListenerHandle"]
 
 Listener = Callable[["AbortSignal"], object]
-
-# Slice for untimed waits, so that a KeyboardInterrupt reaches a thread
-# blocked in wait() promptly on every platform (B19).
-_WAIT_SLICE: Final = 0.25
 
 _new_signal: Final = object.__new__
 
@@ -126,14 +96,14 @@ class AbortSignal:
 
     Obtain one from ``AbortController().signal`` or the factories
     ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
-    never aborts. Every method is thread-safe. Source: docs/contract.md §1.
+    never aborts. Every method is thread-safe. Source:
+    docs/contract.md#1-cancellation-primitive.
     """
 
-    # The slots every signal has; `_LinkedSignal` adds those of its links.
-    # A plain signal writes `_aborted`, `_armed`, `_deps`, `_event`, `_watched`,
-    # `_linked` and `_listeners` when made, `_reason` when aborted; `_deps_prune_at` and
-    # `_pending` later, if ever (a slot costs every signal's creation and
-    # deallocation a step, written or not).
+    # Every slot of every signal is declared here once, with what it holds;
+    # `__slots__` of this class and of `_LinkedSignal` only allocate them. A
+    # slot costs every signal's creation and deallocation a step, written or
+    # not, so a plain signal allocates only its own.
     __slots__ = (
         "__weakref__",
         "_aborted",
@@ -147,43 +117,59 @@ class AbortSignal:
         "_reason",
         "_watched",
     )
-    # Only on `_LinkedSignal` (`_linked` True). Links are typed as the lower
-    # layers see signals (`_SignalState`).
-    _sources: tuple[_SignalState, ...]
-    _ref: weakref.ref[_SignalState]
-    _link: tuple[weakref.ref[_SignalState], list[_SignalState]]
-    _anchor: list[_SignalState]
-    _strong_deps: int
-    _timer: _timer.TimerEntry | None
-    _timer_code: str
-    _timer_seconds: float
-    _fired: bool
-    _closed: bool
-    _derived: bool
-    _aborts_directly: bool
+    _linked: bool  # True for a `_LinkedSignal` (derived and timeout signals)
+    _aborted: bool  # never goes back; `_reason` is stored before it
+    _armed: bool  # plain signals: deleted by the abort that wins (`state`)
+    _reason: object  # written by the abort (read only once aborted)
+    _event: threading.Event | None  # made by the first wait()
+    # handle -> callback, registration order (plus the boundary on a plain
+    # signal whose abort began); None until the first listener.
+    _listeners: dict[Any, Any] | None
+    # As a source: its links to derived signals (`links._dep_links`), and
+    # the size at which a dict of them is pruned next.
+    _deps: Any
     _deps_prune_at: int
+    # Plain signals: set (under `_LOCK`) right after `_event` or `_deps` is
+    # first written, and never cleared: a plain abort reads this one slot
+    # after storing `_aborted`, and `_event` and `_deps` only if it is set
+    # (`state`, "Atomicity").
+    _watched: bool
+    # The dispatch of an aborted signal's listeners: the iterator of handles
+    # it draws from (for a linked signal each dispatch draws from it, so that
+    # one cut short by an interrupt can be finished by `abort_owned` and no
+    # listener runs twice). Unset (plain) or None (linked) before.
+    _pending: Any
+    # Slots of `_LinkedSignal` only (`_linked` True), declared here so that
+    # code that holds an `AbortSignal` and checked `_linked` can read them:
+    _sources: tuple[AbortSignal, ...]  # original sources (flattened)
+    _ref: weakref.ref[AbortSignal]  # a weak reference to itself
+    _link: tuple[weakref.ref[AbortSignal], list[AbortSignal]]  # its entry in a source's `_deps`
+    _anchor: list[AbortSignal]  # [itself] while its sources must keep it alive, else []
+    _strong_deps: int  # a timeout source: dependents that need it kept alive
+    _timer: _timer.TimerEntry | None  # its pending timer entry
+    _timer_code: str  # the `TimeoutReason` its timer aborts it with
+    _timer_seconds: float
+    _fired: bool  # aborted by its own timer (set only then)
+    _closed: bool
+    _derived: bool  # False for a timeout signal (a root)
+    # Its owner may abort it directly (`abort_owned`): signals derived from
+    # it link to it as well as to its sources.
+    _aborts_directly: bool
     # The deadline a plain signal reports without a timer of its own: a
-    # slot of `_BudgetSignal` only (decision 0047); a class attribute here,
-    # so that every other signal reads `None` at no cost to its creation.
+    # slot of `_BudgetSignal` only; a class attribute here, so that every
+    # other signal reads `None` at no cost to its creation.
     _budget_at: float | None = None
 
     def __init__(self) -> None:
-        self._linked = False  # True for `_LinkedSignal` (derived and timeout)
+        # The initial state of a plain signal, written here only
+        # (`AbortController` and `budget_controller` call this too).
+        self._linked = False
         self._aborted = False
-        self._armed = True  # deleted by the abort that wins (`_signal_claim`)
-        self._reason: object  # written by the abort (read only once aborted)
-        self._event: threading.Event | None = None  # created by the first wait()
-        # handle -> callback, registration order; None until the first listener.
-        self._listeners: dict[Any, Any] | None = None
-        # As a source: its links to derived signals (`_signal_links`).
-        self._deps: Any = None
-        # Set (under `_LOCK`) right after `_event` or `_deps` is first
-        # written, and never cleared: a plain abort reads this one slot
-        # after storing `_aborted`, and `_event` and `_deps` only if it is
-        # set. The writer reads `_aborted` after it: one of them sees the
-        # other (module docstring).
+        self._armed = True
+        self._event = None
+        self._listeners = None
+        self._deps = None
         self._watched = False
-        self._pending: Any
 
     # ------------------------------------------------------------------ state
 
@@ -237,7 +223,7 @@ class AbortSignal:
             # Clamp: Event.wait() raises OverflowError past
             # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
             return event.wait(min(timeout, threading.TIMEOUT_MAX)) or self._aborted
-        while not event.wait(_WAIT_SLICE):
+        while not event.wait(INTERRUPT_SLICE):
             pass
         return True
 
@@ -251,13 +237,10 @@ class AbortSignal:
                 pending = getattr(self, "_pending", None)
                 n = 0 if pending is None else _pending_count(pending)
             else:
-                n = 0 if listeners is None else len(listeners) - (_ABORTED in listeners)
+                n = 0 if listeners is None else len(listeners) - (_BOUNDARY in listeners)
             deps = self._deps
             if deps:
-                for ref, anchor in _dep_links(deps):
-                    dep = anchor[0] if anchor else ref()
-                    if dep is not None and not dep._aborted and dep._sources:
-                        n += 1
+                n += sum(1 for link in _dep_links(deps) if _live(*link) is not None)
             return n
 
     @property
@@ -267,8 +250,7 @@ class AbortSignal:
         will abort it; ``None`` when no pending timer can. An aborted or
         closed signal has none. In a ``ProcessBackend`` or ``RayBackend``
         worker, ``run.signal`` reports the caller's timer, re-based on the
-        worker's clock. Source: docs/contract.md §8 A9, docs/decisions/0021,
-        0047."""
+        worker's clock. Source: docs/contract.md#a9."""
         if self._aborted:
             return None
         if not self._linked:
@@ -278,8 +260,7 @@ class AbortSignal:
     def time_left(self) -> float | None:
         """Seconds until ``deadline`` (never negative), ``0.0`` once the
         signal aborted, ``None`` when no timer can abort it: a value to hand
-        to a library that only takes a timeout. Source: docs/contract.md
-        §8 A9, docs/decisions/0021."""
+        to a library that only takes a timeout. Source: docs/contract.md#a9."""
         if self._aborted:
             return 0.0
         at = self.deadline
@@ -292,8 +273,8 @@ class AbortSignal:
     def add_listener(self, callback: Listener, *, run_if_aborted: bool = True) -> ListenerHandle:
         """Call ``callback(self)`` once when this signal aborts.
 
-        Runs in the aborting thread (the timer thread for timeouts), outside
-        any lock. If already aborted: with ``run_if_aborted=True`` the
+        Runs in the aborting thread (for a timeout, a library thread that
+        is never the caller's), outside any lock. If already aborted: with ``run_if_aborted=True`` the
         callback runs now in this thread; with ``False`` it does not run.
         Either way ``handle.registered`` is ``False``. An ``Exception`` from
         the callback goes to ``sys.unraisablehook`` and the other listeners
@@ -305,7 +286,7 @@ class AbortSignal:
         if not callable(callback):
             raise TypeError(f"listener must be callable, not {type(callback).__name__}")
         if self._linked:
-            return self._add_linked(callback, run_if_aborted)
+            return _add_linked(self, callback, run_if_aborted)  # type: ignore[arg-type]  # a `_LinkedSignal`
         if self._aborted:
             return _refused(self, callback, run_if_aborted)
         handle = ListenerHandle()
@@ -320,29 +301,6 @@ class AbortSignal:
         # Aborted while we inserted: the dispatch or this thread runs it.
         return _added_late(self, listeners, handle, callback, run_if_aborted)
 
-    # ------------------------------------------------- linked-signal methods
-
-    # Called only where `_linked` is True; implemented with the links they
-    # change (`dshtools._signal.links`).
-    _add_linked = _add_linked
-    _remove_linked = _remove_linked
-    _keepalive_changed_locked = _keepalive_changed_locked
-    _abort_linked = _abort_linked
-    _mark_aborted_locked = _mark_aborted_locked
-    _release_sources_locked = _release_sources_locked
-    _on_timer = _on_timer
-    _close_linked = _close_linked
-
-    # ------------------------------------------------------------------ abort
-
-    def _abort(self, reason: object) -> None:
-        if self._aborted:
-            return
-        if self._linked:
-            self._abort_linked(reason)
-        else:
-            _abort_plain(self, reason)
-
     # ---------------------------------------------------------------- derived
 
     def close(self) -> None:
@@ -350,7 +308,7 @@ class AbortSignal:
         timer; afterwards it never aborts. Never aborts, idempotent, and a
         no-op for controller signals. ``with signal:`` closes on exit."""
         if self._linked:
-            self._close_linked()
+            _close_linked(self)  # type: ignore[arg-type]  # a `_LinkedSignal`
 
     def __enter__(self) -> AbortSignal:
         return self
@@ -362,11 +320,6 @@ class AbortSignal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def _dispatch(self, handles: Iterable[Any]) -> BaseException | None:
-        # A linked signal's listener dispatch, as a method: the one step
-        # tests probe to land an interrupt at its entry.
-        return _dispatch(self, handles)
 
     # -------------------------------------------------------------- factories
 
@@ -387,8 +340,9 @@ class AbortSignal:
     @staticmethod
     def timeout(seconds: float) -> AbortSignal:
         """A signal that aborts after ``seconds`` (>= 0, finite) with
-        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on the shared
-        timer thread. ``close()`` cancels the timer. Raises ``TypeError`` for
+        ``TimeoutReason("TIMEOUT", seconds)``. Listeners run on a library
+        thread, never the caller's; one that blocks delays no other timeout.
+        ``close()`` cancels the timer. Raises ``TypeError`` for
         a non-number, ``ValueError`` for negative, NaN or infinite."""
         value = check_seconds(seconds)
         if value < 0:
@@ -423,7 +377,7 @@ class _PlainSignal(AbortSignal):
 
 class _BudgetSignal(_PlainSignal):
     """The signal of a body that runs in another process than its caller
-    (decision 0047): a plain signal, aborted by the caller's abort message
+    a plain signal, aborted by the caller's abort message
     as any controller's, that reports ``deadline == _budget_at`` (a
     ``time.monotonic()`` instant of this process) while it is pending. It
     owns no timer: the timer that will abort it runs in the caller's
@@ -455,57 +409,19 @@ class _LinkedSignal(AbortSignal):
         "_timer_seconds",
     )
 
-    def __init__(self) -> None:
-        self._linked = True
-        self._aborted = False  # decided under _LOCK: no `_armed`
-        self._reason = None
-        self._event = None
-        self._listeners = None
-        self._deps = None
-        self._pending = None
-        self._sources = ()
-        self._ref = weakref.ref(self)
-        self._anchor = []
-        self._strong_deps = 0
-        self._timer = None
-        self._closed = False
-        self._derived = True  # False: a timeout signal (a root)
-        # A derived signal its owner may also abort directly (the registry's
-        # dispatch signal, on KeyboardInterrupt): signals derived from it
-        # link to it as well as to its sources, so that abort reaches them.
-        self._aborts_directly = False
+    # Made only by `derive` (a timeout signal is `derive([])`), the one
+    # place its slots are first written, without running an `__init__`: a
+    # registry call's derive then runs no second Python function.
 
-
-def _abort_plain(signal: AbortSignal, reason: object) -> None:
-    # AbortController.abort (`_signal_controller`) is this function,
-    # inlined (one frame fewer on the most common abort); keep the two in
-    # step. The order of the steps is the one `_signal_claim` relies on.
-    try:
-        del signal._armed
-    except AttributeError:
-        return  # an abort won before: this one does nothing
-    listeners = signal._listeners
-    if listeners is not None:
-        listeners[_ABORTED] = None  # the boundary
-    signal._reason = _DEFAULT_REASON if reason is None else reason
-    signal._aborted = True
-    if signal._watched:
-        if signal._deps:
-            _won_plain_with_deps(signal)
-            return
-        event = signal._event
-        if event is not None:
-            event.set()
-    listeners = signal._listeners  # again: the first adder may have made it
-    if listeners:
-        interrupt = _dispatch_plain(signal, listeners)
-        if interrupt is not None:
-            raise interrupt
+    def _on_timer(self) -> None:
+        # Its timer is due (`timer`, on an abort runner).
+        _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
 
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:
-    signal = _LinkedSignal()
-    signal._derived = False
+    signal = derive([])
+    assert isinstance(signal, _LinkedSignal)
+    signal._derived = False  # a root: it has a timer, not sources
     signal._timer_code = code
     signal._timer_seconds = seconds
     signal._timer = _timer.schedule(seconds, signal)
@@ -549,10 +465,10 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     (``abort_owned``); signals later derived from it then link to it as well
     as to its sources. Package-internal (the registry's and ``deadline``'s
     seam into this module)."""
-    # `_LinkedSignal()`, inlined (a derive is on every registry call).
+    # The initial state of a linked signal, written here only.
     derived = _new_signal(_LinkedSignal)
     derived._linked = True
-    derived._aborted = False
+    derived._aborted = False  # decided under _LOCK: no `_armed`
     derived._reason = None
     derived._event = None
     derived._listeners = None
@@ -560,7 +476,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     derived._pending = None
     derived._sources = ()
     ref = derived._ref = weakref.ref(derived)
-    anchor: list[_SignalState] = []
+    anchor: list[AbortSignal] = []
     derived._anchor = anchor
     derived._strong_deps = 0
     derived._timer = None
@@ -584,7 +500,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 return derived
             if s._linked:
                 flat = False
-        roots: list[_SignalState] = items  # type: ignore[assignment]
+        roots: list[AbortSignal] = items
         if not flat:
             roots = []
             for s in items:
@@ -614,7 +530,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
             # dependents. Linked, then checked (module docstring), so such
             # an abort is seen here.
             if root._aborted:
-                derived._release_sources_locked()
+                _release_sources_locked(derived)
                 _born_aborted(derived, root)
                 return derived
         if listener is not None:
@@ -624,27 +540,8 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
             handle = ListenerHandle()
             handle._cb = listener
             derived._listeners = {handle: listener}
-            derived._keepalive_changed_locked()
+            _keepalive_changed_locked(derived)
     return derived
-
-
-def abort_owned(signal: AbortSignal, reason: object) -> None:
-    """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
-    by the caller that owns it (the registry's dispatch signal on
-    ``KeyboardInterrupt``). If it is already aborted, run the listeners it
-    still has pending: a second interrupt may have landed inside the first
-    abort, after the signal was marked but before its listeners ran, and a
-    body woken only by a listener would then never wake. Both dispatches
-    draw from the one iterator the abort made (``_pending``), so none runs
-    twice. Package-internal."""
-    if not signal._aborted:
-        signal._abort(reason)
-        return
-    pending = signal._pending
-    if pending is not None:
-        interrupt = signal._dispatch(pending)
-        if interrupt is not None:
-            raise interrupt
 
 
 def _ensure_signal(value: Any, what: str) -> AbortSignal:

@@ -1,20 +1,36 @@
-"""The one process-wide timer thread behind every timeout (docs/contract.md §1).
+"""The one process-wide timer thread behind every timeout, and the threads
+that run the aborts it decides (docs/contract.md#1-cancellation-primitive,
+docs/contract.md#a15).
 
 Guarantees:
 
-* All timeouts in the process share a single daemon thread, started lazily
-  on the first ``schedule``; 10 000 pending timeouts cost 10 000 heap
+* All pending timeouts in the process share a single daemon thread, started
+  lazily on the first ``schedule``; 10 000 pending timeouts cost 10 000 heap
   entries, not 10 000 threads.
+* The timer thread never runs user code, so no listener can hold back
+  another timer: it only decides that a deadline is reached and hands the
+  abort (the target's ``_on_timer()``: mark aborted, wake the waiters, run
+  the listeners, in that order on one thread) to an *abort runner*. A
+  runner is a library thread that runs one abort at a time; an abort goes
+  to an idle runner, or to a new one when every runner is busy, so a
+  listener that blocks delays only the rest of its own abort. A runner that
+  takes the last idle place starts a spare first, so the timer thread
+  rarely waits for a thread to start. A runner idle for
+  ``RUNNER_IDLE_EXIT`` seconds ends: a quiet process has no runner
+  threads.
 * An entry holds its target **weakly** unless the target asks to be kept
   alive (``entry.strong``): a timeout signal nobody can observe is released
   and its entry dropped, while one that has listeners or dependents stays
-  alive until it fires (the liveness half of B02, the leak half of B04).
+  alive until it fires: a timeout with listeners is never lost to the
+  garbage collector, and one nobody holds leaves nothing behind.
 * ``cancel`` is O(1); cancelled and released entries are compacted away as
   soon as they are the majority of the heap (and at least 64), so memory
   follows the live timers, not the long deadlines of dead ones.
-* A target's ``_on_timer()`` runs on the timer thread without the timer
-  lock held; an exception from it is reported through
-  ``sys.unraisablehook`` and the thread carries on.
+* A target's ``_on_timer()`` runs on a runner, no timer lock held; an
+  exception from it is reported through ``sys.unraisablehook`` and the
+  runner carries on.
+* In the child of ``os.fork()`` the timer state is fresh: a timer thread of
+  its own if inherited timers are pending, and no runner.
 """
 
 from __future__ import annotations
@@ -22,16 +38,19 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from .._core.errors import report_unraisable
+from .._core.interrupts import after_fork_in_child
 
-__all__ = ["TimerEntry", "cancel", "pending_count", "schedule"]
+__all__ = ["RUNNER_IDLE_EXIT", "TimerEntry", "cancel", "pending_count", "runner_count", "schedule"]
+
+# A fired timer's abort, run by an abort runner.
+_Job = Callable[[], object]
 
 
 class _Target(Protocol):
@@ -114,25 +133,28 @@ def _start_thread_locked() -> None:
 
 
 def _after_fork_in_child() -> None:
-    # fork() copies this module's state but not the timer thread: without
-    # this, `_thread` names a thread that does not exist in the child, no
-    # timeout ever fires there again (gunicorn --preload workers,
-    # multiprocessing "fork" children), and `_cond` may be copied while held
-    # by the parent's timer thread. Give the child a fresh lock, re-heapify
-    # (the parent's thread may have been between two steps of a compaction)
-    # and a timer thread of its own if inherited timers are pending.
-    global _lock, _cond, _thread, _wake_at
+    # fork() copies this module's state but not the timer thread nor the
+    # runners: without this, `_thread` names a thread that does not exist in
+    # the child, so no timeout would ever fire there, idle runners that do
+    # not exist would be handed jobs, and either lock may be copied while
+    # held by a parent thread. Give the child fresh locks, no runner,
+    # re-heapify (the parent's timer thread may have been between two steps
+    # of a compaction) and a timer thread of its own if inherited timers
+    # are pending.
+    global _lock, _cond, _thread, _wake_at, _runners_lock, _idle, _runners
     _lock = threading.Lock()
     _cond = threading.Condition(_lock)
     _thread = None
     _wake_at = math.inf
+    _runners_lock = threading.Lock()
+    _idle = []
+    _runners = 0
     heapq.heapify(_heap)
     if _heap:
         _start_thread_locked()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+after_fork_in_child(_after_fork_in_child)
 
 
 def _no_target() -> None:
@@ -140,8 +162,9 @@ def _no_target() -> None:
 
 
 def schedule(delay: float, target: _Target) -> TimerEntry:
-    """Arrange ``target._on_timer()`` to run on the timer thread after
-    ``delay`` seconds (monotonic clock). Returns the entry for ``cancel``."""
+    """Arrange ``target._on_timer()`` to run on an abort runner once
+    ``delay`` seconds (monotonic clock) have passed. Returns the entry for
+    ``cancel``."""
     entry = TimerEntry(time.monotonic() + delay, next(_seq), target)
     with _lock:
         if _garbage >= _COMPACT_MIN:
@@ -172,6 +195,98 @@ def pending_count() -> int:
     """Entries that can still fire (diagnostics and leak tests)."""
     with _lock:
         return sum(1 for item in _heap if item[2].live())
+
+
+# ------------------------------------------------------------ abort runners
+
+RUNNER_IDLE_EXIT: Final = 1.0
+"""Seconds an abort runner waits for its next job before it ends."""
+
+
+class _Runner:
+    """One abort runner: ``wake`` is held while it waits for a job; the
+    hand-off stores ``job`` and then releases it."""
+
+    __slots__ = ("job", "wake")
+
+    def __init__(self, job: _Job | None) -> None:
+        self.job = job
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+
+# Guards `_idle` and `_runners`; never held while a job runs.
+_runners_lock = threading.Lock()
+# Runners waiting for a job, the most recently idle last (it gets the next
+# job, so the others reach their idle exit and end).
+_idle: list[_Runner] = []
+# Runner threads alive (diagnostics and tests: `runner_count`).
+_runners = 0
+
+
+def runner_count() -> int:
+    """Abort runner threads alive, busy or idle (diagnostics and tests)."""
+    return _runners
+
+
+def _hand_off(job: _Job) -> None:
+    # Called by the timer thread only.
+    with _runners_lock:
+        if _idle:
+            runner = _idle.pop()
+            runner.job = job
+            runner.wake.release()
+            return
+    if not _start_runner(job):
+        _run_job(job)  # no thread can start (interpreter shutdown, a limit): late rather than never
+
+
+def _start_runner(job: _Job | None) -> bool:
+    global _runners
+    with _runners_lock:
+        _runners += 1
+    thread = threading.Thread(target=_serve, args=(_Runner(job),), name="dshtools-abort", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:
+        with _runners_lock:
+            _runners -= 1
+        return False
+    return True
+
+
+def _run_job(job: _Job) -> None:
+    try:
+        job()
+    except BaseException as exc:  # a runner (and the timer thread) must survive anything
+        report_unraisable(exc, "Exception in dshtools timer callback", job)
+
+
+def _serve(runner: _Runner) -> None:
+    global _runners
+    while True:
+        job, runner.job = runner.job, None
+        if job is not None:
+            if not _idle:
+                # Took the last idle runner: start a spare before running
+                # the abort (whose listeners may block), so that the timer
+                # thread finds one for the next abort instead of waiting for
+                # a thread to start. A heuristic read: the timer thread
+                # starts a runner itself when it finds none.
+                _start_runner(None)
+            _run_job(job)
+            del job
+        with _runners_lock:
+            _idle.append(runner)
+        if runner.wake.acquire(timeout=RUNNER_IDLE_EXIT):
+            continue
+        with _runners_lock:
+            if runner in _idle:
+                _idle.remove(runner)
+                _runners -= 1
+                return
+        # Handed a job between the timeout and the lock: it is on its way.
+        runner.wake.acquire()
 
 
 def _run() -> None:
@@ -207,11 +322,8 @@ def _run() -> None:
                 target = entry.ref()
             entry.cancelled = True
             entry.strong = None
-        # Fire outside the lock: the target runs signal listeners, which may
-        # schedule or cancel other timers.
+        # Hand off outside the lock: the abort runs user code (listeners),
+        # which may schedule or cancel other timers.
         if target is not None:
-            try:
-                target._on_timer()
-            except BaseException as exc:  # the timer thread must survive anything
-                report_unraisable(exc, "Exception in dshtools timer callback", target)
+            _hand_off(target._on_timer)
             del target

@@ -27,10 +27,8 @@ from dshtools import (
     AbortController,
     AbortSignal,
     ProcessBackend,
-    TimeoutPolicy,
     ToolDefinition,
     ToolError,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
     ToolRegistry,
@@ -38,8 +36,8 @@ from dshtools import (
     timeout_of,
 )
 from dshtools._backends.remote import call_controller
+from tests.helpers import OBJECT, call, registry_serving
 
-OBJECT: dict[str, Any] = {"type": "object"}
 LONG = 30.0  # a budget no call here comes near: the calls never time out
 SHORT = 0.3  # the budget a body spends in full, waiting on a library's timeout
 
@@ -88,18 +86,12 @@ def registry(request: pytest.FixtureRequest) -> Iterator[ToolRegistry]:
         from dshtools.ray import RayBackend
 
         r = ToolRegistry(backend=RayBackend(kill_after=120.0))
-    r.add_around_dispatch(TimeoutPolicy())
-    for definition in DEFINITIONS:
-        r.register(definition)
-    try:
-        yield r
-    finally:
-        r.close()  # the last registry of its backend closes the backend
+    yield from registry_serving(r, DEFINITIONS)
 
 
 def _execute(registry: ToolRegistry, name: str, signal: AbortSignal) -> tuple[ToolExecutionResult, float]:
     started = time.monotonic()
-    result = registry.execute(ToolExecutionInput("c1", name, {}, signal))
+    result = registry.execute(call(name, signal=signal))
     return result, time.monotonic() - started
 
 
@@ -120,7 +112,7 @@ def test_the_tool_timeout_reaches_the_body(registry: ToolRegistry) -> None:
 def test_the_callers_own_deadline_reaches_the_body(registry: ToolRegistry) -> None:
     started = time.monotonic()
     with AbortSignal.timeout(LONG) as signal:
-        result = registry.execute(ToolExecutionInput("c1", "budget", {}, signal))
+        result = registry.execute(call("budget", signal=signal))
     elapsed = time.monotonic() - started
     seen = _seen(result)
     assert seen["has_deadline"] is True
@@ -132,7 +124,7 @@ def test_the_earlier_of_the_callers_deadline_and_the_tool_timeout_wins(registry:
     earlier = LONG / 2
     started = time.monotonic()
     with AbortSignal.timeout(earlier) as signal:
-        result = registry.execute(ToolExecutionInput("c1", "budget_timed", {}, signal))
+        result = registry.execute(call("budget_timed", signal=signal))
     elapsed = time.monotonic() - started
     seen = _seen(result)
     assert earlier - elapsed <= seen["left"] <= earlier
@@ -164,7 +156,7 @@ def test_the_body_is_aborted_by_the_callers_timer_with_its_reason(registry: Tool
     # The worker's signal does not abort itself: the caller's timer does,
     # and the body sees that timer's reason with its budget spent.
     with AbortSignal.timeout(SHORT) as signal:
-        result = registry.execute(ToolExecutionInput("c1", "reason_seen", {}, signal))
+        result = registry.execute(call("reason_seen", signal=signal))
     assert isinstance(result, ToolFailure) and result.code == "SAW_ABORT", result
     assert result.error.message == f"TIMEOUT {SHORT} left=0.0"
 

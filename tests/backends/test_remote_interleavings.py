@@ -24,17 +24,15 @@ from dshtools import (
     ProcessBackend,
     ThreadBackend,
     ToolDefinition,
-    ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
     execute_batch,
 )
 from dshtools._backends.process.pool import _Job, _Worker
+from tests.helpers import OBJECT, call
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
-
-OBJECT: dict[str, Any] = {"type": "object"}
 
 
 def _ok(args: object, run: object) -> str:
@@ -61,7 +59,7 @@ def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_abo
     registry = ToolRegistry(backend=backend)
     try:
         registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        warm = registry.execute(ToolExecutionInput("c0", "t", {}, _never()))
+        warm = registry.execute(call("t", signal=_never(), call_id="c0"))
         assert warm.code is None
         (pid,) = backend.worker_pids
 
@@ -80,9 +78,7 @@ def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_abo
         assert noticed.wait(20)  # the manager saw it but has not retired it yet
 
         done: list[Any] = []
-        caller = threading.Thread(
-            target=lambda: done.append(registry.execute(ToolExecutionInput("c1", "t", {}, _never())))
-        )
+        caller = threading.Thread(target=lambda: done.append(registry.execute(call("t", signal=_never()))))
         caller.start()
         # The call is claimed and sent (to the dead worker) on the caller's
         # thread inside submit(); only then may the manager go on.
@@ -93,7 +89,7 @@ def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_abo
         assert not caller.is_alive()
         (result,) = done
         assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
-        after = registry.execute(ToolExecutionInput("c2", "t", {}, _never()))
+        after = registry.execute(call("t", signal=_never(), call_id="c2"))
         assert after.code is None  # a fresh worker takes the next call
     finally:
         registry.close()
@@ -110,7 +106,7 @@ def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worke
     registry = ToolRegistry(backend=backend)
     try:
         registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        assert registry.execute(ToolExecutionInput("c0", "t", {}, _never())).code is None
+        assert registry.execute(call("t", signal=_never(), call_id="c0")).code is None
         (pid,) = backend.worker_pids
 
         arrived = threading.Event()
@@ -126,12 +122,12 @@ def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worke
             backend._lose(worker)
 
         backend._receive = death_first  # type: ignore[method-assign]
-        result = registry.execute(ToolExecutionInput("c1", "t", {}, _never()))
+        result = registry.execute(call("t", signal=_never()))
         assert arrived.is_set()
         assert isinstance(result, ToolSuccess) and result.value == "ok", result
         assert backend._lost == 0 and backend.kills == 0
         assert pid not in backend.worker_pids
-        assert registry.execute(ToolExecutionInput("c2", "t", {}, _never())).code is None  # a fresh worker
+        assert registry.execute(call("t", signal=_never(), call_id="c2")).code is None  # a fresh worker
     finally:
         registry.close()
 
@@ -155,13 +151,13 @@ def test_backend_close_racing_a_call_being_handed_to_a_worker_still_settles_the_
     registry = ToolRegistry(backend=backend)
     done: list[Any] = []
 
-    def call() -> None:
-        done.append(registry.execute(ToolExecutionInput("c1", "t", {}, _never())))
+    def execute() -> None:
+        done.append(registry.execute(call("t", signal=_never())))
 
-    caller = threading.Thread(target=call, daemon=True)
+    caller = threading.Thread(target=execute, daemon=True)
     try:
         registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        assert registry.execute(ToolExecutionInput("c0", "t", {}, _never())).code is None
+        assert registry.execute(call("t", signal=_never(), call_id="c0")).code is None
 
         handing_off = threading.Event()
         go_on = threading.Event()
@@ -231,7 +227,7 @@ def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_regi
         for reg, backend in ((registry, ThreadBackend(executor=special)), (registry2, None)):
             reg.register(ToolDefinition("t", "t", OBJECT, body, backend=backend, is_concurrency_safe=lambda a: True))
             results = execute_batch(
-                reg, [ToolExecutionInput(f"c{i}", "t", {}, _never()) for i in range(3)], signal=_never()
+                reg, [call("t", signal=_never(), call_id=f"c{i}") for i in range(3)], signal=_never()
             )
             assert [r.code for r in results] == [None, None, None]
         assert len(threads) == 6
@@ -274,12 +270,12 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
         registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
         registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
         registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        bad_value = registry.execute(ToolExecutionInput("c0", "v", {}, _never()))
+        bad_value = registry.execute(call("v", signal=_never(), call_id="c0"))
         assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
-        bad_error = registry.execute(ToolExecutionInput("c1", "e", {}, _never()))
+        bad_error = registry.execute(call("e", signal=_never()))
         assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
         assert bad_error.error.info is not None and bad_error.error.info.name == "ExitsWhenLoadedError"
-        after = registry.execute(ToolExecutionInput("c2", "t", {}, _never()))
+        after = registry.execute(call("t", signal=_never(), call_id="c2"))
         assert after.code is None, after
     finally:
         registry.close()
@@ -308,7 +304,7 @@ def test_a_worker_that_died_after_saying_ready_did_start_so_the_queued_call_runs
             backend._lose(worker)
 
         backend._receive = death_first  # type: ignore[method-assign]
-        result = registry.execute(ToolExecutionInput("c0", "t", {}, _never()))
+        result = registry.execute(call("t", signal=_never(), call_id="c0"))
         assert died, "the interleaving was not forced"
         assert isinstance(result, ToolSuccess) and result.value == "ok", result
         assert died[0] not in backend.worker_pids
@@ -350,7 +346,7 @@ def test_a_body_whose_outcome_is_in_the_pipe_when_its_stop_falls_due_is_not_kill
         result: list[Any] = []
         runner = threading.Thread(
             target=lambda: result.append(
-                registry.execute(ToolExecutionInput("c1", "t", {"started": str(started)}, controller.signal))
+                registry.execute(call("t", {"started": str(started)}, signal=controller.signal))
             )
         )
         runner.start()
@@ -426,7 +422,7 @@ def test_a_body_listener_that_blocks_or_exits_leaves_the_worker_reading_its_next
             done: list[Any] = []
             caller = threading.Thread(
                 target=lambda: done.append(
-                    registry.execute(ToolExecutionInput(name, name, {"fifo": fifo}, controller.signal))
+                    registry.execute(call(name, {"fifo": fifo}, signal=controller.signal, call_id=name))
                 )
             )
             caller.start()

@@ -6,12 +6,11 @@ a caller's ``AbortSignal.timeout``; without it they stay ``None``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_cli
 
 TOOLS = """
 from dshtools import ToolDefinition, ToolRegistry
@@ -29,16 +28,8 @@ def _replay(tmp_path: Path, *extra: str) -> dict[str, object]:
     call = {"id": "b1", "type": "function", "function": {"name": "budget", "arguments": "{}"}}
     transcript = tmp_path / "t.json"
     transcript.write_text(json.dumps({"role": "assistant", "tool_calls": [call]}), encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "dshtools", "replay", str(transcript), "--tools", "budget_tools_mod:registry", "--json"]
-        + list(extra),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=30,
+    proc = run_cli(
+        tmp_path, "replay", str(transcript), "--tools", "budget_tools_mod:registry", "--json", *extra, timeout=30
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (message,) = json.loads(proc.stdout)

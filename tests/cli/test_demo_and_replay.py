@@ -22,6 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.helpers import run_cli
+
 TOOLS_MODULE = """
 import subprocess
 import sys
@@ -146,15 +148,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _run(args: list[str], tmp_path: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dshtools", *args],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        timeout=TIMEOUT_S,
-        **kw,
-    )
+    return run_cli(tmp_path, *args, timeout=TIMEOUT_S, **kw)
 
 
 @pytest.fixture

@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dshtools
-from tests.io_support import alive, wait_for_descendant
+from tests.helpers import alive, signal_and_collect, wait_for_descendant
 
 TOOLS = r"""
 import os
@@ -139,16 +138,9 @@ def _outcome(stdout: str, call_id: str) -> str:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_n2_signal_cancels_joins_reports_and_exits_128_plus_signum(tmp_path: Path, signum: int) -> None:
     proc = _start(tmp_path, [_call("call_1", "shell", {"script": "sleep 40 & sleep 41; wait"})])
-    try:
-        family = wait_for_descendant(proc.pid, ["sleep", "41"], timeout=20)
-        t0 = time.monotonic()
-        proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=5)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    family, stdout, stderr, elapsed = signal_and_collect(
+        proc, signum, 5, lambda: wait_for_descendant(proc.pid, ["sleep", "41"], timeout=20)
+    )
     name = signal.Signals(signum).name
     assert proc.returncode == 128 + signum, stdout + stderr
     assert elapsed < 5

@@ -7,13 +7,14 @@ the BODY and quiescence explanations, ``--traceback``, the module form of
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import run_cli
 
 TOOLS = """
 from dshtools import ToolDefinition, ToolRegistry
@@ -64,17 +65,7 @@ def tmp(tmp_path: Path) -> Path:
 
 
 def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "dshtools", *args],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env=env,
-        cwd=tmp,
-        timeout=60,
-    )
+    return run_cli(tmp, *args, encoding="utf-8")
 
 
 def _write(tmp: Path, data: object, name: str = "t.json") -> str:

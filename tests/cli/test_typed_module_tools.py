@@ -6,8 +6,6 @@ real subprocess once."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ import pytest
 
 from dshtools._cli.inputs import UsageError, load_registry
 from dshtools._registry.registry import around_dispatch_hooks
+from tests.helpers import run_cli
 
 MODULE = textwrap.dedent(
     '''
@@ -103,16 +102,7 @@ def test_replay_runs_a_modules_typed_tools_with_their_timeouts(tools_dir: Path) 
             ]
         )
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tools_dir), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "dshtools", "replay", str(transcript), "--tools", "typed_cli_mod", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tools_dir,
-        timeout=50,
-    )
+    proc = run_cli(tools_dir, "replay", str(transcript), "--tools", "typed_cli_mod", "--json", timeout=50)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     messages = {m["tool_call_id"]: m["content"] for m in json.loads(proc.stdout)}
     assert messages["a1"] == "Tuesday"

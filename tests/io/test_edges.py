@@ -17,7 +17,7 @@ import pytest
 import dshtools
 from dshtools import AbortController, AbortError, AbortSignal, timeout_of
 from dshtools import io as dio
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # B47's child, verbatim, except that the caller-abort variant first tells
 # the test (by opening a FIFO) that both lines are written.

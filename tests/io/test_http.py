@@ -11,6 +11,7 @@ synchronise.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import random
 import select
@@ -25,11 +26,17 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # docs/contract.md §5: a blocked connect or read is unblocked within
 # 100 ms of the abort.
 PROMPT = 0.1
+
+
+def _threads() -> int:
+    """Threads alive, less the abort runners that fired timeouts start and
+    that end once idle (docs/contract.md#a15): not a leak."""
+    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
 
 
 class Server:
@@ -65,15 +72,22 @@ class Server:
             ready, _, _ = select.select([conn, self._stop_r], [], [])
             if self._stop_r in ready:
                 return False
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
+            chunk = self.recv_or_record_close(conn)
             if not chunk:
-                self.record_close()
                 return False
             data += chunk
         return True
+
+    def recv_or_record_close(self, conn: socket.socket) -> bytes:
+        """What the client sent next; ``b""`` once it closed (or reset),
+        recording the time of the close."""
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionError:
+            chunk = b""
+        if not chunk:
+            self.record_close()
+        return chunk
 
     def record_close(self) -> None:
         with self._closes:
@@ -97,12 +111,7 @@ class Server:
                 return False
             if conn not in ready:
                 return True  # stopping
-            try:
-                chunk = conn.recv(65536)
-            except ConnectionError:
-                chunk = b""
-            if not chunk:
-                self.record_close()
+            if not self.recv_or_record_close(conn):
                 return True
 
     def stop(self) -> None:
@@ -317,7 +326,7 @@ def test_b24_sequential_aborted_reads_leave_no_thread_fd_or_connection(serve: Ca
     accept queue, so that a connect aborted while queued is never seen
     closed at all."""
     _start_timer_thread()
-    threads, fds = threading.active_count(), _fds()
+    threads, fds = _threads(), _fds()
     server = serve(silent)
     n = 200
     for i in range(n):
@@ -334,7 +343,7 @@ def test_b24_sequential_aborted_reads_leave_no_thread_fd_or_connection(serve: Ca
         assert server.wait_closes(i + 1, None), i
     assert server.accepted == n and len(server.closed_at) == n
     server.stop()
-    assert threading.active_count() == threads
+    assert _threads() == threads
     assert _fds() <= fds + 2
 
 
@@ -352,7 +361,7 @@ def test_b26_whole_request_deadline_and_abort(serve: Callable[..., Server], phas
     contract's 100 ms). The server sees the connection closed within 1 s;
     no thread and no fd remain."""
     _start_timer_thread()
-    threads, fds = threading.active_count(), _fds()
+    threads, fds = _threads(), _fds()
     extra: list[socket.socket] = []
     if phase == "connect":
         listener = socket.create_server(("127.0.0.1", 0), backlog=0)
@@ -392,7 +401,7 @@ def test_b26_whole_request_deadline_and_abort(serve: Callable[..., Server], phas
             s.close()
     # No helper thread and no descriptor outlive the call (the test's own
     # server and sockets are gone too by now).
-    assert threading.active_count() == threads
+    assert _threads() == threads
     assert _fds() == fds
 
 
@@ -425,7 +434,7 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
     (~7 s): every call still races its own deadline against its own last
     byte."""
     _start_timer_thread()
-    threads = threading.active_count()
+    threads = _threads()
     pairs, per_pair = 8, 125
     servers = [serve(last_byte_at_50ms) for _ in range(pairs)]
     outcomes: dict[str, int] = {"data": 0, "timeout": 0}
@@ -457,7 +466,7 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
     assert outcomes["data"] + outcomes["timeout"] == pairs * per_pair
     # The deadline really races the data (typically ~1/3 data, ~2/3 timeout).
     assert outcomes["timeout"] > 0
-    assert threading.active_count() == threads
+    assert _threads() == threads
 
 
 # ------------------------------------------------------------ https, IPv6
@@ -530,30 +539,20 @@ def test_http_request_to_an_ipv6_literal_host() -> None:
 # ------------------------------------------------------------------ B62
 
 
-def _endless_headers(server: Server, conn: socket.socket) -> None:
-    """``200 OK``, then small header lines as fast as the client takes
-    them, never ending the header block."""
-    if not server.read_head(conn):
-        return
+def _feed_until_closed(server: Server, conn: socket.socket, more: Callable[[], bytes]) -> None:
+    """Send what ``more()`` gives, as fast as the client takes it, until the
+    client closes (the time recorded) or the server stops."""
     conn.setblocking(False)
-    pending = b"HTTP/1.1 200 OK\r\n"
-    n = 0
+    pending = b""
     while True:
         ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
         if server._stop_r in ready_r:
             return
-        if conn in ready_r:
-            try:
-                if not conn.recv(65536):
-                    server.record_close()
-                    return
-            except ConnectionError:
-                server.record_close()
-                return
+        if conn in ready_r and not server.recv_or_record_close(conn):
+            return
         if conn in ready_w:
             if not pending:
-                n += 1
-                pending = b"X-Line-%d: %s\r\n" % (n, b"v" * 20)
+                pending = more()
             try:
                 pending = pending[conn.send(pending) :]
             except (BlockingIOError, InterruptedError):
@@ -563,33 +562,24 @@ def _endless_headers(server: Server, conn: socket.socket) -> None:
                 return
 
 
+def _endless_headers(server: Server, conn: socket.socket) -> None:
+    """``200 OK``, then small header lines as fast as the client takes
+    them, never ending the header block."""
+    if not server.read_head(conn):
+        return
+    status = [b"HTTP/1.1 200 OK\r\n"]
+    lines = itertools.count(1)
+    _feed_until_closed(
+        server, conn, lambda: status.pop() if status else b"X-Line-%d: %s\r\n" % (next(lines), b"v" * 20)
+    )
+
+
 def _one_endless_header(server: Server, conn: socket.socket) -> None:
     """``200 OK``, then one header line that never ends."""
     if not server.read_head(conn):
         return
     conn.sendall(b"HTTP/1.1 200 OK\r\nX-Endless: ")
-    conn.setblocking(False)
-    chunk = b"v" * 4096
-    while True:
-        ready_r, ready_w, _ = select.select([conn, server._stop_r], [conn], [])
-        if server._stop_r in ready_r:
-            return
-        if conn in ready_r:
-            try:
-                if not conn.recv(65536):
-                    server.record_close()
-                    return
-            except ConnectionError:
-                server.record_close()
-                return
-        if conn in ready_w:
-            try:
-                conn.send(chunk)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                server.record_close()
-                return
+    _feed_until_closed(server, conn, lambda: b"v" * 4096)
 
 
 @pytest.mark.timeout(60)

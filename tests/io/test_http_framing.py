@@ -24,7 +24,7 @@ import pytest
 
 from dshtools import AbortController, AbortError
 from dshtools import io as dio
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 KEEP_OPEN = "keep-open"  # after the response, wait for the client to close
 CLOSE = "close"  # after the response, close (ends a close-delimited body)

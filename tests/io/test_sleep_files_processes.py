@@ -1,5 +1,5 @@
 """dshtools.io: sleep, wait_future, read_file, run_process; argument checks of
-http_request (its behaviour is in test_io_http.py). docs/contract.md §5.
+http_request (its behaviour is in test_http.py). docs/contract.md §5.
 
 Aborts "from another thread at time t" are scheduled on the shared timer
 thread (a listener on ``AbortSignal.timeout(t)`` that aborts the caller's
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
 from dshtools import io as dio
 from dshtools._io import session as _process_session
-from tests.io_support import AbortLater
+from tests.helpers import AbortLater
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
 # "about a millisecond" (docs/contract.md §1, wait) with slack for a shared 2-core box.

@@ -1,6 +1,6 @@
 """Helper script for tests/registry/test_hook_faults.py's fork test (run with
-``python tests/registry/fork_child.py``; never imported by pytest, which must not
-fork a threaded process itself).
+``python -m tests.registry.fork_child`` from the checkout; never imported by
+pytest, which must not fork a threaded process itself).
 
 The parent makes a registry busy (worker threads alive, one body blocked
 mid-call) and a second registry on a supplied executor, then forks. The
@@ -17,11 +17,8 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
-
-
-def call(name: str, call_id: str) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, {}, AbortController().signal)
+from dshtools import ToolDefinition, ToolRegistry
+from tests.helpers import OBJECT, call
 
 
 def main() -> int:
@@ -34,24 +31,24 @@ def main() -> int:
         return "released"
 
     registry = ToolRegistry(max_workers=2)
-    registry.register(ToolDefinition("echo", "", {"type": "object"}, lambda a, r: os.getpid()))
-    registry.register(ToolDefinition("blocked", "", {"type": "object"}, blocked))
-    assert registry.execute(call("echo", "warm")).value == os.getpid()  # type: ignore[union-attr]
-    busy = threading.Thread(target=lambda: registry.execute(call("blocked", "busy")))
+    registry.register(ToolDefinition("echo", "", OBJECT, lambda a, r: os.getpid()))
+    registry.register(ToolDefinition("blocked", "", OBJECT, blocked))
+    assert registry.execute(call("echo", call_id="warm")).value == os.getpid()  # type: ignore[union-attr]
+    busy = threading.Thread(target=lambda: registry.execute(call("blocked", call_id="busy")))
     busy.start()
     assert started.wait(10)
     supplied = ThreadPoolExecutor(max_workers=1)
     other = ToolRegistry(executor=supplied)
-    other.register(ToolDefinition("echo", "", {"type": "object"}, lambda a, r: os.getpid()))
-    assert other.execute(call("echo", "warm")).value == os.getpid()  # type: ignore[union-attr]
+    other.register(ToolDefinition("echo", "", OBJECT, lambda a, r: os.getpid()))
+    assert other.execute(call("echo", call_id="warm")).value == os.getpid()  # type: ignore[union-attr]
 
     pid = os.fork()
     if pid == 0:  # the child: only this thread exists here
         signal.alarm(10)
         report: dict[str, object] = {}
-        result = registry.execute(call("echo", "child"))
+        result = registry.execute(call("echo", call_id="child"))
         report["own_pool"] = [result.code, result.value == os.getpid()]  # type: ignore[union-attr]
-        refused = other.execute(call("echo", "child-supplied"))
+        refused = other.execute(call("echo", call_id="child-supplied"))
         reason = refused.meta["reason"] if refused.meta else None
         report["supplied"] = [refused.code, "fork" in str(reason)]
         registry.close()

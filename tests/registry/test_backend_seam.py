@@ -22,7 +22,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._backends.base import BodyReport, Error, Value, WorkerLost
-from tests.registry_support import Recorder, call, run_in_thread, tool, wait_until
+from tests.helpers import HookRecorder, call, run_in_thread, tool, wait_until
 
 
 class _Settled:
@@ -124,7 +124,7 @@ def test_killed_and_overrun_reach_meta_even_through_a_timeout_policys_own_failur
     registry.add_around_dispatch(TimeoutPolicy())
     registry.register(tool("plain", lambda a, r: "never"))
     registry.register(ToolDefinition("timed", "", {"type": "object"}, lambda a, r: "never", timeout=0.01))
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     aborted = registry.execute(call("plain", signal=controller.signal))
     assert aborted.code == TOOL_ABORTED

@@ -17,37 +17,35 @@ from dshtools import (
     UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
     execute_batch,
 )
-from tests.batch_support import Recorder, calls, tool
-from tests.registry_support import error_of, value_of
+from tests.helpers import CallEventRecorder, call, calls, error_of, recorded_tool, run_in_thread, value_of
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 
 
 @pytest.fixture
-def rec() -> Recorder:
-    return Recorder()
+def rec() -> CallEventRecorder:
+    return CallEventRecorder()
 
 
 @pytest.fixture
-def registry(registry: ToolRegistry, rec: Recorder) -> ToolRegistry:
+def registry(registry: ToolRegistry, rec: CallEventRecorder) -> ToolRegistry:
     rec.install(registry)
     return registry
 
 
-def _assert_one_result_per_call(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
+def _assert_one_result_per_call(rec: CallEventRecorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     assert len(results) == len(ids)
     assert rec.order("result") == ids  # published once each, in model order
     for cid, result in zip(ids, results, strict=False):
         assert rec.results[cid] == [result]
 
 
-def _assert_invocation_consistent(rec: Recorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
+def _assert_invocation_consistent(rec: CallEventRecorder, results: list[ToolExecutionResult], ids: list[str]) -> None:
     """ABORTED_BEFORE_DISPATCH exactly where the body never started."""
     for cid, result in zip(ids, results, strict=False):
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
@@ -75,17 +73,17 @@ def test_bad_arguments_are_rejected(registry: ToolRegistry) -> None:
 
 
 @pytest.mark.timeout(10)
-def test_parallel_safe_calls_overlap(registry: ToolRegistry, rec: Recorder) -> None:
+def test_parallel_safe_calls_overlap(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     # Both bodies must be inside each other's running window to pass the
     # barrier; run one after the other and the barrier breaks (timeout).
     barrier = threading.Barrier(2, timeout=5)
-    registry.register(tool("meet", rec, lambda _a, _r: barrier.wait() >= 0))
+    registry.register(recorded_tool("meet", rec, lambda _a, _r: barrier.wait() >= 0))
     results = execute_batch(registry, calls("meet", 2, AbortController().signal), signal=AbortController().signal)
     assert [value_of(r) for r in results] == [True, True]
 
 
 @pytest.mark.timeout(10)
-def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> None:
+def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     peak = [0]
     gate = threading.Barrier(3, timeout=5)
 
@@ -95,7 +93,7 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
         gate.wait()  # three at a time must meet here
         return 1
 
-    registry.register(tool("g", rec, body))
+    registry.register(recorded_tool("g", rec, body))
     results = execute_batch(
         registry, calls("g", 9, AbortController().signal), signal=AbortController().signal, max_parallel=3
     )
@@ -104,15 +102,15 @@ def test_max_parallel_bounds_overlap(registry: ToolRegistry, rec: Recorder) -> N
 
 
 @pytest.mark.timeout(10)
-def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("p", rec, lambda _a, _r: "p"))
-    registry.register(tool("x", rec, lambda _a, _r: "x", parallel=False))
+def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("p", rec, lambda _a, _r: "p"))
+    registry.register(recorded_tool("x", rec, lambda _a, _r: "x", parallel=False))
     sig = AbortController().signal
     batch = [
-        ToolExecutionInput("p1", "p", {}, sig),
-        ToolExecutionInput("p2", "p", {}, sig),
-        ToolExecutionInput("x1", "x", {}, sig),
-        ToolExecutionInput("p3", "p", {}, sig),
+        call("p", signal=sig, call_id="p1"),
+        call("p", signal=sig, call_id="p2"),
+        call("x", signal=sig, call_id="x1"),
+        call("p", signal=sig, call_id="p3"),
     ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
     assert [value_of(r) for r in results] == ["p", "p", "x", "p"]
@@ -126,7 +124,7 @@ def test_exclusive_call_is_an_ordering_barrier(registry: ToolRegistry, rec: Reco
 
 
 @pytest.mark.timeout(10)
-def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: Recorder) -> None:
+def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     # c0's body finishes last: it waits until c2's body has finished.
     c2_done = threading.Event()
 
@@ -137,7 +135,7 @@ def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: 
             c2_done.set()
         return run.call_id
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     results = execute_batch(registry, calls("t", 3, AbortController().signal), signal=AbortController().signal)
     assert [value_of(r) for r in results] == ["c0", "c1", "c2"]
     assert rec.order("body_end")[-1] == "c0"
@@ -147,7 +145,7 @@ def test_post_execute_and_results_keep_model_order(registry: ToolRegistry, rec: 
 
 
 @pytest.mark.timeout(10)
-def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
+def test_execution_mode_only_exactly_true_is_parallel(rec: CallEventRecorder) -> None:
     from dshtools import ToolDefinition
 
     def make(name: str, classifier: Callable[[Any], Any] | None) -> ToolDefinition:
@@ -163,7 +161,7 @@ def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
         r.register(make("none", None))
         sig = AbortController().signal
         modes = {
-            n: r.execution_mode(ToolExecutionInput("c", n, {}, sig))
+            n: r.execution_mode(call(n, signal=sig, call_id="c"))
             for n in ["yes", "truthy", "raises", "none", "unknown"]
         }
     assert modes == {
@@ -176,14 +174,16 @@ def test_execution_mode_only_exactly_true_is_parallel(rec: Recorder) -> None:
 
 
 @pytest.mark.timeout(10)
-def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
+def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(
+    registry: ToolRegistry, rec: CallEventRecorder
+) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
     live = AbortController().signal
     dead = AbortSignal.already_aborted("gone")
     batch = [
-        ToolExecutionInput("a", "t", {}, live),
-        ToolExecutionInput("b", "t", {}, dead),
-        ToolExecutionInput("c", "t", {}, live),
+        call("t", signal=live, call_id="a"),
+        call("t", signal=dead, call_id="b"),
+        call("t", signal=live, call_id="c"),
     ]
     results = execute_batch(registry, batch, signal=AbortController().signal)
     assert [r.code for r in results] == [None, TOOL_ABORTED_BEFORE_DISPATCH, None]
@@ -194,22 +194,22 @@ def test_a_call_with_its_own_aborted_signal_does_not_stop_the_batch(registry: To
 
 
 @pytest.mark.timeout(10)
-def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
+def test_unknown_tool_in_a_batch_is_a_result_not_an_exception(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
     sig = AbortController().signal
     results = execute_batch(
-        registry, [ToolExecutionInput("a", "nope", {}, sig), ToolExecutionInput("b", "t", {}, sig)], signal=sig
+        registry, [call("nope", signal=sig, call_id="a"), call("t", signal=sig, call_id="b")], signal=sig
     )
     assert [r.code for r in results] == [UNKNOWN_TOOL, None]
 
 
 @pytest.mark.timeout(10)
-def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec: Recorder) -> None:
-    registry.register(tool("t", rec, lambda _a, _r: "ok"))
-    registry.register(tool("x", rec, lambda _a, _r: "ok", parallel=False))
+def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec: CallEventRecorder) -> None:
+    registry.register(recorded_tool("t", rec, lambda _a, _r: "ok"))
+    registry.register(recorded_tool("x", rec, lambda _a, _r: "ok", parallel=False))
     call_sig = AbortController().signal
     batch_sig = AbortController().signal
-    batch = [ToolExecutionInput(f"c{i}", "t" if i % 3 else "x", {}, call_sig) for i in range(12)]
+    batch = [call("t" if i % 3 else "x", signal=call_sig, call_id=f"c{i}") for i in range(12)]
     execute_batch(registry, batch, signal=batch_sig, max_parallel=4)
     assert call_sig.listener_count == 0
     assert batch_sig.listener_count == 0
@@ -219,7 +219,7 @@ def test_batch_leaves_no_listener_on_caller_signals(registry: ToolRegistry, rec:
 
 
 @pytest.mark.timeout(20)
-def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegistry, rec: Recorder) -> None:
+def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     """20 calls, max_parallel=4, the batch is aborted as the 6th body starts."""
     batch = AbortController()
     abort_time: list[float] = []
@@ -233,7 +233,7 @@ def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegis
             run.signal.wait(10)
         return "ok"
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     ids = [f"c{i}" for i in range(20)]
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 20, AbortController().signal), signal=batch.signal, max_parallel=4)
@@ -252,9 +252,9 @@ def test_abort_mid_batch_drains_started_and_settles_the_rest(registry: ToolRegis
 
 
 @pytest.mark.timeout(20)
-def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegistry, rec: Recorder) -> None:
+def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     batch = AbortController()
-    registry.register(tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))  # type: ignore[func-returns-value]
+    registry.register(recorded_tool("x", rec, lambda _a, _r: batch.abort("halt") or "ok", parallel=False))  # type: ignore[func-returns-value]
     results = execute_batch(registry, calls("x", 5, AbortController().signal), signal=batch.signal)
     assert [r.code for r in results] == [TOOL_ABORTED] + [TOOL_ABORTED_BEFORE_DISPATCH] * 4
     assert rec.order("pre") == ["c0"]
@@ -263,14 +263,14 @@ def test_no_pre_execute_runs_after_the_batch_signal_aborted(registry: ToolRegist
 
 @pytest.mark.timeout(20)
 def test_scheduler_fault_drains_and_raises_without_inventing_results(
-    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+    rec: CallEventRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Boom(Exception):
         pass
 
     with ToolRegistry() as registry:
         rec.install(registry)
-        registry.register(tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
+        registry.register(recorded_tool("t", rec, lambda _a, run: (run.signal.wait(0.05) and "x") or "ok"))
         real = registry._dispatch
 
         def faulty(run: Any) -> Any:
@@ -291,9 +291,30 @@ def test_scheduler_fault_drains_and_raises_without_inventing_results(
 # ------------------------------------------------------------- field cases
 
 
-@pytest.mark.timeout(20)
-def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRegistry, rec: Recorder) -> None:
+def _abort_batch_once_started(
+    registry: ToolRegistry, n: int, max_parallel: int, started: threading.Barrier
+) -> tuple[list[ToolExecutionResult], float, float]:
+    """Run a batch of ``n`` calls of ``work`` (``max_parallel`` at a time)
+    in a thread; once ``started`` trips, abort the batch's signal. Returns
+    the results, the monotonic time of the abort and the seconds the batch
+    took to return after it."""
     batch = AbortController()
+    t, box = run_in_thread(
+        lambda: execute_batch(
+            registry, calls("work", n, AbortController().signal), signal=batch.signal, max_parallel=max_parallel
+        )
+    )
+    started.wait()
+    aborted_at = time.monotonic()
+    batch.abort("stop")
+    t.join(5)
+    took = time.monotonic() - aborted_at
+    assert box, "the batch did not return"
+    return box[0], aborted_at, took
+
+
+@pytest.mark.timeout(20)
+def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     two_started = threading.Barrier(3, timeout=5)
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -305,20 +326,9 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
                 break
         return "done"
 
-    registry.register(tool("work", rec, body))
-    result_box: list[list[ToolExecutionResult]] = []
-    t = threading.Thread(
-        target=lambda: result_box.append(
-            execute_batch(registry, calls("work", 10, AbortController().signal), signal=batch.signal, max_parallel=2)
-        )
-    )
-    t.start()
-    two_started.wait()
-    aborted_at = time.monotonic()
-    batch.abort("user")
-    t.join(5)
-    assert time.monotonic() - aborted_at < 0.3
-    results = result_box[0]
+    registry.register(recorded_tool("work", rec, body))
+    results, _, took = _abort_batch_once_started(registry, 10, 2, two_started)
+    assert took < 0.3
     ids = [f"c{i}" for i in range(10)]
     _assert_one_result_per_call(rec, results, ids)
     _assert_invocation_consistent(rec, results, ids)
@@ -326,41 +336,30 @@ def test_B14_every_call_yields_exactly_one_outcome_when_aborted(registry: ToolRe
     assert codes.count(TOOL_ABORTED) == 2 and codes.count(TOOL_ABORTED_BEFORE_DISPATCH) == 8
 
 
-def _thirty_cooperative_calls(registry: ToolRegistry, rec: Recorder, three_started: threading.Barrier) -> None:
+def _thirty_cooperative_calls(registry: ToolRegistry, rec: CallEventRecorder, three_started: threading.Barrier) -> None:
     def body(_a: Any, run: ToolRunContext) -> str:
         if len(rec.started) <= 3:
             three_started.wait()
         run.signal.wait(1.0)  # 1 s of cooperative work
         return "done"
 
-    registry.register(tool("work", rec, body))
+    registry.register(recorded_tool("work", rec, body))
 
 
 @pytest.mark.timeout(20)
-def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: Recorder) -> None:
-    batch = AbortController()
+def test_B16_nothing_starts_after_the_batch_abort(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
-    box: list[list[ToolExecutionResult]] = []
-    t = threading.Thread(
-        target=lambda: box.append(
-            execute_batch(registry, calls("work", 30, AbortController().signal), signal=batch.signal, max_parallel=3)
-        )
-    )
-    t.start()
-    three.wait()
-    aborted_at = time.monotonic()
-    batch.abort("stop")
-    t.join(5)
-    assert time.monotonic() - aborted_at < 0.5
-    codes = [r.code for r in box[0]]
+    results, aborted_at, took = _abort_batch_once_started(registry, 30, 3, three)
+    assert took < 0.5
+    codes = [r.code for r in results]
     assert codes.count(TOOL_ABORTED) == 3 and codes.count(TOOL_ABORTED_BEFORE_DISPATCH) == 27
     assert all(start <= aborted_at for start in rec.started.values())
-    _assert_one_result_per_call(rec, box[0], [f"c{i}" for i in range(30)])
+    _assert_one_result_per_call(rec, results, [f"c{i}" for i in range(30)])
 
 
 @pytest.mark.timeout(20)
-def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     assert threading.current_thread() is threading.main_thread()
     three = threading.Barrier(4, timeout=5)
     _thirty_cooperative_calls(registry, rec, three)
@@ -389,7 +388,7 @@ def test_B16_a_single_keyboard_interrupt_cancels_the_batch(registry: ToolRegistr
 
 
 @pytest.mark.timeout(20)
-def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec: Recorder) -> None:
+def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec: CallEventRecorder) -> None:
     all_started = threading.Barrier(5, timeout=5)
     failed = threading.Event()
 
@@ -402,7 +401,7 @@ def test_B32_one_failure_never_cancels_its_siblings(registry: ToolRegistry, rec:
         # Finish after the sibling failed; the signal must still be clear.
         return "aborted?" if run.signal.aborted else "ok"
 
-    registry.register(tool("t", rec, body))
+    registry.register(recorded_tool("t", rec, body))
     t0 = time.monotonic()
     results = execute_batch(registry, calls("t", 5, AbortController().signal), signal=AbortController().signal)
     assert time.monotonic() - t0 < 2

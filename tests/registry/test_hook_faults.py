@@ -28,15 +28,12 @@ from dshtools import (
     Accept,
     Ask,
     ToolDefinition,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolSuccess,
     execute_batch,
 )
-from tests.registry_support import Recorder, call, tool
-
-SAFE: dict[str, Any] = {"type": "object"}
+from tests.helpers import HookRecorder, call, late_after_abort, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -46,7 +43,7 @@ def nap_tool(name: str = "nap") -> ToolDefinition:
         run.signal.wait(args["s"])
         return args["s"]
 
-    return ToolDefinition(name, "naps", SAFE, body, is_concurrency_safe=lambda a: True)
+    return tool(name, body, is_concurrency_safe=lambda a: True)
 
 
 # ------------------------------------------------------------------ A1 (N1)
@@ -66,7 +63,7 @@ def test_n1_batch_cancel_does_not_relabel_a_call_that_finished_while_waiting_its
     """Field case N1: ``execute_batch([s=5, s=0.01])`` aborted at 0.3 s: the
     first is ABORTED, the second a success with its value, and the observers
     see exactly those."""
-    rec = Recorder()
+    rec = HookRecorder()
     controller = AbortController()
     with ToolRegistry() as registry:
         registry.register(nap_tool())
@@ -83,8 +80,8 @@ def test_n1_batch_cancel_does_not_relabel_a_call_that_finished_while_waiting_its
         timer = threading.Thread(target=abort_later, args=(controller, fast_done, 0.3))
         timer.start()
         calls = [
-            ToolExecutionInput("slow", "nap", {"s": 5}, AbortController().signal),
-            ToolExecutionInput("fast", "nap", {"s": 0.01}, AbortController().signal),
+            call("nap", {"s": 5}, call_id="slow"),
+            call("nap", {"s": 0.01}, call_id="fast"),
         ]
         started = time.monotonic()
         results = execute_batch(registry, calls, signal=controller.signal)
@@ -112,9 +109,7 @@ def test_batch_abort_during_the_calls_own_post_execute_still_replaces_its_succes
         registry.add_post_execute(post)
         aborter = threading.Thread(target=abort_later, args=(controller, in_post))
         aborter.start()
-        results = execute_batch(
-            registry, [ToolExecutionInput("a", "nap", {"s": 0}, AbortController().signal)], signal=controller.signal
-        )
+        results = execute_batch(registry, [call("nap", {"s": 0}, call_id="a")], signal=controller.signal)
         aborter.join(5)
     assert results[0].code == TOOL_ABORTED
 
@@ -217,7 +212,7 @@ def test_base_exception_from_a_hook_publishes_one_result_then_is_reraised(site: 
     body_ran = threading.Event()
     exc = kind()
     registry = _registry_raising_at(site, exc, body_ran)
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     with pytest.raises(kind) as raised:
         registry.execute(call("t"))
@@ -237,7 +232,7 @@ def test_base_exception_from_a_hook_publishes_one_result_then_is_reraised(site: 
 def test_base_exception_from_a_hook_in_a_batch_publishes_every_result_then_is_reraised(site: str) -> None:
     body_ran = threading.Event()
     registry = _registry_raising_at(site, HookExit(), body_ran)
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     calls = [call("t", call_id="a"), call("t", call_id="b")]
     with pytest.raises(HookExit):
@@ -395,7 +390,7 @@ def test_submit_returning_not_a_future_still_joins_the_body_and_gives_one_result
         finished.set()
         return "slept"
 
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", body, is_concurrency_safe=lambda a: True))
     registry.add_result_observer(rec.observer)
@@ -414,7 +409,7 @@ def test_submit_returning_not_a_future_still_joins_the_body_and_gives_one_result
 
 @pytest.mark.timeout(10)
 def test_a_raising_submit_gives_one_result_per_call_in_model_order() -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     ran = threading.Event()
     registry = ToolRegistry(executor=RaisingExecutor())
     registry.register(tool("par", lambda a, r: ran.set(), is_concurrency_safe=lambda a: True))
@@ -475,11 +470,7 @@ def test_an_overrun_is_in_meta_and_logged_as_a_warning_naming_the_tool(caplog: p
     controller = AbortController()
     started = threading.Event()
 
-    def stubborn(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        time.sleep(0.2)  # the overrun under test: work done after the abort
-        return "late"
+    stubborn = late_after_abort(started, 0.2, wait=5)  # overruns its abort by 0.2 s
 
     with ToolRegistry() as registry, caplog.at_level(logging.WARNING, logger="dshtools"):
         registry.register(tool("stubborn", stubborn))
@@ -548,8 +539,15 @@ def test_a_registry_created_before_fork_works_in_the_child_or_refuses_naming_the
     owned pool (even with a body blocked in the parent at the fork) and a
     refusal naming the fork for a supplied executor; never a hang. Forked
     in a helper script: pytest itself never forks a threaded process."""
-    script = pathlib.Path(__file__).with_name("fork_child.py")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50, check=False)
+    checkout = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.registry.fork_child"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"own_pool": [None, True], "supplied": [TOOL_ABORTED_BEFORE_DISPATCH, True], "closed": True}

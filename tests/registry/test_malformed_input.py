@@ -56,7 +56,7 @@ from dshtools import (
     ToolRegistry,
     ToolSuccess,
 )
-from tests.registry_support import OBJECT, call, run_in_thread, tool
+from tests.helpers import OBJECT, call, run_in_thread, tool
 
 
 class Color(str, enum.Enum):

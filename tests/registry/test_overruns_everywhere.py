@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, AbortController, ToolExecutionResult, ToolRegistry, execute_batch
-from tests.registry_support import call, run_in_thread, tool, wait_until
+from tests.helpers import call, late_after_abort, run_in_thread, tool, wait_until
 
 PATHS = ("execute", "batch-exclusive", "batch-parallel", "nested")
 
@@ -96,11 +96,7 @@ def test_a21_a_body_returning_between_0_1_and_1s_after_its_abort_is_reported_at_
     controller = AbortController()
     started = threading.Event()
 
-    def late(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(10)
-        time.sleep(0.3)  # the overrun under test: work done after the abort
-        return "late"
+    late = late_after_abort(started, 0.3)  # overruns its abort by 0.3 s
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     with ToolRegistry() as registry:

@@ -1,8 +1,8 @@
 """The pipeline of one ``execute`` (docs/contract.md §3 steps 1-7) and the
 precedence of docs/contract.md §7: one test per cancellation scenario of §3, plus
 the dispatch mechanics (queue withdrawal, joining, fused signal, nesting,
-close). Bad inputs: test_registry_bad_input.py; stress:
-test_registry_stress.py; field cases: test_registry_field_cases.py."""
+close). Bad inputs: test_malformed_input.py; stress:
+test_random_aborts_stress.py; field cases: test_cancellation_at_scale.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import _thread
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,19 +31,24 @@ from dshtools import (
     Ask,
     Block,
     Deny,
+    ErrorDetail,
     ThreadBackend,
     ToolError,
     ToolExecutionInput,
+    ToolExecutionResult,
     ToolFailure,
     ToolRegistry,
     ToolSuccess,
     thaw,
 )
-from tests.registry_support import (
-    Recorder,
+from tests.helpers import (
+    HookRecorder,
     blocked_in_wait,
     call,
+    cyclic_garbage_of,
+    error_of,
     run_in_thread,
+    swapping_signal,
     tool,
     value_of,
     wait_until,
@@ -78,7 +84,7 @@ def test_string_value_is_its_own_text(registry: ToolRegistry) -> None:
 
 
 def test_invalid_args_wins_over_an_already_aborted_signal(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     registry.register(tool("t", ok_body, parameters={"type": "object", "properties": {"n": {"type": "integer"}}}))
     result = registry.execute(call("t", {"n": "x"}, AbortSignal.already_aborted("stop")))
@@ -95,7 +101,7 @@ def test_unknown_tool(registry: ToolRegistry) -> None:
 
 
 def test_unknown_tool_still_passes_post_execute(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     assert registry.execute(call("nope")).code == UNKNOWN_TOOL
     assert rec.events == ["pre-execute", "guard", "post-execute"]
@@ -127,7 +133,7 @@ def test_tool_error_keeps_its_code(registry: ToolRegistry) -> None:
 
 @pytest.mark.timeout(10)
 def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     rec.install_all(registry)
     approvals: list[object] = []
     registry._approver = lambda req: approvals.append(req) or "allowed-once"  # type: ignore[func-returns-value]
@@ -142,6 +148,28 @@ def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegi
     assert [r for _, r in rec.results] == [result]
 
 
+def _aborted_once_reached(
+    registry: ToolRegistry,
+    reached: threading.Event,
+    reason: object = None,
+    then: Callable[[], object] = lambda: None,
+    name: str = "t",
+) -> Any:
+    """Execute tool ``name`` in a thread; once ``reached`` is set (5 s at
+    most), abort the call's signal with ``reason`` (``None``: the default
+    ``AbortError``), call ``then`` (e.g. release a waiting hook) and return
+    the result, checking that no listener is left on the caller's signal."""
+    controller = AbortController()
+    t, box = run_in_thread(lambda: registry.execute(call(name, signal=controller.signal)))
+    reached.wait(5)
+    controller.abort(reason)
+    then()
+    t.join(5)
+    assert box, "execute did not return"
+    assert controller.signal.listener_count == 0  # nothing left on the caller's signal
+    return box[0]
+
+
 @pytest.mark.timeout(10)
 def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registry: ToolRegistry) -> None:
     entered, release = threading.Event(), threading.Event()
@@ -154,13 +182,8 @@ def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registr
 
     registry.add_pre_execute(pre)
     registry.register(tool("t", lambda a, r: body_ran.set()))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    entered.wait(5)
-    controller.abort("stop")
-    release.set()
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED_BEFORE_DISPATCH and box[0].meta["reason"] == "stop"
+    result = _aborted_once_reached(registry, entered, "stop", then=release.set)
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH and result.meta["reason"] == "stop"
     assert not body_ran.is_set()
 
 
@@ -216,13 +239,8 @@ def test_denial_that_settles_after_cancellation_stays_denied(registry: ToolRegis
 
     registry.add_pre_execute(pre)
     registry.register(tool("t", ok_body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    entered.wait(5)
-    controller.abort()
-    release.set()
-    t.join(5)
-    assert box[0].code == DENIED and box[0].content[0]["text"] == "Error: not allowed here"
+    result = _aborted_once_reached(registry, entered, then=release.set)
+    assert result.code == DENIED and result.content[0]["text"] == "Error: not allowed here"
 
 
 @pytest.mark.timeout(10)
@@ -243,15 +261,7 @@ def test_rejection_after_cancellation_stays_denied() -> None:
 def test_wrapper_that_supplies_an_aborted_signal_never_invokes_the_body(registry: ToolRegistry) -> None:
     body_ran = threading.Event()
 
-    def wrapper(e: Any, nxt: Any) -> Any:
-        upstream = e.signal
-        e.signal = AbortSignal.already_aborted("wrapper says no")
-        try:
-            return nxt()
-        finally:
-            e.signal = upstream
-
-    registry.add_around_dispatch(wrapper)
+    registry.add_around_dispatch(swapping_signal(AbortSignal.already_aborted("wrapper says no")))
     registry.register(tool("t", lambda a, r: body_ran.set()))
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))
@@ -263,7 +273,7 @@ def test_wrapper_that_supplies_an_aborted_signal_never_invokes_the_body(registry
 @pytest.mark.timeout(10)
 def test_wrapper_short_circuit_overtaken_by_cancellation(registry: ToolRegistry) -> None:
     controller = AbortController()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
 
     def wrapper(e: Any, nxt: Any) -> Any:
@@ -277,62 +287,47 @@ def test_wrapper_short_circuit_overtaken_by_cancellation(registry: ToolRegistry)
     assert [r.code for _, r in rec.results] == [TOOL_ABORTED_BEFORE_DISPATCH]
 
 
-@pytest.mark.timeout(10)
-def test_cancellation_while_body_runs_is_aborted(registry: ToolRegistry) -> None:
+def _aborted_while_the_body_runs(registry: ToolRegistry, then: Callable[[Any], object], reason: object = None) -> Any:
+    """Register tool ``t``, whose body waits on its signal (5 s at most)
+    and then returns ``then(run)``; abort the call once the body runs and
+    return the result."""
     started = threading.Event()
-    seen: list[object] = []
 
     def body(args: Any, run: Any) -> Any:
         started.set()
         run.signal.wait(5)
+        return then(run)
+
+    registry.register(tool("t", body))
+    return _aborted_once_reached(registry, started, reason)
+
+
+@pytest.mark.timeout(10)
+def test_cancellation_while_body_runs_is_aborted(registry: ToolRegistry) -> None:
+    seen: list[object] = []
+
+    def finish_anyway(run: Any) -> object:
         seen.append(run.signal.reason)
         return "finished anyway"
 
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort("stop")
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED and box[0].content[0]["text"] == "Error: tool call aborted"
-    assert box[0].meta["reason"] == "stop" and seen == ["stop"]
-    assert controller.signal.listener_count == 0
+    result = _aborted_while_the_body_runs(registry, finish_anyway, "stop")
+    assert result.code == TOOL_ABORTED and result.content[0]["text"] == "Error: tool call aborted"
+    assert result.meta["reason"] == "stop" and seen == ["stop"]
+
+
+def _raise_partial_write(run: Any) -> object:
+    raise ToolError("partial write", "EPARTIAL")
 
 
 @pytest.mark.timeout(10)
 def test_tool_error_after_observing_abort_keeps_its_code(registry: ToolRegistry) -> None:
-    started = threading.Event()
-
-    def body(args: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        raise ToolError("partial write", "EPARTIAL")
-
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort()
-    t.join(5)
-    assert box[0].code == "EPARTIAL"
+    assert _aborted_while_the_body_runs(registry, _raise_partial_write).code == "EPARTIAL"
 
 
 @pytest.mark.timeout(10)
 def test_body_raising_abort_error_is_aborted(registry: ToolRegistry) -> None:
-    started = threading.Event()
-
-    def body(args: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        run.signal.throw_if_aborted()
-
-    registry.register(tool("t", body))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal)))
-    started.wait(5)
-    controller.abort("halt")
-    t.join(5)
-    assert box[0].code == TOOL_ABORTED and box[0].meta["reason"] == "halt"
+    result = _aborted_while_the_body_runs(registry, lambda run: run.signal.throw_if_aborted(), "halt")
+    assert result.code == TOOL_ABORTED and result.meta["reason"] == "halt"
 
 
 def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegistry) -> None:
@@ -371,7 +366,7 @@ def test_late_post_execute_success_becomes_aborted_and_keeps_contexts(registry: 
 @pytest.mark.timeout(10)
 def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegistry) -> None:
     controller = AbortController()
-    rec = Recorder()
+    rec = HookRecorder()
 
     def wrapper(e: Any, nxt: Any) -> Any:
         nxt()
@@ -386,47 +381,54 @@ def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegist
     assert rec.events == []  # post-execute skipped for a wrapper that raised
 
 
-@pytest.mark.timeout(10)
-def test_wrapper_returned_failure_after_cancellation_stays(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _wrapper_returns_a_failure(registry: ToolRegistry, controller: AbortController) -> None:
     def wrapper(e: Any, nxt: Any) -> Any:
         nxt()
         controller.abort()
-        return ToolFailure(__import__("dshtools").ErrorDetail("nope", None), "Error: nope")
+        return ToolFailure(ErrorDetail("nope", None), "Error: nope")
 
     registry.add_around_dispatch(wrapper)
-    registry.register(tool("t", ok_body))
-    result = registry.execute(call("t", signal=controller.signal))
-    assert result.is_error and result.error.message == "nope"
 
 
-@pytest.mark.timeout(10)
-def test_post_execute_failure_after_cancellation_stays_a_failure(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _post_execute_raises(registry: ToolRegistry, controller: AbortController) -> None:
     def post(e: Any, r: Any, nxt: Any) -> Any:
         controller.abort()
         raise LookupError("post broke")
 
     registry.add_post_execute(post)
-    registry.register(tool("t", ok_body))
-    result = registry.execute(call("t", signal=controller.signal))
-    assert result.error.info.name == "LookupError"  # type: ignore[union-attr]
 
 
-@pytest.mark.timeout(10)
-def test_post_execute_block_after_cancellation_stays_blocked(registry: ToolRegistry) -> None:
-    controller = AbortController()
-
+def _post_execute_blocks(registry: ToolRegistry, controller: AbortController) -> None:
     def post(e: Any, r: Any, nxt: Any) -> Any:
         controller.abort()
         return Block("redacted")
 
     registry.add_post_execute(post)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "install, is_that_failure",
+    [
+        (_wrapper_returns_a_failure, lambda r: error_of(r).message == "nope"),
+        (_post_execute_raises, lambda r: getattr(error_of(r).info, "name", None) == "LookupError"),
+        (_post_execute_blocks, lambda r: r.is_error and r.content[0]["text"] == "redacted"),
+    ],
+    ids=["wrapper-returns-a-failure", "post-execute-raises", "post-execute-blocks"],
+)
+def test_a_failure_a_hook_makes_after_cancellation_stays_that_failure(
+    registry: ToolRegistry,
+    install: Callable[[ToolRegistry, AbortController], None],
+    is_that_failure: Callable[[ToolExecutionResult], bool],
+) -> None:
+    """The caller's signal aborts while a wrapper or a post-execute hook
+    runs, and the hook then fails the call (returns a failure, raises,
+    blocks): the result is that failure, not ``ABORTED``."""
+    controller = AbortController()
+    install(registry, controller)
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.is_error and result.content[0]["text"] == "redacted"
+    assert is_that_failure(result), result
 
 
 # ------------------------------------------------------- dispatch mechanics
@@ -700,7 +702,7 @@ def test_allow_and_unregistering_hooks(registry: ToolRegistry) -> None:
 
 
 def test_observer_that_raises_is_reported_and_changes_nothing(registry: ToolRegistry, unraisable: list[Any]) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
 
     def bad(e: Any, r: Any) -> None:
         raise RuntimeError("observer broke")
@@ -714,7 +716,7 @@ def test_observer_that_raises_is_reported_and_changes_nothing(registry: ToolRegi
 
 
 def test_observers_see_the_frozen_final_result_once(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     registry.add_post_execute(lambda e, r, nxt: Accept(content="post"))
     registry.register(tool("t", ok_body))
@@ -824,13 +826,8 @@ def test_abort_reaches_nested_body_through_the_parent_signal(registry: ToolRegis
 
     registry.register(tool("inner", inner))
     registry.register(tool("outer", outer))
-    controller = AbortController()
-    t, box = run_in_thread(lambda: registry.execute(call("outer", signal=controller.signal)))
-    inner_started.wait(5)
-    controller.abort()
-    t.join(5)
-    assert results["inner"].code == TOOL_ABORTED and box[0].code == TOOL_ABORTED
-    assert controller.signal.listener_count == 0
+    result = _aborted_once_reached(registry, inner_started, name="outer")
+    assert results["inner"].code == TOOL_ABORTED and result.code == TOOL_ABORTED
 
 
 # -------------------------------------------------------------- lifecycle
@@ -899,7 +896,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
     assert threading.current_thread() is threading.main_thread()
     started = threading.Event()
     body_done = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
 
     def body(args: Any, run: Any) -> Any:
@@ -925,7 +922,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch(registry: ToolRegistry) -> None:
     assert threading.current_thread() is threading.main_thread()
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     body_ran = threading.Event()
     entered = threading.Event()
@@ -954,7 +951,7 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
 def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
     """The package-internal phases the batch uses: begin (steps 1-3),
     dispatch (4-5), complete (6-7)."""
-    rec = Recorder()
+    rec = HookRecorder()
     registry.add_result_observer(rec.observer)
     registry.register(tool("t", lambda a, r: "v"))
     run = registry._begin(call("t"))
@@ -1008,8 +1005,6 @@ def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
     waits for the cyclic garbage collector (no self-referential ``next``,
     no hand-off <-> signal loop). Checked with ``gc.DEBUG_SAVEALL``, which
     keeps whatever a collection finds unreachable."""
-    import gc
-
     from dshtools import TimeoutPolicy, ToolDefinition
 
     with ToolRegistry(max_workers=2) as registry:
@@ -1022,23 +1017,12 @@ def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
             registry.add_post_execute(lambda e, r, next: next())
             registry.add_result_observer(lambda e, r: None)
         signal = AbortController().signal
-        assert not registry.execute(call("t", signal=signal)).is_error  # warm-up
-        gc.collect()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            for i in range(20):
-                result = registry.execute(call("t", call_id=f"c{i}", signal=signal))
-                assert value_of(result) == {"n": 1}
-            found = gc.collect()
-            garbage = [type(o).__name__ for o in gc.garbage]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if was_enabled:
-                gc.enable()
-    assert found == 0, garbage[:20]
+
+        def run(i: int) -> None:
+            assert value_of(registry.execute(call("t", signal=signal, call_id=f"c{i}"))) == {"n": 1}
+
+        found, kinds = cyclic_garbage_of(run, repeat=20)
+    assert found == 0, kinds
 
 
 @pytest.mark.timeout(30)

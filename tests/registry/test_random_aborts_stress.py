@@ -22,10 +22,9 @@ from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
     ToolError,
-    ToolExecutionInput,
     ToolRegistry,
 )
-from tests.registry_support import tool
+from tests.helpers import call, tool
 
 CALLS = 2000
 CALLER_THREADS = 8
@@ -130,7 +129,7 @@ def test_two_thousand_calls_with_random_aborts() -> None:
                 elif plan["abort"] == "random":
                     aborter.schedule(controller, plan["delay"])
                 args = {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]}
-                result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
+                result = registry.execute(call("work", args, signal=controller.signal, call_id=plan["id"]))
                 with lock:
                     if plan["id"] in running:
                         problems.append(f"{plan['id']}: execute returned while its body was running")

@@ -5,14 +5,14 @@ surfaces and the script exits 130."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+
+from tests.helpers import signal_and_collect
 
 SCRIPT = textwrap.dedent(
     """
@@ -63,17 +63,12 @@ def test_sigint_aborts_joins_publishes_and_exits_130() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+
+    def body_started() -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "body started"
-        sent = time.monotonic()
-        os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
-        elapsed = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    _, out, err, elapsed = signal_and_collect(proc, signal.SIGINT, 10, body_started)
     lines = out.strip().splitlines()
     assert proc.returncode == 130, (out, err)
     assert lines == [

@@ -5,7 +5,6 @@ for the cyclic garbage collector."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -15,13 +14,11 @@ from dshtools import (
     AbortController,
     AbortSignal,
     ToolDefinition,
-    ToolExecutionInput,
     ToolRegistry,
     ToolRunContext,
     execute_batch,
 )
-
-OBJECT: dict[str, Any] = {"type": "object"}
+from tests.helpers import OBJECT, call, cyclic_garbage_of
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -35,32 +32,12 @@ def _parent(_args: Any, run: ToolRunContext) -> object:
 
 
 def _nested(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
-    assert not registry.execute(ToolExecutionInput(f"p{i}", "parent", {}, signal)).is_error
+    assert not registry.execute(call("parent", signal=signal, call_id=f"p{i}")).is_error
 
 
 def _batch(registry: ToolRegistry, signal: AbortSignal, i: int) -> None:
-    calls = [ToolExecutionInput(f"b{i}-{j}", "child", {}, signal) for j in range(3)]
+    calls = [call("child", signal=signal, call_id=f"b{i}-{j}") for j in range(3)]
     assert not any(r.is_error for r in execute_batch(registry, calls, signal=signal))
-
-
-def _garbage_of(run: Callable[[int], None]) -> tuple[int, list[str]]:
-    """What the cyclic collector finds after ``run(i)`` for ten ``i`` (with
-    ``gc.DEBUG_SAVEALL``, which keeps whatever it finds unreachable)."""
-    run(-1)  # warm-up: pools and caches made once
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for i in range(10):
-            run(i)
-        found = gc.collect()
-        return found, sorted({type(o).__name__ for o in gc.garbage})
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if was_enabled:
-            gc.enable()
 
 
 @pytest.mark.timeout(30)
@@ -72,7 +49,7 @@ def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
     with ToolRegistry(max_workers=2) as registry:
         registry.register(ToolDefinition("child", "child", OBJECT, _child, is_concurrency_safe=lambda _a: True))
         registry.register(ToolDefinition("parent", "parent", OBJECT, _parent))
-        found, kinds = _garbage_of(lambda i: path(registry, signal, i))
+        found, kinds = cyclic_garbage_of(lambda i: path(registry, signal, i))
     assert found == 0, kinds
 
 
@@ -115,7 +92,7 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     }
     from dshtools._registry.run import Hooks, Run
 
-    run = Run(None, ToolExecutionInput("c", "n", fields["arguments"], signal), None, Hooks())  # type: ignore[arg-type]
+    run = Run(None, call("n", fields["arguments"], signal=signal, call_id="c"), None, Hooks())  # type: ignore[arg-type]
     run.token, run.arguments = fields["token"], fields["arguments"]
     view = trusted_view(run)
     context = trusted_run_context(run, signal)

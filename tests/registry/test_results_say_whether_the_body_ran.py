@@ -34,7 +34,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.base import BodyReport, NotInvoked, Value
-from tests.registry_support import Recorder, call, run_in_thread, tool
+from tests.helpers import HookRecorder, call, run_in_thread, tool
 
 
 def _text(result: Any) -> str:
@@ -92,7 +92,7 @@ def test_body_invoked_is_true_exactly_when_the_body_ran_whatever_the_outcome() -
         return {1, 2}
 
     with ToolRegistry() as registry:
-        rec = Recorder()
+        rec = HookRecorder()
         registry.add_result_observer(rec.observer)
         registry.add_pre_execute(lambda e, nxt: Deny("no") if e.name == "denied" else nxt())
         registry.register(tool("ok", lambda a, r: "ok"))

@@ -20,7 +20,6 @@ from dshtools import (
     TimeoutReason,
     ToolDefinition,
     ToolDispatchExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -30,8 +29,7 @@ from dshtools import (
 )
 from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
-from tests.batch_support import Recorder, tool
-from tests.registry_support import error_of
+from tests.helpers import CallEventRecorder, call, error_of, recorded_tool
 
 
 @pytest.fixture
@@ -40,13 +38,9 @@ def registry(registry: ToolRegistry) -> ToolRegistry:
     return registry
 
 
-def _call(name: str, signal: AbortSignal, call_id: str = "c1", **args: Any) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, args, signal)
-
-
 @pytest.mark.timeout(10)
 def test_cooperative_body_times_out_and_was_joined_before_execute_returned(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     saw: list[object] = []
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -54,9 +48,9 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
         saw.append(run.signal.reason)
         return "finished"
 
-    registry.register(tool("slow", rec, body, timeout=0.05))
+    registry.register(recorded_tool("slow", rec, body, timeout=0.05))
     caller = AbortController()
-    result = registry.execute(_call("slow", caller.signal))
+    result = registry.execute(call("slow", signal=caller.signal))
     # The body had returned (recorded its end) before execute() returned.
     assert rec.finished.keys() == {"c1"} and rec.running == 0
     assert result.code == TOOL_TIMEOUT
@@ -74,7 +68,7 @@ def test_cooperative_body_times_out_and_was_joined_before_execute_returned(regis
 
 @pytest.mark.timeout(10)
 def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     started = threading.Event()
 
     def body(_a: Any, run: ToolRunContext) -> str:
@@ -82,10 +76,10 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
         run.signal.wait(10)
         return "ignored"
 
-    registry.register(tool("slow", rec, body, timeout=5))
+    registry.register(recorded_tool("slow", rec, body, timeout=5))
     caller = AbortController()
     threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
-    result = registry.execute(_call("slow", caller.signal))
+    result = registry.execute(call("slow", signal=caller.signal))
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["reason"] == "user"
     assert timeout_of(caller.signal) is None
@@ -94,7 +88,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
 
 @pytest.mark.timeout(10)
 def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     seen: list[tuple[AbortSignal, int]] = []
 
     def inner(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
@@ -102,27 +96,27 @@ def test_tool_without_timeout_passes_through_without_a_timer(registry: ToolRegis
         return nxt()
 
     registry.add_around_dispatch(inner)  # registered after TimeoutPolicy: runs inside it
-    registry.register(tool("plain", rec, lambda _a, _r: "ok"))
+    registry.register(recorded_tool("plain", rec, lambda _a, _r: "ok"))
     caller = AbortController()
     before = _timer.pending_count()
-    result = registry.execute(_call("plain", caller.signal))
+    result = registry.execute(call("plain", signal=caller.signal))
     assert result.code is None and not result.is_error
     assert seen == [(caller.signal, before)]  # same signal object, no timer armed
 
 
 @pytest.mark.timeout(10)
 def test_timer_is_cancelled_after_a_fast_call(registry: ToolRegistry) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     pending_inside: list[int] = []
 
     def body(_a: Any, _run: ToolRunContext) -> str:
         pending_inside.append(_timer.pending_count())
         return "fast"
 
-    registry.register(tool("fast", rec, body, timeout=60))
+    registry.register(recorded_tool("fast", rec, body, timeout=60))
     caller = AbortController()
     before = _timer.pending_count()
-    result = registry.execute(_call("fast", caller.signal))
+    result = registry.execute(call("fast", signal=caller.signal))
     assert result.code is None
     assert pending_inside == [before + 1]  # armed while the body ran
     assert _timer.pending_count() == before  # and gone afterwards
@@ -152,7 +146,7 @@ def _outer_deadline(seconds: float, fired: list[str]) -> Callable[..., ToolExecu
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(("outer", "inner", "expected"), [(0.05, 5.0, "OUTER_TIMEOUT"), (5.0, 0.05, TOOL_TIMEOUT)])
 def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner: float, expected: str) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     fired: list[str] = []
     inner_results: list[ToolExecutionResult] = []
 
@@ -172,8 +166,8 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
     with ToolRegistry() as registry:
         registry.add_around_dispatch(_outer_deadline(outer, fired))
         registry.add_around_dispatch(recording_policy)
-        registry.register(tool("slow", rec, lambda _a, run: run.signal.wait(10), timeout=inner))
-        result = registry.execute(_call("slow", AbortController().signal))
+        registry.register(recorded_tool("slow", rec, lambda _a, run: run.signal.wait(10), timeout=inner))
+        result = registry.execute(call("slow"))
     assert result.code == expected
     if expected == "OUTER_TIMEOUT":
         # The inner policy saw the outer's abort, not its own timer.
@@ -189,7 +183,7 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
 
 @pytest.mark.timeout(20)
 def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     post_seen: list[object] = []
 
     def body(_a: Any, _run: ToolRunContext) -> str:
@@ -200,15 +194,15 @@ def test_B21_late_completion_after_timeout_is_never_delivered() -> None:
         registry.add_around_dispatch(TimeoutPolicy())
         rec.install(registry)
         registry.add_post_execute(lambda e, r, nxt: (post_seen.append(r), nxt())[1])  # type: ignore[func-returns-value]
-        registry.register(tool("stubborn", rec, body, timeout=0.1))
+        registry.register(recorded_tool("stubborn", rec, body, timeout=0.1))
         caller = AbortController()
         t0 = time.monotonic()
-        single = registry.execute(_call("stubborn", caller.signal, "solo"))
+        single = registry.execute(call("stubborn", signal=caller.signal, call_id="solo"))
         single_elapsed = time.monotonic() - t0
         t0 = time.monotonic()
         batch = execute_batch(
             registry,
-            [ToolExecutionInput(f"b{i}", "stubborn", {}, caller.signal) for i in range(3)],
+            [call("stubborn", signal=caller.signal, call_id=f"b{i}") for i in range(3)],
             signal=caller.signal,
         )
         batch_elapsed = time.monotonic() - t0
@@ -229,15 +223,15 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
     alarms: list[int] = []
     previous = process_signal.signal(process_signal.SIGALRM, lambda *_: alarms.append(1))
     try:
-        rec = Recorder()
+        rec = CallEventRecorder()
         results: dict[str, tuple[str | None, float]] = {}
         with ToolRegistry() as registry:
             registry.add_around_dispatch(TimeoutPolicy())
-            registry.register(tool("slow", rec, lambda _a, run: run.signal.wait(1), timeout=0.1))
+            registry.register(recorded_tool("slow", rec, lambda _a, run: run.signal.wait(1), timeout=0.1))
 
             def timed(where: str) -> None:
                 t0 = time.monotonic()
-                r = registry.execute(_call("slow", AbortController().signal, where))
+                r = registry.execute(call("slow", call_id=where))
                 results[where] = (r.code, time.monotonic() - t0)
 
             def outer_body(_a: Any, _run: ToolRunContext) -> str:
@@ -249,7 +243,7 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
             t = threading.Thread(target=timed, args=("thread",))
             t.start()
             t.join(5)
-            outer = registry.execute(_call("outer", AbortController().signal, "outer"))
+            outer = registry.execute(call("outer", call_id="outer"))
             assert outer.code is None
         assert set(results) == {"main", "thread", "pool-worker"}
         for where, (code, elapsed) in results.items():
@@ -263,7 +257,7 @@ def test_B23_timeouts_work_off_the_main_thread_and_use_no_process_signals() -> N
 
 @pytest.mark.timeout(60)
 def test_B28_timeout_and_user_abort_are_never_confused() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
         started = threading.Event()
@@ -272,11 +266,11 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
             started.set()
             return run.signal.wait(5)
 
-        registry.register(tool("waits", rec, body, timeout=0.1))
-        registry.register(tool("racy", rec, lambda _a, run: run.signal.wait(5), timeout=0.01))
+        registry.register(recorded_tool("waits", rec, body, timeout=0.1))
+        registry.register(recorded_tool("racy", rec, lambda _a, run: run.signal.wait(5), timeout=0.01))
 
         # (a) the timeout fires
-        a = registry.execute(_call("waits", AbortController().signal, "a"))
+        a = registry.execute(call("waits", call_id="a"))
         assert a.code == TOOL_TIMEOUT
         assert a.meta is not None and isinstance(a.meta["reason"], TimeoutReason)
 
@@ -284,7 +278,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
         caller = AbortController()
         started.clear()
         threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
-        b = registry.execute(_call("waits", caller.signal, "b"))
+        b = registry.execute(call("waits", signal=caller.signal, call_id="b"))
         assert b.code == TOOL_ABORTED
         assert b.meta is not None and b.meta["reason"] == "user"
 
@@ -300,7 +294,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
             delay = 0.01 + rng.uniform(-0.001, 0.001)
             t = threading.Timer(delay, caller.abort, args=("user",))
             t.start()
-            r = registry.execute(_call("racy", caller.signal, f"c{i}"))
+            r = registry.execute(call("racy", signal=caller.signal, call_id=f"c{i}"))
             t.join()
             assert r.meta is not None
             reason = r.meta["reason"]
@@ -318,7 +312,7 @@ def test_B28_timeout_and_user_abort_are_never_confused() -> None:
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("variant", ["timeout", "caller-abort"])
 def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     inner_woke: list[float] = []
     inner_results: list[ToolExecutionResult] = []
 
@@ -336,14 +330,14 @@ def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None
 
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.register(tool("inner", rec, inner_body))
-        registry.register(tool("outer", rec, outer_body, timeout=0.2))
+        registry.register(recorded_tool("inner", rec, inner_body))
+        registry.register(recorded_tool("outer", rec, outer_body, timeout=0.2))
         caller = AbortController()
         t0 = time.monotonic()
         if variant == "caller-abort":
             timer = threading.Timer(0.1, caller.abort, args=("stop",))
             timer.start()
-        result = registry.execute(_call("outer", caller.signal, "outer"))
+        result = registry.execute(call("outer", signal=caller.signal, call_id="outer"))
         returned = time.monotonic()
         assert rec.running == 0  # inner's body exited before outer's call returned
     fire = 0.2 if variant == "timeout" else 0.1
@@ -356,7 +350,7 @@ def test_B30_cancellation_crosses_the_nested_call_boundary(variant: str) -> None
 
 @pytest.mark.timeout(20)
 def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
-    rec = Recorder()
+    rec = CallEventRecorder()
     body_saw_abort_at: list[float] = []
     started = threading.Event()
 
@@ -379,7 +373,7 @@ def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
         registry.add_around_dispatch(own_signal_wrapper)
-        registry.register(tool("waits", rec, body, timeout=10))
+        registry.register(recorded_tool("waits", rec, body, timeout=10))
         caller = AbortController()
         aborted_at: list[float] = []
 
@@ -389,7 +383,7 @@ def test_B31_a_wrapper_replaced_signal_is_still_linked_to_the_caller() -> None:
             caller.abort("stop")
 
         threading.Thread(target=stop).start()
-        result = registry.execute(_call("waits", caller.signal))
+        result = registry.execute(call("waits", signal=caller.signal))
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["reason"] == "stop"
     assert body_saw_abort_at[0] - aborted_at[0] < 0.02

@@ -1,6 +1,6 @@
 """AbortController / AbortSignal semantics (docs/contract.md §1, "Semantics" and
-"Precise points"). Timeouts live in test_timer.py, deadlines in
-test_deadline.py, field cases in test_field_signal.py."""
+"Precise points"). Timeouts live in test_timeouts.py, deadlines in
+test_deadlines.py, field cases in test_forced_races.py."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
+from tests.helpers import race_in_lockstep
 
 
 def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
@@ -599,27 +600,14 @@ def test_add_listener_racing_abort_runs_the_listener_exactly_once(fast_switching
     controllers = [AbortController() for _ in range(rounds)]
     counts = [0] * rounds
     registered = [False] * rounds
-    barrier = threading.Barrier(2)
 
-    def registrar() -> None:
-        for i, c in enumerate(controllers):
-            barrier.wait(timeout=10)
+    def register(i: int) -> None:
+        def listener(s: AbortSignal) -> None:
+            counts[i] += 1
 
-            def listener(s: AbortSignal, i: int = i) -> None:
-                counts[i] += 1
+        registered[i] = controllers[i].signal.add_listener(listener).registered
 
-            registered[i] = c.signal.add_listener(listener).registered
-
-    def aborter() -> None:
-        for c in controllers:
-            barrier.wait(timeout=10)
-            c.abort()
-
-    threads = [threading.Thread(target=registrar), threading.Thread(target=aborter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(50)
+    race_in_lockstep(rounds, register, lambda i: controllers[i].abort())
     assert counts == [1] * rounds
     # Which side wins each round is the scheduler's choice (a quiet machine
     # can give one side every round, as B11 showed in a fresh CI clone); the
@@ -688,23 +676,7 @@ def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_o
     controllers = [AbortController() for _ in range(rounds)]
     derived = [AbortSignal.any_of([c.signal]) for c in controllers]
     counts = [0] * rounds
-    barrier = threading.Barrier(2)
-
-    def registrar() -> None:
-        for i, d in enumerate(derived):
-            barrier.wait(timeout=10)
-            d.add_listener(_counter(counts, i))
-
-    def aborter() -> None:
-        for c in controllers:
-            barrier.wait(timeout=10)
-            c.abort()
-
-    threads = [threading.Thread(target=registrar), threading.Thread(target=aborter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(50)
+    race_in_lockstep(rounds, lambda i: derived[i].add_listener(_counter(counts, i)), lambda i: controllers[i].abort())
     assert counts == [1] * rounds
 
 
@@ -718,24 +690,12 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     counts = [0] * rounds
     handles = [d.add_listener(_counter(counts, i)) for i, d in enumerate(derived)]
     aborted_at_removal = [False] * rounds
-    barrier = threading.Barrier(2)
 
-    def remover() -> None:
-        for i, h in enumerate(handles):
-            barrier.wait(timeout=10)
-            h.remove()
-            aborted_at_removal[i] = derived[i].aborted
+    def remove(i: int) -> None:
+        handles[i].remove()
+        aborted_at_removal[i] = derived[i].aborted
 
-    def aborter() -> None:
-        for c in controllers:
-            barrier.wait(timeout=10)
-            c.abort()
-
-    threads = [threading.Thread(target=remover), threading.Thread(target=aborter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(50)
+    race_in_lockstep(rounds, remove, lambda i: controllers[i].abort())
     for i in range(rounds):
         assert counts[i] in (0, 1)
         if not aborted_at_removal[i]:
@@ -753,25 +713,13 @@ def test_any_of_created_while_its_source_aborts_ends_aborted_with_that_reason(
     controllers = [AbortController() for _ in range(rounds)]
     derived: list[AbortSignal | None] = [None] * rounds
     counts = [0] * rounds
-    barrier = threading.Barrier(2)
 
-    def creator() -> None:
-        for i, c in enumerate(controllers):
-            barrier.wait(timeout=10)
-            d = AbortSignal.any_of([AbortController().signal, c.signal])
-            d.add_listener(_counter(counts, i))
-            derived[i] = d
+    def create(i: int) -> None:
+        d = AbortSignal.any_of([AbortController().signal, controllers[i].signal])
+        d.add_listener(_counter(counts, i))
+        derived[i] = d
 
-    def aborter() -> None:
-        for i, c in enumerate(controllers):
-            barrier.wait(timeout=10)
-            c.abort(i)
-
-    threads = [threading.Thread(target=creator), threading.Thread(target=aborter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(50)
+    race_in_lockstep(rounds, create, lambda i: controllers[i].abort(i))
     for i, d in enumerate(derived):
         assert d is not None and d.aborted and d.reason == i
         assert counts[i] == 1
@@ -1158,23 +1106,7 @@ def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching:
     counts = [0] * rounds
     for i, d in enumerate(ds):
         d.add_listener(_counter(counts, i))
-    barrier = threading.Barrier(2)
-
-    def closer() -> None:
-        for d in ds:
-            barrier.wait(timeout=10)
-            d.close()
-
-    def aborter() -> None:
-        for x in xs:
-            barrier.wait(timeout=10)
-            x.abort()
-
-    threads = [threading.Thread(target=closer), threading.Thread(target=aborter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(50)
+    race_in_lockstep(rounds, lambda i: ds[i].close(), lambda i: xs[i].abort())
     for d, n, x in zip(ds, counts, xs, strict=False):
         assert n == (1 if d.aborted else 0)
         assert x.signal.listener_count == 0

@@ -13,6 +13,13 @@ import pytest
 from dshtools import AbortController, AbortError, AbortSignal, Deadline, TimeoutReason, deadline, timeout_of
 from dshtools._signal import signal as _signal_surface
 from dshtools._signal import timer as _timer
+from dshtools._signal.signal import _LinkedSignal
+
+
+def _linked(signal: AbortSignal) -> _LinkedSignal:
+    """A timeout or deadline signal, as the timer sees it (to fire it by hand)."""
+    assert isinstance(signal, _LinkedSignal)
+    return signal
 
 
 def pending_baseline() -> int:
@@ -55,10 +62,10 @@ def test_upstream_abort_wins_and_is_not_mistaken_for_a_timeout() -> None:
         assert dl.signal.reason == "user"
         assert dl.timed_out is False
         assert timeout_of(dl.signal) is None
-        # Now let the deadline's own timer fire, as the timer thread would
+        # Now let the deadline's own timer fire, as an abort runner would
         # (by hand: deterministic even on a loaded machine): the first abort
         # stays.
-        dl.signal._on_timer()
+        _linked(dl.signal)._on_timer()
         assert dl.signal.reason == "user"
         assert dl.timed_out is False
         assert timeout_of(dl.signal) is None
@@ -82,7 +89,7 @@ def test_an_outer_deadline_of_the_same_code_firing_is_not_the_inner_ones_timeout
     the abort reports ``timed_out`` (field cases B28, B31)."""
     up = AbortController()
     with deadline(up.signal, 60, "T") as outer, deadline(outer.signal, 60, "T") as inner:
-        outer.signal._on_timer()  # the outer timer fires, as the timer thread would
+        _linked(outer.signal)._on_timer()  # the outer timer fires, as an abort runner would
         assert inner.signal.aborted and inner.signal.reason is outer.signal.reason
         assert outer.timed_out is True
         assert inner.timed_out is False
@@ -180,7 +187,7 @@ def test_deadline_over_a_derived_upstream_links_to_the_original_sources() -> Non
 
 
 @pytest.mark.timeout(30)
-def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
+def test_deadline_timer_listeners_run_on_a_library_thread() -> None:
     with deadline(AbortController().signal, 0.01, "T") as dl:
         names: list[str] = []
         done = threading.Event()
@@ -191,7 +198,7 @@ def test_deadline_timer_listeners_run_on_the_timer_thread() -> None:
 
         dl.signal.add_listener(on_abort)
         assert done.wait(5)
-        assert names == ["dshtools-timer"]
+        assert names == ["dshtools-abort"]
 
 
 @pytest.mark.timeout(60)

@@ -17,6 +17,14 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason
 from dshtools._signal import timer as _timer
+from dshtools._signal.signal import _LinkedSignal
+from tests.helpers import race_in_lockstep
+
+
+def _threads() -> int:
+    """Threads alive, less the abort runners that fired timeouts start and
+    that end once idle (docs/contract.md#a15): not a leak."""
+    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
 
 
 def _stamp_to(calls: list[Any]) -> Callable[[AbortSignal], None]:
@@ -24,33 +32,6 @@ def _stamp_to(calls: list[Any]) -> Callable[[AbortSignal], None]:
         calls.append((time.monotonic(), s.reason))
 
     return listener
-
-
-def run_pair(first: Callable[[], None], second: Callable[[], None], join: float) -> None:
-    """Run two loops on daemon threads; fail if either raised or is still
-    blocked after `join` seconds."""
-    errors: list[BaseException] = []
-
-    def guard(fn: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                fn()
-            except BaseException as exc:
-                errors.append(exc)
-
-        return run
-
-    threads = [
-        threading.Thread(target=guard(first), daemon=True),
-        threading.Thread(target=guard(second), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(join)
-    assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
-    if errors:
-        raise errors[0]
 
 
 def busy_wait(seconds: float) -> None:
@@ -150,8 +131,10 @@ def test_b02_fused_timeout_with_listener_fires_after_the_test_drops_everything()
 # ---------------------------------------------------------------------- B04
 
 
-def _make_and_drop_10000(close: bool) -> None:
-    signals = [AbortSignal.timeout(3600) for _ in range(10_000)]
+def _make_and_drop(count: int, seconds: float, close: bool) -> None:
+    """``count`` timeouts of ``seconds``, each subscribed and unsubscribed,
+    then closed (``close``) or dropped."""
+    signals = [AbortSignal.timeout(seconds) for _ in range(count)]
     for s in signals:
         s.add_listener(lambda s: None).remove()
     if close:
@@ -168,7 +151,7 @@ def test_b04_10000_long_timeouts_are_not_pinned_until_their_deadline(close: bool
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        _make_and_drop_10000(close)
+        _make_and_drop(10_000, 3600, close)
         gc.collect()
         # "within 1 s": release is synchronous here, so check at once.
         assert _timer.pending_count() == baseline
@@ -188,20 +171,14 @@ def test_b04_no_timer_callback_fires_later_for_released_timeouts(close: bool, mo
     # Shortened sample: 200 timeouts of 0.2 s, subscribed and unsubscribed,
     # then closed or dropped. Count every timer callback that still fires.
     fired: list[int] = []
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
 
-    def counting(self: AbortSignal) -> None:
+    def counting(self: _LinkedSignal) -> None:
         fired.append(id(self))
         original(self)
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", counting)
-    signals = [AbortSignal.timeout(0.2) for _ in range(200)]
-    for s in signals:
-        s.add_listener(lambda s: None).remove()
-    if close:
-        for s in signals:
-            s.close()
-    del signals, s
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", counting)
+    _make_and_drop(200, 0.2, close)
     gc.collect()
     # The timer fires in deadline order: once this later sentinel has fired,
     # every one of the 200 would have.
@@ -224,28 +201,21 @@ def test_b07_register_under_a_non_reentrant_lock_never_deadlocks_or_loses_the_li
     registered = [False] * iterations
     rng = random.Random(7)
     offsets = [rng.uniform(0, 100e-6) for _ in range(iterations)]
-    barrier = threading.Barrier(2)
 
-    def registrar() -> None:
-        for i, c in enumerate(controllers):
-            barrier.wait(timeout=1.0)  # watchdog: an iteration over 1 s fails
+    def register(i: int) -> None:
+        def listener(s: AbortSignal) -> None:
+            with lock:  # would self-deadlock if run inline below
+                ran[i] += 1
 
-            def listener(s: AbortSignal, i: int = i) -> None:
-                with lock:  # would self-deadlock if run inline below
-                    ran[i] += 1
+        with lock:
+            registered[i] = controllers[i].signal.add_listener(listener, run_if_aborted=False).registered
 
-            with lock:
-                registered[i] = c.signal.add_listener(listener, run_if_aborted=False).registered
-        barrier.wait(timeout=1.0)
+    def abort(i: int) -> None:
+        busy_wait(offsets[i])
+        controllers[i].abort()
 
-    def aborter() -> None:
-        for i, c in enumerate(controllers):
-            barrier.wait(timeout=1.0)
-            busy_wait(offsets[i])
-            c.abort()
-        barrier.wait(timeout=1.0)
-
-    run_pair(registrar, aborter, join=100)
+    # watchdog: an iteration over 1 s fails
+    race_in_lockstep(iterations, register, abort, barrier_timeout=1.0, join=100)
     for i in range(iterations):
         # Exactly one of: the listener ran once, or registration said
         # "already aborted" (and it never ran).
@@ -303,20 +273,12 @@ def test_b10_cross_unregistering_listeners_never_deadlock(fast_switching: Any) -
         handles["la"] = a.signal.add_listener(la)
         handles["lb"] = b.signal.add_listener(lb)
         pairs.append((a, b))
-    barrier = threading.Barrier(2)
-    before = threading.active_count()
-
-    def abort_all(k: int) -> Callable[[], None]:
-        def run() -> None:
-            for pair in pairs:
-                barrier.wait(timeout=1.0)  # watchdog: both abort() calls return
-                pair[k].abort()
-            barrier.wait(timeout=1.0)
-
-        return run
-
-    run_pair(abort_all(0), abort_all(1), join=100)
-    assert threading.active_count() == before
+    before = _threads()
+    # watchdog: both abort() calls of a round return within 1 s
+    race_in_lockstep(
+        len(pairs), lambda i: pairs[i][0].abort(), lambda i: pairs[i][1].abort(), barrier_timeout=1.0, join=100
+    )
+    assert _threads() == before
     for la_runs, lb_runs in counts:
         assert la_runs <= 1 and lb_runs <= 1
         # Whichever listener ran first removed the other unless it had
@@ -349,23 +311,13 @@ def test_b11_remove_under_a_user_lock_racing_abort_never_deadlocks(fast_switchin
                 ran[i] += 1
 
         handles.append(c.signal.add_listener(listener))
-    barrier = threading.Barrier(2)
 
-    def remover() -> None:
-        for i, h in enumerate(handles):
-            barrier.wait(timeout=1.0)
-            with lock:
-                h.remove()
-                aborted_at_removal[i] = controllers[i].signal.aborted
-        barrier.wait(timeout=1.0)
+    def remove(i: int) -> None:
+        with lock:
+            handles[i].remove()
+            aborted_at_removal[i] = controllers[i].signal.aborted
 
-    def aborter() -> None:
-        for c in controllers:
-            barrier.wait(timeout=1.0)
-            c.abort()
-        barrier.wait(timeout=1.0)
-
-    run_pair(remover, aborter, join=100)
+    race_in_lockstep(iterations, remove, lambda i: controllers[i].abort(), barrier_timeout=1.0, join=100)
     for i in range(iterations):
         assert ran[i] in (0, 1)
         if not aborted_at_removal[i]:

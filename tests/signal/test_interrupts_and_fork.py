@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 
 from dshtools import AbortController, AbortSignal
+from tests.helpers import fork_while_held, run_python
 
 
 def _raiser(exc: BaseException) -> Any:
@@ -70,39 +70,22 @@ def test_ordinary_exceptions_are_still_reported_not_raised(monkeypatch: pytest.M
 
 
 # Run by a fresh interpreter (pytest itself must never fork: it is threaded).
-_FORK_WHILE_LOCKED = """
-import os, sys, threading
-from dshtools import AbortController, AbortSignal
-from dshtools._signal import state as _signal_claim
-
-held, release = threading.Event(), threading.Event()
-
-def hold():
-    with _signal_claim._LOCK:
-        held.set()
-        release.wait(10)
-
-holder = threading.Thread(target=hold)
-holder.start()
-assert held.wait(5)
-pid = os.fork()
-if pid == 0:  # child: the lock must be usable at once
-    code = 1
-    try:
-        c = AbortController()
-        ran = []
-        derived = AbortSignal.any_of([c.signal, AbortSignal.timeout(3600)])
-        derived.add_listener(lambda _s: ran.append(2))
-        c.signal.add_listener(lambda _s: ran.append(1))
-        c.abort()
-        code = 0 if ran == [1, 2] and derived.aborted and c.signal.listener_count == 0 else 3
-    finally:
-        os._exit(code)
-release.set()
-holder.join(5)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+_FORK_WHILE_LOCKED = fork_while_held(
+    "_signal_claim._LOCK",
+    setup="""
+    from dshtools import AbortController, AbortSignal
+    from dshtools._signal import state as _signal_claim
+    """,
+    child="""
+    c = AbortController()  # the lock must be usable at once
+    ran = []
+    derived = AbortSignal.any_of([c.signal, AbortSignal.timeout(3600)])
+    derived.add_listener(lambda _s: ran.append(2))
+    c.signal.add_listener(lambda _s: ran.append(1))
+    c.abort()
+    code = 0 if ran == [1, 2] and derived.aborted and c.signal.listener_count == 0 else 3
+    """,
+)
 
 
 @pytest.mark.timeout(60)
@@ -110,10 +93,4 @@ sys.exit(os.waitstatus_to_exitcode(status))
 def test_a_fork_while_another_thread_holds_the_signal_lock_does_not_deadlock_the_child() -> None:
     # docs/contract.md §8 A10. A deadlocked child would hang the helper; the
     # subprocess timeout bounds it.
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_WHILE_LOCKED],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_python(_FORK_WHILE_LOCKED)

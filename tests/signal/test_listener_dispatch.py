@@ -22,6 +22,7 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle
 from dshtools._signal import abort_owned, derive
+from dshtools._signal import links as _links
 from dshtools._signal import signal as _signal_surface
 from dshtools._signal import state as _signal_claim
 
@@ -187,17 +188,19 @@ def test_abort_owned_finishes_a_dispatch_an_interrupt_cut_short_and_runs_no_list
             log.append(i)
 
         fused.add_listener(listener)
-    dispatch = AbortSignal._dispatch
+    dispatch = _links._dispatch
     cut = [True]
 
-    def run_one_then_interrupt(self: AbortSignal, pending: Any) -> Any:
-        if cut and self is fused:
+    def run_one_then_interrupt(signal: AbortSignal, pending: Any) -> Any:
+        if cut and signal is fused:
             cut.clear()
-            next(pending)._cb(self)  # one listener starts and finishes ...
+            next(pending)._cb(signal)  # one listener starts and finishes ...
             raise KeyboardInterrupt  # ... then a Ctrl-C lands in the loop
-        return dispatch(self, pending)
+        return dispatch(signal, pending)
 
-    monkeypatch.setattr(AbortSignal, "_dispatch", run_one_then_interrupt)
+    # The documented hook: every linked signal's listeners run through
+    # `links._dispatch`.
+    monkeypatch.setattr(_links, "_dispatch", run_one_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         abort_owned(fused, KeyboardInterrupt())
     assert log == [0] and fused.aborted

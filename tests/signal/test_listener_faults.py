@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortSignal
+from dshtools._signal import links as _links
 from dshtools._signal import state as _signal_claim
 
 
@@ -161,8 +162,9 @@ def _interrupt_at(step: int, fn: Callable[[], None], codes: set[CodeType]) -> bo
 
 _CLOSE_CODES = {
     AbortSignal.close.__code__,
-    AbortSignal._release_sources_locked.__code__,
-    AbortSignal._keepalive_changed_locked.__code__,
+    _links._close_linked.__code__,
+    _links._release_sources_locked.__code__,
+    _links._keepalive_changed_locked.__code__,
 }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -17,6 +16,8 @@ import pytest
 
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
+from dshtools._signal.signal import _LinkedSignal
+from tests.helpers import fork_while_held, run_python
 
 
 def pending_baseline() -> int:
@@ -84,7 +85,9 @@ def test_timeout_rejects_bool_none_and_strings_with_type_error(bad: Any) -> None
 
 
 @pytest.mark.timeout(30)
-def test_timeout_listeners_run_on_the_shared_timer_thread() -> None:
+def test_timeout_listeners_run_on_a_library_thread_never_the_callers() -> None:
+    """docs/contract.md §1 and A15: the timer thread decides, an abort runner
+    (a library thread) runs the listeners."""
     idents: list[int] = []
     names: list[str] = []
     done = threading.Event()
@@ -100,19 +103,21 @@ def test_timeout_listeners_run_on_the_shared_timer_thread() -> None:
     a.add_listener(record)
     b.add_listener(record)
     assert done.wait(5)
-    assert idents[0] == idents[1] != threading.get_ident()
-    assert names == ["dshtools-timer"] * 2
+    assert threading.get_ident() not in idents
+    assert names == ["dshtools-abort"] * 2
 
 
 @pytest.mark.timeout(30)
-def test_derived_signal_of_a_timeout_aborts_on_the_timer_thread_with_its_reason() -> None:
+def test_derived_signal_of_a_timeout_aborts_with_its_reason_and_its_listeners_run_on_a_library_thread() -> None:
     t = AbortSignal.timeout(0.01)
     d = AbortSignal.any_of([AbortController().signal, t])
     threads: list[str] = []
-    d.add_listener(lambda s: threads.append(threading.current_thread().name))
+    ran = threading.Event()
+    d.add_listener(lambda s: (threads.append(threading.current_thread().name), ran.set()))  # type: ignore[func-returns-value]
     assert d.wait(5)
     assert d.reason is t.reason
-    assert threads == ["dshtools-timer"]
+    assert ran.wait(5)  # the waiter may wake before the listener runs
+    assert threads == ["dshtools-abort"]
 
 
 @pytest.mark.timeout(60)
@@ -167,23 +172,24 @@ def test_timer_thread_survives_a_raising_listener(unraisable: list[Any]) -> None
     assert first.wait(5)
     second = AbortSignal.timeout(0.01)
     ran: list[str] = []
-    second.add_listener(lambda s: ran.append(threading.current_thread().name))
-    assert second.wait(5)
-    assert ran == ["dshtools-timer"]
+    done = threading.Event()
+    second.add_listener(lambda s: (ran.append(threading.current_thread().name), done.set()))  # type: ignore[func-returns-value]
+    assert done.wait(5)
+    assert ran == ["dshtools-abort"]
     assert [u.exc_value for u in unraisable] == [err]
 
 
 @pytest.mark.timeout(30)
 def test_timer_thread_survives_a_failing_timer_callback(unraisable: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
     doomed: list[AbortSignal] = []
 
-    def on_timer(self: AbortSignal) -> None:
+    def on_timer(self: _LinkedSignal) -> None:
         if self in doomed:
             raise MemoryError("simulated failure inside the timer callback")
         original(self)
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", on_timer)
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", on_timer)
     doomed.append(AbortSignal.timeout(0))
     ok = AbortSignal.timeout(0.02)
     assert ok.wait(5)
@@ -250,12 +256,12 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
 ) -> None:
     # Regression. Interleaving forced: the timer thread has popped the entry
     # and is about to call _on_timer when close() runs and returns.
-    original = AbortSignal._on_timer
+    original = _LinkedSignal._on_timer
     entered = threading.Event()
     go = threading.Event()
     done = threading.Event()
 
-    def gated(self: AbortSignal) -> None:
+    def gated(self: _LinkedSignal) -> None:
         entered.set()
         go.wait(10)
         try:
@@ -263,7 +269,7 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
         finally:
             done.set()
 
-    monkeypatch.setattr(AbortSignal, "_on_timer", gated)
+    monkeypatch.setattr(_LinkedSignal, "_on_timer", gated)
     s = AbortSignal.timeout(0)
     calls: list[AbortSignal] = []
     s.add_listener(calls.append)
@@ -384,40 +390,24 @@ def test_a_huge_finite_timeout_does_not_kill_the_shared_timer_thread() -> None:
 # Run by a fresh interpreter (pytest itself must never fork: it is threaded).
 # The parent's timer thread is running and holds the timer lock at the
 # moment of the fork; the child must get a working timer of its own.
-_FORK_TIMERS = """
-import os, sys, threading
-from dshtools import AbortController, AbortSignal, deadline
-from dshtools._signal import timer as _timer
+_FORK_TIMERS = fork_while_held(
+    "_timer._lock",
+    setup="""
+    from dshtools import AbortController, AbortSignal, deadline
+    from dshtools._signal import timer as _timer
 
-assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
-inherited = AbortSignal.timeout(0.2)
-held, release = threading.Event(), threading.Event()
-
-def hold():
-    with _timer._lock:
-        held.set()
-        release.wait(10)
-
-holder = threading.Thread(target=hold)
-holder.start()
-assert held.wait(5)
-pid = os.fork()
-if pid == 0:
-    code = 1
-    try:
-        fresh = AbortSignal.timeout(0.01)
-        armed = deadline(AbortController().signal, 0.01, "CHILD")
-        ok = fresh.wait(5) and inherited.wait(5) and armed.signal.wait(5) and armed.timed_out
-        ok = ok and _timer._thread is not None and _timer._thread.is_alive()
-        code = 0 if ok else 3
-    finally:
-        os._exit(code)
-release.set()
-holder.join(5)
-_, status = os.waitpid(pid, 0)
-assert inherited.wait(5)  # and the parent's timer is unaffected
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+    assert AbortSignal.timeout(0).wait(5)  # the parent's timer thread runs
+    inherited = AbortSignal.timeout(0.2)
+    """,
+    child="""
+    fresh = AbortSignal.timeout(0.01)
+    armed = deadline(AbortController().signal, 0.01, "CHILD")
+    ok = fresh.wait(5) and inherited.wait(5) and armed.signal.wait(5) and armed.timed_out
+    ok = ok and _timer._thread is not None and _timer._thread.is_alive()
+    code = 0 if ok else 3
+    """,
+    after="assert inherited.wait(5)  # and the parent's timer is unaffected",
+)
 
 
 @pytest.mark.timeout(60)
@@ -428,10 +418,4 @@ def test_timeouts_fire_in_a_forked_child() -> None:
     # worker. A timer inherited from the parent, a new one and a deadline's
     # must all fire in the child, even if the fork landed while the parent's
     # timer lock was held.
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_TIMERS],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_python(_FORK_TIMERS)

@@ -40,7 +40,7 @@ from dshtools import (
 )
 from dshtools._core.freeze import freeze
 from dshtools._types.functions import TypedArguments
-from tests.registry_support import call, error_of, value_of
+from tests.helpers import call, error_of, value_of
 
 
 class Unit(enum.Enum):

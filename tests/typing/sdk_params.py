@@ -1,7 +1,7 @@
 """Typing cases (mypy --strict, no cast): what ``dshtools.openai`` and
 ``dshtools.anthropic`` build is accepted by the official SDKs' parameter
 types (docs/contract.md §13 A18; field case N11). Checked by
-``test_typing_cases.py``; never run."""
+``test_case_files.py``; never run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Typing contract of the cancellation primitive (docs/contract.md §1), checked by
-mypy (strict, warn_unused_ignores) from tests/typing/test_typing_cases.py. Lines without
+mypy (strict, warn_unused_ignores) from tests/typing/test_case_files.py. Lines without
 an ignore must type-check; every ``# type: ignore[...]`` marks an error mypy
 must report - if it disappeared, ``warn_unused_ignores`` fails the run.
 Not imported at run time (the file name does not start with ``test_``)."""

@@ -12,13 +12,12 @@ checks that mypy reports exactly the marked lines."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers import run_mypy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -110,19 +109,6 @@ def module_level(view: ToolDispatchExecution) -> None:
 
     nested()
 """
-
-
-def run_mypy(path: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, MYPYPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "setup.cfg"), "--no-incremental", str(path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.mark.timeout(300)

@@ -1,5 +1,5 @@
 """Typing contract of typed tools (docs/contract.md#typed-tools), checked by
-mypy strict from tests/typing/test_typing_cases.py: ``@registry.tool`` and
+mypy strict from tests/typing/test_case_files.py: ``@registry.tool`` and
 ``@dshtools.tool``, bare or with options, return the function with its own
 type, so it stays callable (and checked) in the user's own code. Every
 ``# type: ignore[...]`` marks an error mypy must report."""

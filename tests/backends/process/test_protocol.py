@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult
 from dshtools._types.tools import ToolRunContext
+from tests.helpers import blocked_until_released, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 
@@ -94,22 +94,6 @@ class Fifos:
             f.write("go\n")
 
 
-def announce(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text + "\n")
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[ProcessBackend]:
-    # One pool for the module: starting a worker (a fresh interpreter) is
-    # the slow part, so tests share warm workers where they can.
-    b = ProcessBackend(2, kill_after=0.5)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 # ------------------------------------------------------------- bodies
 
 
@@ -129,13 +113,13 @@ def echo_body(args: Any, run: ToolRunContext) -> object:
 
 
 def cooperative_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     run.signal.wait()
     return {"reason": run.signal.reason, "aborted": run.signal.aborted}
 
 
 def stubborn_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     time.sleep(60)
     return "unreachable"
 
@@ -152,7 +136,7 @@ def spawning_body(args: Any, run: ToolRunContext) -> object:
     orphaned = int(orphan.stdout.readline())
     orphan.wait()
     pids = [own_a.pid, own_b.pid, same.pid, orphaned]
-    announce(args["started"], " ".join(map(str, [os.getpid(), *pids])))
+    write_line(args["started"], " ".join(map(str, [os.getpid(), *pids])))
     time.sleep(60)
     return "unreachable"
 
@@ -182,7 +166,7 @@ def lock_returning_body(args: Any, run: ToolRunContext) -> object:
 def io_sleep_body(args: Any, run: ToolRunContext) -> object:
     from dshtools import io as dio
 
-    announce(args["started"], "1")
+    write_line(args["started"], "1")
     dio.sleep(60, run.signal)
     return "slept"
 
@@ -325,13 +309,6 @@ def counting_body(args: Any, run: ToolRunContext) -> object:
     return None
 
 
-def blocking_body(args: Any, run: ToolRunContext) -> object:
-    announce(args["started"], str(os.getpid()))
-    with open(args["release"], encoding="ascii") as f:
-        f.readline()
-    return "released"
-
-
 @pytest.mark.timeout(30)
 def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path) -> None:
     fifos = Fifos(tmp_path)
@@ -339,7 +316,7 @@ def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
     counter.write_text("")
     with ProcessBackend(1, kill_after=0.5) as b:
         first = b.submit(
-            blocking_body, {"started": fifos.started, "release": fifos.release}, ctx(AbortController().signal)
+            blocked_until_released, {"started": fifos.started, "release": fifos.release}, ctx(AbortController().signal)
         )
         fifos.wait_started()  # the only worker is busy
         controllers = [AbortController() for _ in range(5)]

@@ -29,26 +29,30 @@ from dshtools import (
     INVALID_TOOL_OUTPUT,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
     TOOL_TIMEOUT,
     WORKER_LOST,
     AbortController,
     ProcessBackend,
-    TimeoutPolicy,
     ToolDefinition,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
-    ToolFailure,
     ToolRegistry,
     ToolSuccess,
     execute_batch,
 )
 from dshtools._os.tree import session_alive
+from tests.helpers import (
+    OBJECT,
+    assert_worker_only_errors_keep_name_message_and_code,
+    blocked_until_released,
+    call,
+    raises_worker_only,
+    registry_serving,
+    tool,
+    write_line,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
-
-OBJECT: dict[str, Any] = {"type": "object"}
 
 
 def gone(pid: int) -> bool:
@@ -56,11 +60,6 @@ def gone(pid: int) -> bool:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-
-
-def announce(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text + "\n")
 
 
 def read_line(path: str) -> str:
@@ -86,39 +85,23 @@ def fifo(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[ProcessBackend]:
-    b = ProcessBackend(2, kill_after=0.5)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def registry(backend: ProcessBackend) -> Iterator[ToolRegistry]:
     # Module-wide, like its backend: closing the last registry that uses a
     # backend closes the backend.
-    r = ToolRegistry(backend=backend)
-    r.add_around_dispatch(TimeoutPolicy())
-    for definition in DEFINITIONS:
-        r.register(definition)
-    try:
-        yield r
-    finally:
-        r.close()
+    yield from registry_serving(ToolRegistry(backend=backend), DEFINITIONS)
 
 
 # -------------------------------------------------------------- bodies
 
 
 def stubborn(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     time.sleep(60)
     return "unreachable"
 
 
 def cooperative(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
+    write_line(args["started"], str(os.getpid()))
     run.signal.wait()
     return "stopped when asked"
 
@@ -154,21 +137,22 @@ DEFINITIONS = [
 ]
 
 
-def call(name: str, arguments: dict[str, Any] | None = None, controller: AbortController | None = None) -> Any:
-    return ToolExecutionInput(f"c-{name}", name, arguments or {}, (controller or AbortController()).signal)
+def execute_aborted_once_started(registry: ToolRegistry, name: str, fifo: str) -> tuple[ToolExecutionResult, int]:
+    """Execute tool ``name`` (its body announces its worker's pid on
+    ``fifo``) and abort the call's signal once the body announced itself.
+    Returns the result and the worker's pid."""
+    controller = AbortController()
+    worker: list[int] = []
 
-
-def abort_when_started(controller: AbortController, fifo: str, out: list[int]) -> threading.Thread:
-    """Abort ``controller`` once the body announced itself on ``fifo``
-    (its worker's pid goes to ``out``)."""
-
-    def run() -> None:
-        out.append(int(read_line(fifo)))
+    def abort_when_started() -> None:
+        worker.append(int(read_line(fifo)))
         controller.abort("user pressed stop")
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=abort_when_started)
     thread.start()
-    return thread
+    result = registry.execute(call(name, {"started": fifo}, signal=controller.signal))
+    thread.join()
+    return result, worker[0]
 
 
 # --------------------------------------------------------------- tests
@@ -176,16 +160,12 @@ def abort_when_started(controller: AbortController, fifo: str, out: list[int]) -
 
 @pytest.mark.timeout(30)
 def test_a_sleeping_body_is_killed_after_kill_after_with_nothing_left(registry: ToolRegistry, fifo: str) -> None:
-    controller = AbortController()
-    worker: list[int] = []
-    thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("stubborn", {"started": fifo}, controller))
-    thread.join()
+    result, worker = execute_aborted_once_started(registry, "stubborn", fifo)
     assert result.code == TOOL_ABORTED
     assert result.meta is not None and result.meta["killed"] is True
     overrun = result.meta["overrun_s"]
     assert isinstance(overrun, float) and overrun >= 0.5
-    assert gone(worker[0]) and session_alive(worker[0]) == []
+    assert gone(worker) and session_alive(worker) == []
 
 
 @pytest.mark.timeout(30)
@@ -210,15 +190,11 @@ def test_a_cooperative_body_returns_on_its_signal_and_is_not_killed(
     registry: ToolRegistry, backend: ProcessBackend, fifo: str
 ) -> None:
     kills = backend.kills
-    controller = AbortController()
-    worker: list[int] = []
-    thread = abort_when_started(controller, fifo, worker)
-    result = registry.execute(call("cooperative", {"started": fifo}, controller))
-    thread.join()
+    result, worker = execute_aborted_once_started(registry, "cooperative", fifo)
     assert result.code == TOOL_ABORTED
     assert not (result.meta or {}).get("killed")
     assert backend.kills == kills
-    assert worker[0] in backend.worker_pids  # the worker lives on, reused
+    assert worker in backend.worker_pids  # the worker lives on, reused
 
 
 @pytest.mark.timeout(30)
@@ -259,13 +235,6 @@ def test_a_per_tool_backend_runs_only_that_tool_in_a_worker(backend: ProcessBack
     assert backend.worker_pids  # a shared backend stays open for its other users
 
 
-def blocker(args: Any, run: Any) -> object:
-    announce(args["started"], str(os.getpid()))
-    with open(args["release"], encoding="ascii") as f:
-        f.readline()
-    return "released"
-
-
 @pytest.mark.timeout(30)
 def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path, fifo: str) -> None:
     release = str(tmp_path / "release")
@@ -274,7 +243,7 @@ def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
     log.write_text("")
     backend = ProcessBackend(1, kill_after=0.5)
     with ToolRegistry(backend=backend) as r:
-        r.register(ToolDefinition("blocker", "", OBJECT, blocker))
+        r.register(ToolDefinition("blocker", "", OBJECT, blocked_until_released))
         r.register(DEFINITIONS[-1])  # counted
         results: dict[str, ToolExecutionResult] = {}
         first = threading.Thread(
@@ -286,7 +255,7 @@ def test_queued_calls_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: P
         read_line(fifo)  # the only worker is busy now
         controller = AbortController()
         calls = [
-            ToolExecutionInput(f"q{i}", "counted", {"log": str(log), "id": f"q{i}"}, controller.signal)
+            call("counted", {"log": str(log), "id": f"q{i}"}, signal=controller.signal, call_id=f"q{i}")
             for i in range(4)
         ]
         queued = threading.Thread(
@@ -337,7 +306,7 @@ def test_200_calls_with_random_aborts_keep_every_invariant(tmp_path: Path) -> No
                     c.abort("before")
                 wait = rng.choice([0, 0, 0.01, 0.05])
                 calls.append(
-                    ToolExecutionInput(f"r{n}", "counted", {"log": str(log), "id": f"r{n}", "wait": wait}, c.signal)
+                    call("counted", {"log": str(log), "id": f"r{n}", "wait": wait}, signal=c.signal, call_id=f"r{n}")
                 )
                 controllers.append(c)
             timers = [
@@ -419,32 +388,6 @@ def test_ctrl_c_during_a_process_backed_batch_exits_130_with_nothing_left() -> N
         assert gone(pid) and session_alive(pid) == []
 
 
-_WORKER_ONLY = textwrap.dedent(
-    """
-    from dshtools import ToolError
-
-    class WorkerOnlyError(Exception):
-        pass
-
-    class WorkerOnlyQuotaError(ToolError):
-        pass
-    """
-)
-
-
-def _raises_worker_only(args: Any, run: Any) -> object:
-    """Imports a module from a folder only this worker has on its path,
-    and raises one of its exceptions."""
-    import importlib
-
-    if args["dir"] not in sys.path:
-        sys.path.insert(0, args["dir"])
-    module = importlib.import_module(args["module"])
-    if args["coded"]:
-        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
-    raise module.WorkerOnlyError("the index is 3 days old")
-
-
 @pytest.mark.timeout(60)
 def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name_message_and_code(
     tmp_path: Path,
@@ -453,28 +396,9 @@ def test_an_exception_from_a_module_only_the_worker_imports_keeps_its_class_name
     caller's (a module only the worker imports); the exception does not
     unpickle here and reaches the caller with its class name, message and
     ``ToolError`` code, not as ``ModuleNotFoundError``."""
-    module = "dshtools_n14_process_only"
-    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
-    with pytest.raises(ImportError):
-        __import__(module)  # the scenario is real: not importable here
     with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("worker_only", "raises", OBJECT, _raises_worker_only))
-        plain, coded = (
-            registry.execute(
-                ToolExecutionInput(
-                    f"c{i}",
-                    "worker_only",
-                    {"dir": str(tmp_path), "module": module, "coded": coded},
-                    AbortController().signal,
-                )
-            )
-            for i, coded in enumerate((False, True))
-        )
-    assert isinstance(plain, ToolFailure) and plain.code == TOOL_ERROR
-    assert plain.error.info is not None and plain.error.info.name == "WorkerOnlyError"
-    assert plain.error.message == "the index is 3 days old"
-    assert isinstance(coded, ToolFailure) and coded.code == "QUOTA_EXCEEDED"
-    assert coded.error.message == "3 of 3 calls used"
+        registry.register(tool("worker_only", raises_worker_only))
+        assert_worker_only_errors_keep_name_message_and_code(registry, str(tmp_path), "dshtools_n14_process_only")
 
 
 def _slow_announced(args: Any, run: Any) -> object:
@@ -483,7 +407,7 @@ def _slow_announced(args: Any, run: Any) -> object:
     from dshtools import io as dio
 
     if args.get("fifo"):
-        announce(args["fifo"], str(os.getpid()))
+        write_line(args["fifo"], str(os.getpid()))
     dio.sleep(1.5, run.signal)
     return {"slow": "done", "pid": os.getpid()}
 
@@ -517,15 +441,15 @@ def test_b48_a_worker_killed_mid_batch_fails_only_its_call_and_the_pool_recovers
             slow, crashed = execute_batch(
                 registry,
                 [
-                    ToolExecutionInput("b48-slow", "slow", {"fifo": fifo}, signal_),
-                    ToolExecutionInput("b48-crash", "crash", {"fifo": fifo}, signal_),
+                    call("slow", {"fifo": fifo}, signal=signal_, call_id="b48-slow"),
+                    call("crash", {"fifo": fifo}, signal=signal_, call_id="b48-crash"),
                 ],
                 signal=signal_,
             )
         finally:
             unblock(fifo)
         assert time.monotonic() - t0 < 30
-        later = [registry.execute(ToolExecutionInput(f"b48-{i}", "slow", {}, signal_)) for i in range(3)]
+        later = [registry.execute(call("slow", signal=signal_, call_id=f"b48-{i}")) for i in range(3)]
     assert isinstance(slow, ToolSuccess), slow
     assert crashed.code == WORKER_LOST, crashed
     assert all(isinstance(r, ToolSuccess) for r in later), later

@@ -24,13 +24,13 @@ from dshtools import (
     TOOL_ABORTED,
     AbortController,
     ProcessBackend,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
     ToolSuccess,
     thaw,
 )
+from tests.helpers import call
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIFOs and fork")
 
@@ -67,13 +67,9 @@ def registry() -> Iterator[ToolRegistry]:
         yield r
 
 
-def _call(name: str, arguments: object, signal: object = None) -> ToolExecutionInput:
-    return ToolExecutionInput("c1", name, arguments, signal or AbortController().signal)  # type: ignore[arg-type]
-
-
 @pytest.mark.timeout(60)
 def test_typed_model_arguments_cross_to_a_worker_and_the_return_comes_back_as_json(registry: ToolRegistry) -> None:
-    result = registry.execute(_call("forecast", {"place": {"city": "Oslo", "zip": "0150"}, "day": "2026-12-01"}))
+    result = registry.execute(call("forecast", {"place": {"city": "Oslo", "zip": "0150"}, "day": "2026-12-01"}))
     assert isinstance(result, ToolSuccess), result
     value = thaw(result.value)
     assert value["place"] == {"city": "Oslo", "zip": "0150"}
@@ -83,7 +79,7 @@ def test_typed_model_arguments_cross_to_a_worker_and_the_return_comes_back_as_js
 
 @pytest.mark.timeout(60)
 def test_a_coercion_error_is_invalid_args_in_the_caller_and_nothing_is_sent(registry: ToolRegistry) -> None:
-    result = registry.execute(_call("forecast", {"place": {"city": "Oslo", "zip": "0150"}, "day": "2026-13-01"}))
+    result = registry.execute(call("forecast", {"place": {"city": "Oslo", "zip": "0150"}, "day": "2026-13-01"}))
     assert result.code == INVALID_ARGS
     assert "at $.day" in result.content[0]["text"]
 
@@ -96,7 +92,7 @@ def test_an_abort_reaches_the_typed_bodys_signal_in_the_worker(registry: ToolReg
     results: list[ToolExecutionResult] = []
     arguments = {"started": started, "place": {"city": "Bergen", "zip": "5003"}}
     caller = threading.Thread(
-        target=lambda: results.append(registry.execute(_call("wait_for_abort", arguments, controller.signal)))
+        target=lambda: results.append(registry.execute(call("wait_for_abort", arguments, signal=controller.signal)))
     )
     caller.start()
     with open(started, encoding="ascii") as f:  # blocks until the body opened the FIFO

@@ -5,7 +5,7 @@ The signal actor and a worker's channel are plain classes: these tests drive
 them directly, in the orders a cluster would produce only by chance, and
 check the one rule — a call whose abort reached the worker process first is
 never claimed there, and a claimed call gets its abort on its
-``run.signal``. The cluster tests are in test_ray_backend.py.
+``run.signal``. The cluster tests are in test_cluster.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One ``ray.init(num_cpus=2)`` for the whole session (started by the first
 test that needs it, shut down at session end), one registry on one
 ``RayBackend(kill_after=1.0)`` for the module. The bodies talk to the test
-through a small named actor (``Events``, tests/ray_support.py): they announce that they started
+through a small named actor (``Events``, tests/helpers.py): they announce that they started
 (and their pids) and count what they ran, so no test sleeps to wait for an
 interleaving. Skipped only when ``ray`` is not importable.
 """
@@ -33,9 +33,7 @@ from dshtools import (  # noqa: E402
     TOOL_TIMEOUT,
     WORKER_LOST,
     AbortController,
-    AbortSignal,
     TimeoutPolicy,
-    ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -46,9 +44,16 @@ from dshtools import (  # noqa: E402
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.ray_support import EventsActor, actor, announce  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    announce,
+    assert_worker_only_errors_keep_name_message_and_code,
+    call,
+    events_handle,
+    raises_worker_only,
+    start_events,
+    tool,
+)
 
-OBJECT: dict[str, Any] = {"type": "object"}
 EVENTS = "dshtools-test-events"
 
 
@@ -57,7 +62,7 @@ EVENTS = "dshtools-test-events"
 
 def _events() -> Any:
     """The events actor, from a body or a test (cached per process)."""
-    return actor(EVENTS)
+    return events_handle(EVENTS)
 
 
 def _announce(tag: str, value: Any = True) -> None:
@@ -66,8 +71,7 @@ def _announce(tag: str, value: Any = True) -> None:
 
 @pytest.fixture(scope="session")
 def events_actor(ray_cluster: None) -> Iterator[Any]:
-    handle = EventsActor.options(name=EVENTS).remote()
-    ray.get(handle.count.remote("warm-up"))
+    handle = start_events(EVENTS)
     yield handle
     ray.kill(handle)
 
@@ -106,11 +110,7 @@ def events(events_actor: Any) -> Any:
 
 
 def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], object], **kw: Any) -> Callable[[], None]:
-    return registry.register(ToolDefinition(name, f"{name} tool", OBJECT, body, **kw))
-
-
-def _call(name: str, arguments: Any, signal: AbortSignal, call_id: str = "c1") -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, arguments, signal)
+    return registry.register(tool(name, body, **kw))
 
 
 class _InThread:
@@ -215,7 +215,7 @@ def _gone(pid: int) -> bool:
 def test_a_body_runs_remotely_and_its_contexts_come_back(registry: ToolRegistry) -> None:
     remove = _register(registry, "echo", _echo)
     try:
-        result = registry.execute(_call("echo", {"x": 7}, AbortController().signal, "call-7"))
+        result = registry.execute(call("echo", {"x": 7}, call_id="call-7"))
     finally:
         remove()
     assert _success(result).value == {"echo": 7, "call_id": "call-7", "name": "echo"}
@@ -228,7 +228,7 @@ def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolR
     remove = _register(registry, "coop", _cooperative)
     controller = AbortController()
     try:
-        running = _InThread(registry, _call("coop", {"tag": "coop-started"}, controller.signal))
+        running = _InThread(registry, call("coop", {"tag": "coop-started"}, signal=controller.signal))
         assert ray.get(events.wait.remote("coop-started", 30)) is not None
         controller.abort(ValueError("user pressed stop"))
         result = running.result()
@@ -248,7 +248,7 @@ def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistr
     controller = AbortController()
     reason = threading.Lock()
     try:
-        running = _InThread(registry, _call("coop", {"tag": "lock-started"}, controller.signal))
+        running = _InThread(registry, call("coop", {"tag": "lock-started"}, signal=controller.signal))
         assert ray.get(events.wait.remote("lock-started", 30)) is not None
         controller.abort(reason)
         result = running.result()
@@ -268,7 +268,7 @@ def test_non_cooperative_body_is_killed_after_kill_after(
     remove = _register(registry, "stubborn", _stubborn)
     controller = AbortController()
     try:
-        running = _InThread(registry, _call("stubborn", {"tag": "stubborn-started"}, controller.signal))
+        running = _InThread(registry, call("stubborn", {"tag": "stubborn-started"}, signal=controller.signal))
         worker_pid, child_pid = ray.get(events.wait.remote("stubborn-started", 30))
         dispatch = backend.dispatches[-1]
         aborted_at = time.monotonic()
@@ -300,12 +300,16 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
     queued = AbortController()
     try:
         # Two bodies hold both CPU slots until `holders` aborts.
-        held = [_InThread(registry, _call("coop", {"tag": f"hold-{i}"}, holders.signal, f"h{i}")) for i in range(2)]
+        held = [
+            _InThread(registry, call("coop", {"tag": f"hold-{i}"}, signal=holders.signal, call_id=f"h{i}"))
+            for i in range(2)
+        ]
         for i in range(2):
             assert ray.get(events.wait.remote(f"hold-{i}", 30)) is not None
         before = len(backend.dispatches)
         waiting = [
-            _InThread(registry, _call("counted", {"counter": "queued-ran"}, queued.signal, f"q{i}")) for i in range(4)
+            _InThread(registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}"))
+            for i in range(4)
         ]
         deadline = time.monotonic() + 30
         while len(backend.dispatches) < before + 4:  # the four tasks are submitted (queued in Ray)
@@ -336,14 +340,15 @@ def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registr
     eager = RayBackend(kill_after=0.0)
     try:
         held = [
-            _InThread(registry, _call("coop", {"tag": f"zero-hold-{i}"}, holders.signal, f"z{i}")) for i in range(2)
+            _InThread(registry, call("coop", {"tag": f"zero-hold-{i}"}, signal=holders.signal, call_id=f"z{i}"))
+            for i in range(2)
         ]
         for i in range(2):
             assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
         with ToolRegistry(backend=eager) as other:
             _register(other, "counted", _counted)
             queued = AbortController()
-            waiting = _InThread(other, _call("counted", {"counter": "zero-ran"}, queued.signal, "zq"))
+            waiting = _InThread(other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq"))
             deadline = time.monotonic() + 30
             while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
                 assert time.monotonic() < deadline
@@ -365,7 +370,7 @@ def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registr
 def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) -> None:
     remove = _register(registry, "slow", _cooperative, timeout=0.5)
     try:
-        result = registry.execute(_call("slow", {"tag": "slow-started"}, AbortController().signal))
+        result = registry.execute(call("slow", {"tag": "slow-started"}))
     finally:
         remove()
     assert result.code == TOOL_TIMEOUT
@@ -376,7 +381,7 @@ def test_timeout_policy_gives_tool_timeout(registry: ToolRegistry, events: Any) 
 def test_timeout_of_a_non_cooperative_body_is_tool_timeout_and_killed(registry: ToolRegistry, events: Any) -> None:
     remove = _register(registry, "stuck", _stubborn, timeout=0.3)
     try:
-        result = registry.execute(_call("stuck", {"tag": "stuck-started"}, AbortController().signal))
+        result = registry.execute(call("stuck", {"tag": "stuck-started"}))
         worker_pid, child_pid = ray.get(events.wait.remote("stuck-started", 1))
     finally:
         remove()
@@ -397,7 +402,7 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
 
     remove_observer = registry.add_result_observer(observe)
     batch = AbortController()
-    calls = [_call("batch", {"i": i}, AbortController().signal, f"b{i}") for i in range(20)]
+    calls = [call("batch", {"i": i}, call_id=f"b{i}") for i in range(20)]
     out: list[list[ToolExecutionResult]] = []
     try:
         runner = threading.Thread(target=lambda: out.append(execute_batch(registry, calls, signal=batch.signal)))
@@ -432,7 +437,7 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
 def test_worker_killed_from_outside_is_worker_lost(registry: ToolRegistry, events: Any) -> None:
     remove = _register(registry, "victim", _cooperative)
     try:
-        running = _InThread(registry, _call("victim", {"tag": "victim-started"}, AbortController().signal))
+        running = _InThread(registry, call("victim", {"tag": "victim-started"}))
         pid = ray.get(events.wait.remote("victim-started", 30))
         os.kill(pid, signal.SIGKILL)
         result = running.result()
@@ -461,7 +466,7 @@ def test_ctrl_c_while_waiting_aborts_joins_publishes_and_reraises(registry: Tool
     helper.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            registry.execute(_call("coop", {"tag": "ctrl-c-started"}, AbortController().signal))
+            registry.execute(call("coop", {"tag": "ctrl-c-started"}))
     finally:
         helper.join()
         remove_observer()
@@ -502,7 +507,7 @@ def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
     remove = _register(registry, "guarded", _guarded)
     controller = AbortController()
     try:
-        running = _InThread(registry, _call("guarded", {"tag": "guarded-started"}, controller.signal))
+        running = _InThread(registry, call("guarded", {"tag": "guarded-started"}, signal=controller.signal))
         assert ray.get(events.wait.remote("guarded-started", 30)) is not None
         ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
         assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
@@ -551,8 +556,8 @@ def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -
     blob = os.urandom(200_000)  # above the inline limit: passed by reference
     remove = _register(registry, "large", functools.partial(_large_body, blob))
     try:
-        first = registry.execute(_call("large", {}, AbortController().signal, "l1"))
-        second = registry.execute(_call("large", {}, AbortController().signal, "l2"))
+        first = registry.execute(call("large", {}, call_id="l1"))
+        second = registry.execute(call("large", {}, call_id="l2"))
     finally:
         remove()
     assert _success(first).value == 200_000
@@ -563,7 +568,7 @@ def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -
 def test_run_dispatch_raises_in_a_remote_body(registry: ToolRegistry) -> None:
     remove = _register(registry, "nested", _nested)
     try:
-        result = registry.execute(_call("nested", {}, AbortController().signal))
+        result = registry.execute(call("nested", {}))
     finally:
         remove()
     assert "thread backend" in _success(result).value
@@ -579,8 +584,8 @@ def test_what_does_not_pickle(registry: ToolRegistry) -> None:
         _register(registry, "bad-error", _raises_unpicklable),
     ]
     try:
-        value = registry.execute(_call("bad-value", {}, AbortController().signal))
-        error = registry.execute(_call("bad-error", {}, AbortController().signal))
+        value = registry.execute(call("bad-value", {}))
+        error = registry.execute(call("bad-error", {}))
     finally:
         for remove in removes:
             remove()
@@ -599,7 +604,7 @@ def test_a_forked_child_is_refused_at_once(registry: ToolRegistry) -> None:
         pid = os.fork()
         if pid == 0:  # the child: never touches Ray, never returns into pytest
             try:
-                result = registry.execute(_call("echo", {"x": 1}, AbortController().signal))
+                result = registry.execute(call("echo", {"x": 1}))
                 os.write(write_end, f"{result.code}|{_meta(result).get('reason')}".encode())
             finally:
                 os._exit(0)
@@ -629,12 +634,12 @@ def test_closed_backend_refuses_and_is_quiescent(ray_cluster: Any) -> None:
     backend = RayBackend(kill_after=0.5)
     with ToolRegistry(backend=backend) as registry:
         _register(registry, "echo", _echo)
-        assert not registry.execute(_call("echo", {"x": 1}, AbortController().signal)).is_error
+        assert not registry.execute(call("echo", {"x": 1})).is_error
     assert backend.running_tasks() == 0
     assert backend.tasks_started == 1
     with ToolRegistry() as other:
         _register(other, "echo", _echo, backend=backend)
-        result = other.execute(_call("echo", {"x": 1}, AbortController().signal))
+        result = other.execute(call("echo", {"x": 1}))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
     assert "closed" in str(_meta(result)["reason"])
 
@@ -692,39 +697,13 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
         _register(registry, "exits_e", _raises_exiting_error),
     ]
     try:
-        bad_value = registry.execute(_call("exits_v", {}, AbortController().signal, "v1"))
+        bad_value = registry.execute(call("exits_v", {}, call_id="v1"))
         assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
-        bad_error = registry.execute(_call("exits_e", {}, AbortController().signal, "e1"))
+        bad_error = registry.execute(call("exits_e", {}, call_id="e1"))
         assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
     finally:
         for remove in removes:
             remove()
-
-
-_WORKER_ONLY = (
-    "from dshtools import ToolError\n"
-    "\n"
-    "class WorkerOnlyError(Exception):\n"
-    "    pass\n"
-    "\n"
-    "class WorkerOnlyQuotaError(ToolError):\n"
-    "    pass\n"
-)
-
-
-def _raises_worker_only(args: Any, _run: ToolRunContext) -> object:
-    """Imports a module from a folder only the Ray workers have on their
-    path (as ``runtime_env={"pip": [...]}`` installs it only there), and
-    raises one of its exceptions."""
-    import importlib
-    import sys as sys_
-
-    if args["dir"] not in sys_.path:
-        sys_.path.insert(0, args["dir"])
-    module = importlib.import_module(args["module"])
-    if args["coded"]:
-        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
-    raise module.WorkerOnlyError("the index is 3 days old")
 
 
 @pytest.mark.timeout(60)
@@ -735,30 +714,11 @@ def test_an_exception_from_a_module_only_the_workers_import_keeps_its_class_name
     deserialize it; the caller still gets its class name, message and
     ``ToolError`` code (docs/ray.md), not ``ModuleNotFoundError`` "the tool's
     exception cannot be deserialized here"."""
-    module = "dshtools_n14_ray_only"
-    (tmp_path / f"{module}.py").write_text(_WORKER_ONLY, encoding="utf-8")
-    with pytest.raises(ImportError):
-        __import__(module)  # the scenario is real: not importable here
-    remove = _register(registry, "worker_only", _raises_worker_only)
+    remove = _register(registry, "worker_only", raises_worker_only)
     try:
-        plain, coded = (
-            registry.execute(
-                _call(
-                    "worker_only",
-                    {"dir": str(tmp_path), "module": module, "coded": coded},
-                    AbortController().signal,
-                    f"n14-{i}",
-                )
-            )
-            for i, coded in enumerate((False, True))
-        )
+        assert_worker_only_errors_keep_name_message_and_code(registry, str(tmp_path), "dshtools_n14_ray_only")
     finally:
         remove()
-    assert plain.code == TOOL_ERROR, plain
-    assert _failure(plain).error.info is not None and _failure(plain).error.info.name == "WorkerOnlyError"  # type: ignore[union-attr]
-    assert _failure(plain).error.message == "the index is 3 days old"
-    assert coded.code == "QUOTA_EXCEEDED", coded
-    assert _failure(coded).error.message == "3 of 3 calls used"
 
 
 def _stubborn_with_two_children(args: Any, run: ToolRunContext) -> object:
@@ -782,8 +742,8 @@ def test_b56_a_forced_stop_kills_what_the_body_forked_in_its_group_and_in_a_new_
     backend = RayBackend(kill_after=0.5)
     controller = AbortController()
     with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("b56", "forks and ignores its signal", OBJECT, _stubborn_with_two_children))
-        running = _InThread(registry, _call("b56", {"tag": "b56-started"}, controller.signal, "b56"))
+        registry.register(tool("b56", _stubborn_with_two_children))
+        running = _InThread(registry, call("b56", {"tag": "b56-started"}, signal=controller.signal, call_id="b56"))
         _worker, same_group, own_session = ray.get(events.wait.remote("b56-started", 30))
         aborted_at = time.monotonic()
         controller.abort("stop")

@@ -3,7 +3,8 @@
 probe actor the bodies report to, never with a sleep.
 
 Runs on the session's local Ray (the ``ray_cluster`` fixture,
-tests/ray_support.py), shared with test_ray_backend.py.
+tests/backends/conftest.py), shared with test_cluster.py; the probe is the
+``Events`` actor of tests/helpers.py.
 """
 
 from __future__ import annotations
@@ -26,21 +27,19 @@ from dshtools import (  # noqa: E402
     AbortController,
     ToolDefinition,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.ray_support import EventsActor, actor, announce  # noqa: E402
+from tests.helpers import OBJECT, announce, call, events_handle, start_events  # noqa: E402
 
-OBJECT: dict[str, Any] = {"type": "object"}
 PROBE = "dshtools-review-probe"
 
 
 def _probe() -> Any:
-    return actor(PROBE)
+    return events_handle(PROBE)
 
 
 def _announce(tag: str) -> None:
@@ -49,14 +48,9 @@ def _announce(tag: str) -> None:
 
 @pytest.fixture(scope="module")
 def probe(ray_cluster: None) -> Iterator[Any]:
-    handle = EventsActor.options(name=PROBE).remote()
-    ray.get(handle.count.remote("warm-up"))
+    handle = start_events(PROBE)
     yield handle
     ray.kill(handle)
-
-
-def _call(name: str, call_id: str, signal: Any) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, {}, signal)
 
 
 def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
@@ -191,7 +185,7 @@ def test_a_submit_that_close_overtakes_starts_no_signal_actor(probe: Any, monkey
     monkeypatch.setattr(backend, "_actor_handle", closed_meanwhile)
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
-        result = registry.execute(_call("t", "close-race", AbortController().signal))
+        result = registry.execute(call("t", call_id="close-race"))
         assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
         assert "closed" in str((result.meta or {})["reason"])
         # Checked before the registry's own close() (which would close the
@@ -236,7 +230,7 @@ def _stopped_while_loading(probe: Any, backend: RayBackend, tag: str) -> tuple[T
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
             runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", tag, controller.signal)))
+                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id=tag)))
             )
             runner.start()
             assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
@@ -275,7 +269,9 @@ def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worke
     out: list[ToolExecutionResult] = []
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("slow", "g1", controller.signal))))
+        runner = threading.Thread(
+            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="g1")))
+        )
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
@@ -303,7 +299,9 @@ def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(p
     out: list[ToolExecutionResult] = []
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("slow", "l1", controller.signal))))
+        runner = threading.Thread(
+            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="l1")))
+        )
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         controller.abort("stop")
@@ -325,9 +323,7 @@ def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe
     out: list[ToolExecutionResult] = []
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(_call("slow", "u1", AbortController().signal)))
-        )
+        runner = threading.Thread(target=lambda: out.append(registry.execute(call("slow", call_id="u1"))))
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         probe.set.remote(f"{tag}-release")
@@ -423,7 +419,7 @@ def test_a_ctrl_c_inside_submit_never_reports_a_started_body_as_not_dispatched(
         published = _published(registry)
         registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
         with pytest.raises(KeyboardInterrupt):
-            registry.execute(_call("t", "ki-submit", AbortController().signal))
+            registry.execute(call("t", call_id="ki-submit"))
         (result,) = published
         # The body started (the fake .remote() waited for it): the call was
         # dispatched, so it must not read as never dispatched.
@@ -540,7 +536,9 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
     out: list[ToolExecutionResult] = []
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "refused", controller.signal))))
+        runner = threading.Thread(
+            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="refused")))
+        )
         runner.start()
         assert ray.get(probe.wait.remote("refused-started", 30)) is True
         actor = backend._actor
@@ -570,7 +568,9 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
     out: list[ToolExecutionResult] = []
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_release))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(_call("t", "no-wait", controller.signal))))
+        runner = threading.Thread(
+            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
+        )
         runner.start()
         assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
 
@@ -607,7 +607,7 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
         try:
-            result = registry.execute(_call("t", "refused-here", AbortController().signal))
+            result = registry.execute(call("t", call_id="refused-here"))
             in_flight = len(backend._in_flight)
         finally:
             backend._in_flight.clear()  # so that a failure here does not hang close()
@@ -629,7 +629,7 @@ def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any
     backend = RayBackend(kill_after=None)
     with ToolRegistry(backend=backend) as registry:
         registry.register(ToolDefinition("t", "t", OBJECT, _ExitsInTheWorker(os.getpid())))
-        result = registry.execute(_call("t", "exits-loading", AbortController().signal))
+        result = registry.execute(call("t", call_id="exits-loading"))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "SystemExit" in repr((result.meta or {})["reason"])
 
@@ -663,7 +663,7 @@ def test_a_body_whose_abort_listener_blocks_is_still_swept_with_its_descendants(
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_listener_body))
             runner = threading.Thread(
-                target=lambda: out.append(registry.execute(_call("slow", "sl1", controller.signal)))
+                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="sl1")))
             )
             runner.start()
             child = ray.get(probe.wait.remote("sl1-child", 30))

@@ -3,7 +3,7 @@ body travels like any body, its pydantic-model arguments (models defined in
 this test module) are built in the caller and reach the Ray task as typed
 values, its return comes back as JSON, and an abort reaches its
 ``run.signal`` in the task. The body reports that it started through the
-session's events actor (tests/ray_support.py), so nothing sleeps to wait
+session's Ray (an ``Events`` actor of tests/helpers.py), so nothing sleeps to wait
 (issue 22). Skipped only when ``ray`` is not importable."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from dshtools import (  # noqa: E402
     INVALID_ARGS,
     TOOL_ABORTED,
     AbortController,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -30,7 +29,7 @@ from dshtools import (  # noqa: E402
     thaw,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.ray_support import EventsActor, announce  # noqa: E402
+from tests.helpers import announce, call, start_events  # noqa: E402
 
 EVENTS = "dshtools-test-typed-events"
 
@@ -61,8 +60,7 @@ def wait_for_abort(tag: str, place: Place, *, run: ToolRunContext) -> str:
 
 @pytest.fixture(scope="module")
 def events(ray_cluster: None) -> Iterator[Any]:
-    handle = EventsActor.options(name=EVENTS).remote()
-    ray.get(handle.count.remote("warm-up"))
+    handle = start_events(EVENTS)
     yield handle
     ray.kill(handle)
 
@@ -75,18 +73,14 @@ def registry(events: Any) -> Iterator[ToolRegistry]:
         yield r
 
 
-def _call(name: str, arguments: object, controller: AbortController | None = None) -> ToolExecutionInput:
-    return ToolExecutionInput("c1", name, arguments, (controller or AbortController()).signal)
-
-
 @pytest.mark.timeout(120)
 def test_typed_model_arguments_reach_a_ray_task_and_the_return_comes_back_as_json(registry: ToolRegistry) -> None:
-    result = registry.execute(_call("visit", {"place": {"city": "Oslo", "zip": "0150"}, "guests": ["a", "b"]}))
+    result = registry.execute(call("visit", {"place": {"city": "Oslo", "zip": "0150"}, "guests": ["a", "b"]}))
     assert isinstance(result, ToolSuccess), result
     value = thaw(result.value)
     assert value["place"] == {"city": "Oslo", "zip": "0150"} and value["guests"] == ["a", "b"]
     assert value["pid"] != os.getpid()
-    bad = registry.execute(_call("visit", {"place": {"city": "Oslo"}, "guests": []}))
+    bad = registry.execute(call("visit", {"place": {"city": "Oslo"}, "guests": []}))
     assert bad.code == INVALID_ARGS
 
 
@@ -97,8 +91,10 @@ def test_an_abort_reaches_the_typed_bodys_signal_in_the_ray_task(registry: ToolR
     caller = threading.Thread(
         target=lambda: results.append(
             registry.execute(
-                _call(
-                    "wait_for_abort", {"tag": "typed-started", "place": {"city": "Bergen", "zip": "5003"}}, controller
+                call(
+                    "wait_for_abort",
+                    {"tag": "typed-started", "place": {"city": "Bergen", "zip": "5003"}},
+                    signal=controller.signal,
                 )
             )
         )

@@ -38,14 +38,24 @@ from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
     AbortSignal,
-    ToolDispatchExecution,
-    ToolExecutionResult,
     ToolRegistry,
 )
 from dshtools._backends import thread as _thread_backend
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
-from tests.registry_support import Recorder, blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
+from dshtools._signal import links as _signal_links
+from tests.helpers import (
+    HookRecorder,
+    blocked_in_wait,
+    call,
+    error_of,
+    late_after_abort,
+    run_in_thread,
+    swapping_signal,
+    tool,
+    value_of,
+    wait_until,
+)
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH
@@ -223,7 +233,7 @@ class TrackingPool(ThreadPoolExecutor):
         return fut
 
 
-def codes(rec: Recorder, call_id: str) -> list[str | None]:
+def codes(rec: HookRecorder, call_id: str) -> list[str | None]:
     return [result.code for view, result in rec.results if view.call_id == call_id]
 
 
@@ -255,7 +265,7 @@ def test_a_withdrawal_that_loses_the_claim_keeps_the_caller_joining(monkeypatch:
 
     install_handoff_probe(monkeypatch, wrap)
     ran = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     controller = AbortController()
     with ToolRegistry(max_workers=1) as registry:
         registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
@@ -282,7 +292,7 @@ def test_work_run_after_its_withdrawal_is_a_no_op_even_twice() -> None:
     exactly one result."""
     executor = HeldExecutor()
     ran: list[int] = []
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.append(1) or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
@@ -313,7 +323,7 @@ def test_sigint_while_the_call_is_queued_publishes_aborted_before_dispatch_and_r
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ran = threading.Event()
     blocker_started, release = threading.Event(), threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     held = HeldExecutor() if kind == "never-running executor" else None
     registry = ToolRegistry(executor=held) if held is not None else ToolRegistry(max_workers=1)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
@@ -370,7 +380,7 @@ def test_keyboard_interrupt_inside_submit_after_queueing_withdraws_the_queued_wo
     does not start."""
     executor = HeldExecutor(raise_after_queue=KeyboardInterrupt())
     ran = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
@@ -444,17 +454,9 @@ def test_inline_executor_is_never_called_when_the_wrapper_signal_is_already_abor
     executor = InlineExecutor()
     ran = threading.Event()
 
-    def wrapper(e: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
-        own = e.signal
-        e.signal = AbortSignal.already_aborted("wrapper")
-        try:
-            return nxt()
-        finally:
-            e.signal = own
-
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
-    registry.add_around_dispatch(wrapper)
+    registry.add_around_dispatch(swapping_signal(AbortSignal.already_aborted("wrapper")))
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))
     assert result.code == ABD and result.meta is not None and result.meta["reason"] == "wrapper"
@@ -474,7 +476,7 @@ def test_cancel_futures_shutdown_and_caller_abort_both_withdraw_one_call_once(
     executor = TrackingPool(max_workers=1)
     started, release = threading.Event(), threading.Event()
     ran = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("block", lambda a, r: started.set() or release.wait(5)))  # type: ignore[func-returns-value]
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
@@ -549,7 +551,7 @@ def test_sigint_reaches_signals_derived_from_the_dispatch_signal(derived: str) -
     assert threading.current_thread() is MAIN
     started = threading.Event()
     observed: list[bool] = []
-    rec = Recorder()
+    rec = HookRecorder()
 
     def wait_on(signal: AbortSignal) -> None:
         started.set()
@@ -624,7 +626,7 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
         return frame is not None and frame.f_code is DoneProbe.acquire.__code__
 
     made = install_handoff_probe(monkeypatch, wrap)
-    rec = Recorder()
+    rec = HookRecorder()
     with ToolRegistry(max_workers=1) as registry:
         # The body returns only once the main thread is inside the probed
         # acquire, so that acquire is the one the body's release satisfies.
@@ -686,7 +688,7 @@ def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_
     made = install_handoff_probe(monkeypatch, wrap)
     executor = HeldExecutor()
     ran = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
@@ -745,7 +747,7 @@ def test_submit_that_raises_after_queueing_never_runs_the_body_after_execute_ret
     ``execute`` joins the body before returning."""
     executor = HeldExecutor(raise_after_queue=ValueError("rejected after queueing"))
     ran = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
     registry = ToolRegistry(executor=executor)
     registry.register(tool("t", lambda a, r: ran.set() or "ran"))  # type: ignore[func-returns-value]
     registry.add_result_observer(rec.observer)
@@ -766,7 +768,7 @@ def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure()
     KeyboardInterrupt is re-raised."""
     assert threading.current_thread() is MAIN
     started = threading.Event()
-    rec = Recorder()
+    rec = HookRecorder()
 
     def body(a: Any, run: Any) -> Any:
         started.set()
@@ -924,22 +926,22 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
 ) -> None:
     """First Ctrl-C (real SIGINT) while the main thread joins a running body:
     the registry aborts the fused signal; the second is handled at the
-    entry of its listener dispatch (probe: ``AbortSignal._dispatch`` raises
-    once). Expected: the body's abort listener still runs (the registry
+    entry of its listener dispatch (probe: ``dshtools._signal.links._dispatch``,
+    the hook every linked signal's listeners run through, raises once). Expected: the body's abort listener still runs (the registry
     keeps joining, so it must finish delivering the abort), then
     KeyboardInterrupt is re-raised."""
     assert threading.current_thread() is MAIN
     armed, fired, woke, wake = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-    dispatch = AbortSignal._dispatch
+    dispatch = _signal_links._dispatch
 
-    def dispatch_probe(self: AbortSignal, keys: list[int]) -> Any:
-        if armed.is_set() and threading.current_thread() is MAIN and self._sources is not None:
+    def dispatch_probe(signal: AbortSignal, keys: Any) -> Any:
+        if armed.is_set() and threading.current_thread() is MAIN and signal._sources is not None:
             armed.clear()
             fired.set()
             raise KeyboardInterrupt  # the second Ctrl-C
-        return dispatch(self, keys)
+        return dispatch(signal, keys)
 
-    monkeypatch.setattr(AbortSignal, "_dispatch", dispatch_probe)
+    monkeypatch.setattr(_signal_links, "_dispatch", dispatch_probe)
     started = threading.Event()
 
     def body(a: Any, run: Any) -> Any:
@@ -1008,18 +1010,13 @@ def test_a21_a_ctrl_c_overrun_is_in_the_published_result_and_logged_once(caplog:
     ``ABORTED`` result with ``meta["overrun_s"]`` and exactly one WARNING
     naming the tool and the call."""
     import logging
-    import time
 
     started = threading.Event()
 
-    def late(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(10)
-        time.sleep(0.3)  # the overrun under test: work done after the abort
-        return "late"
+    late = late_after_abort(started, 0.3)  # overruns its abort by 0.3 s
 
     caplog.set_level(logging.WARNING, logger="dshtools")
-    rec = Recorder()
+    rec = HookRecorder()
     with ToolRegistry() as registry:
         registry.register(tool("late", late))
         registry.add_result_observer(rec.observer)

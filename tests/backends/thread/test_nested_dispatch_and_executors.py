@@ -18,7 +18,6 @@ from dshtools import (
     AbortController,
     ToolDefinition,
     ToolDispatchExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -26,13 +25,7 @@ from dshtools import (
 )
 from dshtools._registry.policies import _format_ms
 from dshtools._types.calls import failure
-from tests.registry_support import value_of
-
-OBJ = {"type": "object"}
-
-
-def _call(name: str, call_id: str = "c1", signal: Any = None, **args: Any) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, args, signal if signal is not None else AbortController().signal)
+from tests.helpers import OBJECT, call, value_of
 
 
 @pytest.mark.timeout(20)
@@ -45,24 +38,24 @@ def test_nested_dispatch_from_a_helper_thread_of_the_body_runs_with_one_worker()
         return value_of(box[0]) if box else "hung"
 
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("inner", "d", OBJ, lambda _a, _r: "inner ok"))
-        r.register(ToolDefinition("outer", "d", OBJ, outer))
-        result = r.execute(_call("outer"))
+        r.register(ToolDefinition("inner", "d", OBJECT, lambda _a, _r: "inner ok"))
+        r.register(ToolDefinition("outer", "d", OBJECT, outer))
+        result = r.execute(call("outer"))
     assert value_of(result) == "inner ok"
 
 
 @pytest.mark.timeout(20)
 def test_execute_batch_inside_a_body_runs_with_one_worker() -> None:
     def sub_agent(_a: Any, run: ToolRunContext) -> Any:
-        calls = [ToolExecutionInput(f"s{i}", "leaf", {}, run.signal) for i in range(4)]
+        calls = [call("leaf", signal=run.signal, call_id=f"s{i}") for i in range(4)]
         return [value_of(r) for r in execute_batch(r_holder[0], calls, signal=run.signal)]
 
     r_holder: list[ToolRegistry] = []
     with ToolRegistry(max_workers=1) as r:
         r_holder.append(r)
-        r.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf", is_concurrency_safe=lambda _a: True))
-        r.register(ToolDefinition("agent", "d", OBJ, sub_agent))
-        result = r.execute(_call("agent"))
+        r.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "leaf", is_concurrency_safe=lambda _a: True))
+        r.register(ToolDefinition("agent", "d", OBJECT, sub_agent))
+        result = r.execute(call("agent"))
     assert value_of(result) == ("leaf",) * 4
 
 
@@ -88,14 +81,14 @@ def test_executor_dropping_a_queued_call_does_not_hang_execute() -> None:
         return "ok"
 
     r = ToolRegistry(executor=executor)
-    r.register(ToolDefinition("t", "d", OBJ, body))
+    r.register(ToolDefinition("t", "d", OBJECT, body))
     first: list[ToolExecutionResult] = []
-    t = threading.Thread(target=lambda: first.append(r.execute(_call("t", "a", who="first"))))
+    t = threading.Thread(target=lambda: first.append(r.execute(call("t", {"who": "first"}, call_id="a"))))
     t.start()
     assert started.wait(5)
     queued.clear()
     second: list[ToolExecutionResult] = []
-    t2 = threading.Thread(target=lambda: second.append(r.execute(_call("t", "b", who="second"))))
+    t2 = threading.Thread(target=lambda: second.append(r.execute(call("t", {"who": "second"}, call_id="b"))))
     t2.start()
     assert queued.wait(5)  # the second call now waits in the queue behind the first
     executor.shutdown(wait=False, cancel_futures=True)
@@ -120,9 +113,9 @@ def test_close_during_admission_settles_the_call_without_running_it() -> None:
 
     r = ToolRegistry()
     r.add_pre_execute(gate)
-    r.register(ToolDefinition("t", "d", OBJ, lambda _a, _r: ran.append(1)))
+    r.register(ToolDefinition("t", "d", OBJECT, lambda _a, _r: ran.append(1)))
     box: list[ToolExecutionResult] = []
-    t = threading.Thread(target=lambda: box.append(r.execute(_call("t"))))
+    t = threading.Thread(target=lambda: box.append(r.execute(call("t"))))
     t.start()
     assert in_gate.wait(5)
     r.close()  # no body in flight: returns at once
@@ -142,10 +135,10 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
         threading.Thread(target=r.close).start()  # close() from a body would wait for itself
         return "closing"
 
-    r.register(ToolDefinition("x", "d", OBJ, closer))
-    r.register(ToolDefinition("p", "d", OBJ, lambda _a, _r: "p", is_concurrency_safe=lambda _a: True))
+    r.register(ToolDefinition("x", "d", OBJECT, closer))
+    r.register(ToolDefinition("p", "d", OBJECT, lambda _a, _r: "p", is_concurrency_safe=lambda _a: True))
     sig = AbortController().signal
-    calls = [ToolExecutionInput("c0", "x", {}, sig)] + [ToolExecutionInput(f"c{i}", "p", {}, sig) for i in range(1, 5)]
+    calls = [call("x", signal=sig, call_id="c0")] + [call("p", signal=sig, call_id=f"c{i}") for i in range(1, 5)]
     results = execute_batch(r, calls, signal=sig)
     assert len(results) == 5 and value_of(results[0]) == "closing"
     assert seen == [f"c{i}" for i in range(5)]
@@ -156,30 +149,30 @@ def test_close_during_a_batch_still_publishes_one_result_per_call() -> None:
 def test_a_registry_used_and_closed_inside_another_registrys_body() -> None:
     def body(_a: Any, _r: ToolRunContext) -> Any:
         with ToolRegistry() as sub:
-            sub.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "leaf"))
-            return value_of(sub.execute(_call("leaf")))
+            sub.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "leaf"))
+            return value_of(sub.execute(call("leaf")))
 
     with ToolRegistry() as r:
-        r.register(ToolDefinition("t", "d", OBJ, body))
-        assert value_of(r.execute(_call("t"))) == "leaf"
+        r.register(ToolDefinition("t", "d", OBJECT, body))
+        assert value_of(r.execute(call("t"))) == "leaf"
 
 
 @pytest.mark.timeout(20)
 def test_a_closed_registry_refuses_calls_from_another_registrys_worker() -> None:
     closed = ToolRegistry()
-    closed.register(ToolDefinition("leaf", "d", OBJ, lambda _a, _r: "ran"))
+    closed.register(ToolDefinition("leaf", "d", OBJECT, lambda _a, _r: "ran"))
     closed.close()
 
     def body(_a: Any, _r: ToolRunContext) -> str:
         try:
-            closed.execute(_call("leaf"))
+            closed.execute(call("leaf"))
         except RuntimeError as exc:
             return f"refused: {exc}"
         return "ran on a closed registry"
 
     with ToolRegistry() as r:
-        r.register(ToolDefinition("t", "d", OBJ, body))
-        assert str(value_of(r.execute(_call("t")))).startswith("refused")
+        r.register(ToolDefinition("t", "d", OBJECT, body))
+        assert str(value_of(r.execute(call("t")))).startswith("refused")
 
 
 @pytest.mark.timeout(20)
@@ -203,8 +196,8 @@ def test_a_wrapper_that_returns_early_cannot_leave_the_body_running() -> None:
     caller = AbortController()
     with ToolRegistry() as r:
         r.add_around_dispatch(racing)
-        r.register(ToolDefinition("t", "d", OBJ, body))
-        result = r.execute(_call("t", signal=caller.signal))
+        r.register(ToolDefinition("t", "d", OBJECT, body))
+        result = r.execute(call("t", signal=caller.signal))
         assert state["running"] is False  # joined before the result was reported
     assert result.code == "IMPATIENT"
     assert caller.signal.listener_count == 0
@@ -227,8 +220,8 @@ def test_next_and_run_dispatch_after_settlement_are_refused() -> None:
 
     with ToolRegistry() as r:
         r.add_around_dispatch(keep)
-        r.register(ToolDefinition("t", "d", OBJ, body))
-        assert value_of(r.execute(_call("t"))) == "ok"
+        r.register(ToolDefinition("t", "d", OBJECT, body))
+        assert value_of(r.execute(call("t"))) == "ok"
         with pytest.raises(RuntimeError, match="settled"):
             stored[0]()
         with pytest.raises(RuntimeError, match="settled"):

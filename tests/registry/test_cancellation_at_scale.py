@@ -1,4 +1,10 @@
-"""Field cases from docs/field-cases.md, registry part: B03, B16 (single-call /
+"""Calls by the hundred and the thousand, cancelled every way a caller can
+(abort, Ctrl-C, SIGINT, a timeout, ``close()``), leave the registry as they
+found it: no listener left on the caller's signal, no memory growth, no
+body started after the abort, no nested call deadlocked on a full pool, no
+worker thread left behind, no exception injected into a body.
+
+Field cases from docs/field-cases.md, registry part: B03, B16 (single-call /
 registry part; the batch part lives with execute_batch), B17, B18, B19 (a),
 B22. Reductions of a case's numbers are stated in the test's docstring."""
 
@@ -13,6 +19,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,14 +34,40 @@ from dshtools import (
     AbortController,
     Deny,
     TimeoutPolicy,
-    ToolExecutionInput,
     ToolRegistry,
 )
-from tests.registry_support import run_in_thread, tool, tool_threads, wait_until
+from tests.helpers import call, run_in_thread, tool, tool_threads, wait_until
+
+
+def _threads() -> int:
+    """Threads alive, less the abort runners that fired timeouts start and
+    that end once idle (docs/contract.md#a15): not a leak."""
+    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
 
 
 def _tool_threads_gone(timeout: float = 1.0) -> None:
     wait_until(lambda: not tool_threads(), timeout)
+
+
+def _seconds_to_interrupt(registry: ToolRegistry, started: threading.Event, interrupt: Callable[[], None]) -> float:
+    """Run tool ``t`` on the main thread; once its body sets ``started``, a
+    helper thread calls ``interrupt`` (which must raise KeyboardInterrupt in
+    the main thread). Returns the seconds from ``interrupt`` to the
+    KeyboardInterrupt reaching the caller of ``execute``."""
+    sent: list[float] = []
+
+    def helper() -> None:
+        started.wait(5)
+        sent.append(time.monotonic())
+        interrupt()
+
+    h = threading.Thread(target=helper)
+    h.start()
+    with pytest.raises(KeyboardInterrupt):
+        registry.execute(call("t"))
+    surfaced = time.monotonic()
+    h.join()
+    return surfaced - sent[0]
 
 
 # ----------------------------------------------------------------------- B03
@@ -71,14 +104,14 @@ def test_b03_no_listener_left_on_the_caller_signal_on_any_exit_path() -> None:
         kinds = ["ok", "raise", "deny"]
         expected = {"ok": None, "raise": TOOL_ERROR, "deny": DENIED, "timeout": TOOL_TIMEOUT}
         for i in range(200):  # warm-up (caches, worker threads) before measuring
-            registry.execute(ToolExecutionInput(f"w{i}", "t", {"kind": kinds[i % 3]}, caller))
+            registry.execute(call("t", {"kind": kinds[i % 3]}, signal=caller, call_id=f"w{i}"))
         gc.collect()
         tracemalloc.start()
         try:
             before = tracemalloc.take_snapshot()
             for i in range(10_000):
                 kind = "timeout" if i % 100 == 99 else kinds[i % 3]
-                result = registry.execute(ToolExecutionInput(f"c{i}", "t", {"kind": kind}, caller))
+                result = registry.execute(call("t", {"kind": kind}, signal=caller, call_id=f"c{i}"))
                 # A fast call may still hit the 50 ms budget on a loaded machine.
                 assert result.code in (expected[kind], TOOL_TIMEOUT), (i, kind, result)
                 if kind == "raise" and result.code == TOOL_ERROR:
@@ -120,7 +153,7 @@ def test_b16_no_body_starts_after_the_abort() -> None:
     with ToolRegistry(max_workers=3) as registry:
         registry.register(tool("t", body))
         callers = [
-            run_in_thread(lambda i=i: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, controller.signal)))  # type: ignore[misc]
+            run_in_thread(lambda i=i: registry.execute(call("t", signal=controller.signal, call_id=f"c{i}")))  # type: ignore[misc]
             for i in range(30)
         ]
         three_running.wait(5)
@@ -156,20 +189,8 @@ def test_b16_single_interrupt_reaches_the_caller_after_joining() -> None:
 
     registry = ToolRegistry(max_workers=3)
     registry.register(tool("t", body))
-    sent: list[float] = []
-
-    def interrupter() -> None:
-        started.wait(5)
-        sent.append(time.monotonic())
-        _thread.interrupt_main()
-
-    helper = threading.Thread(target=interrupter)
-    helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        registry.execute(ToolExecutionInput("c", "t", {}, AbortController().signal))
-    surfaced = time.monotonic()
-    helper.join()
-    assert joined.is_set() and surfaced - sent[0] < 0.5
+    took = _seconds_to_interrupt(registry, started, _thread.interrupt_main)
+    assert joined.is_set() and took < 0.5
     registry.close()
     _tool_threads_gone()
 
@@ -184,7 +205,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
     and waits for it; 2 and 4 concurrent Outers, depth 2 and 3. All finish
     within 2 s (nested bodies run inline on the calling worker); thread
     count back to baseline."""
-    baseline = threading.active_count()
+    baseline = _threads()
     with ToolRegistry(max_workers=2) as registry:
         registry.register(tool("inner", lambda a, r: r.signal.wait(0.05) or "inner"))
         registry.register(tool("mid", lambda a, r: r.dispatch("inner", {}).value))
@@ -193,7 +214,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
         t0 = time.monotonic()
         callers = [
             run_in_thread(
-                lambda i=i: registry.execute(ToolExecutionInput(f"o{i}", "outer", {}, AbortController().signal))  # type: ignore[misc]
+                lambda i=i: registry.execute(call("outer", call_id=f"o{i}"))  # type: ignore[misc]
             )
             for i in range(outers)
         ]
@@ -203,7 +224,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
     assert all(not t.is_alive() for t, _ in callers), "nested calls deadlocked"
     assert [box[0].value for _, box in callers] == ["inner"] * outers
     assert elapsed < 2.0
-    wait_until(lambda: threading.active_count() <= baseline, 1.0)
+    wait_until(lambda: _threads() <= baseline, 1.0)
 
 
 # ----------------------------------------------------------------------- B18
@@ -215,7 +236,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     sleep), then close(). close() returns within 2 s; every call settled
     with ABORTED_BEFORE_DISPATCH, or ABORTED/success if its body had started;
     threads back to baseline within 1 s."""
-    baseline = threading.active_count()
+    baseline = _threads()
     registry = ToolRegistry(max_workers=8)
     ran: set[str] = set()
     lock = threading.Lock()
@@ -231,7 +252,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     for i in range(1000):
         controller = AbortController()
         t, box = run_in_thread(
-            lambda i=i, s=controller.signal: registry.execute(ToolExecutionInput(f"c{i}", "t", {}, s))  # type: ignore[misc]
+            lambda i=i, s=controller.signal: registry.execute(call("t", signal=s, call_id=f"c{i}"))  # type: ignore[misc]
         )
         controller.abort()
         callers.append((f"c{i}", t, box))
@@ -247,7 +268,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
             assert cid not in ran
         else:
             assert cid in ran and code in (TOOL_ABORTED, None)
-    wait_until(lambda: threading.active_count() <= baseline, 1.0)
+    wait_until(lambda: _threads() <= baseline, 1.0)
 
 
 # ----------------------------------------------------------------------- B19
@@ -276,20 +297,7 @@ def test_b19a_sigint_interrupts_a_main_thread_blocked_in_execute() -> None:
     registry = ToolRegistry(max_workers=2)
     registry.register(tool("t", body))
     registry.add_result_observer(lambda e, r: observed.append(r.code))
-    sent: list[float] = []
-
-    def helper() -> None:
-        started.wait(5)
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    h = threading.Thread(target=helper)
-    h.start()
-    with pytest.raises(KeyboardInterrupt):
-        registry.execute(ToolExecutionInput("c", "t", {}, AbortController().signal))
-    surfaced = time.monotonic()
-    h.join()
-    assert surfaced - sent[0] < 0.5
+    assert _seconds_to_interrupt(registry, started, lambda: os.kill(os.getpid(), signal.SIGINT)) < 0.5
     assert saw_abort == [True] and observed == [TOOL_ABORTED]
     registry.close()
     _tool_threads_gone()
@@ -334,7 +342,7 @@ def test_b22_timeouts_never_inject_exceptions_into_bodies() -> None:
 
         def caller(indices: list[int]) -> None:
             for i in indices:
-                codes.append(registry.execute(ToolExecutionInput(f"c{i}", f"t{i}", {}, AbortController().signal)).code)
+                codes.append(registry.execute(call(f"t{i}", call_id=f"c{i}")).code)
 
         threads = [threading.Thread(target=caller, args=(list(range(k, 150, 4)),)) for k in range(4)]
         for t in threads:

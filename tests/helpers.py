@@ -1,0 +1,693 @@
+"""What several test modules share, defined once.
+
+* Building: ``OBJECT`` (the empty object schema), ``tool`` (one tool
+  definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
+  defaults most tests want; ``swapping_signal`` (an around-dispatch hook
+  that hands the dispatch another signal); ``registry_serving`` (a
+  registry fixture's set-up and teardown).
+* Recording: ``HookRecorder`` records which hooks ran and what was
+  published; ``CallEventRecorder`` records, per call id, the hook events and
+  the start and end of each body (``recorded_tool`` wraps a body for it).
+* Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  ``late_after_abort`` (a body that overruns its abort),
+  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
+* Child processes: ``wait_for_descendant``, ``alive``,
+  ``signal_and_collect``, ``run_cli``, ``run_mypy``, ``run_python`` and
+  ``fork_while_held`` (a script that forks while a lock is held).
+* Worker bodies (imported by reference in a worker process): ``write_line``
+  (to a FIFO the test reads), ``blocked_until_released``,
+  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
+* Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``,
+  ``assert_worker_only_errors_keep_name_message_and_code``.
+* Ray: ``Events`` (a named actor the remote bodies report to),
+  ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported
+  only when one of these runs: it is an optional extra.
+
+Fixtures live in the ``conftest.py`` of the folder that uses them; see
+docs/decisions/0058-one-helpers-module-for-the-tests.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dshtools import (
+    TOOL_ERROR,
+    AbortController,
+    AbortSignal,
+    TimeoutPolicy,
+    ToolDefinition,
+    ToolExecutionInput,
+    ToolFailure,
+    ToolSuccess,
+)
+from dshtools._backends import thread as _thread_backend
+
+if TYPE_CHECKING:  # only in annotations
+    from dshtools import (
+        ErrorDetail,
+        ToolDispatchExecution,
+        ToolExecution,
+        ToolExecutionResult,
+        ToolRegistry,
+        ToolRunContext,
+    )
+
+T = TypeVar("T")
+
+# ------------------------------------------------------------------ building
+
+OBJECT: dict[str, Any] = {"type": "object"}
+"""The parameter schema of a tool that takes any object."""
+
+
+def call(
+    name: str, arguments: object = None, signal: AbortSignal | None = None, call_id: str = "c1"
+) -> ToolExecutionInput:
+    """A call of tool ``name`` with ``arguments`` (``{}`` when omitted), on
+    ``signal`` (a fresh controller's when omitted)."""
+    return ToolExecutionInput(call_id, name, {} if arguments is None else arguments, signal or AbortController().signal)
+
+
+def calls(name: str, n: int, signal: AbortSignal, args: Mapping[str, Any] | None = None) -> list[ToolExecutionInput]:
+    """``n`` calls of ``name`` with call ids ``c0`` … ``c{n-1}``, all on ``signal``."""
+    return [ToolExecutionInput(f"c{i}", name, dict(args or {}), signal) for i in range(n)]
+
+
+def tool(name: str, body: Callable[[Any, Any], object], **kw: Any) -> ToolDefinition:
+    """A tool ``name`` running ``body``; ``parameters`` defaults to ``OBJECT``,
+    every other keyword goes to ``ToolDefinition``."""
+    params = kw.pop("parameters", OBJECT)
+    return ToolDefinition(name, f"{name} tool", params, body, **kw)
+
+
+def swapping_signal(
+    signal: AbortSignal,
+) -> Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]:
+    """An around-dispatch hook that hands ``signal`` to the rest of the
+    dispatch in place of the view's own signal, and puts the own one back
+    after."""
+
+    def wrapper(e: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        own = e.signal
+        e.signal = signal
+        try:
+            return nxt()
+        finally:
+            e.signal = own
+
+    return wrapper
+
+
+# ------------------------------------------------------------------ recording
+
+
+class HookRecorder:
+    """Records the name of every hook invocation (``events``, in order) and
+    every published result (``results``); thread-safe."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.results: list[tuple[ToolExecution, ToolExecutionResult]] = []
+        self.lock = threading.Lock()
+
+    def note(self, event: str) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def observer(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        with self.lock:
+            self.results.append((execution, result))
+
+    def install_all(self, registry: ToolRegistry) -> None:
+        """Install a pass-through hook of every kind that records itself."""
+
+        def pre(e: Any, nxt: Any) -> Any:
+            self.note("pre-execute")
+            return nxt()
+
+        def guard(e: Any) -> None:
+            self.note("guard")
+
+        def around(e: Any, nxt: Any) -> Any:
+            self.note("around-dispatch")
+            return nxt()
+
+        def post(e: Any, r: Any, nxt: Any) -> Any:
+            self.note("post-execute")
+            return nxt()
+
+        registry.add_pre_execute(pre)
+        registry.add_guard(guard)
+        registry.add_around_dispatch(around)
+        registry.add_post_execute(post)
+        registry.add_result_observer(self.observer)
+
+
+class CallEventRecorder:
+    """Thread-safe log of ``(event, call_id)`` in the order they happened:
+    ``pre``/``post``/``result`` from the hooks ``install`` adds,
+    ``body_start``/``body_end`` from bodies built by ``recorded_tool``; with
+    the monotonic start and end time of each body and the results published
+    per call id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, str]] = []
+        self.started: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.running = 0
+        self.results: dict[str, list[ToolExecutionResult]] = {}
+
+    def log(self, event: str, call_id: str) -> None:
+        with self.lock:
+            self.events.append((event, call_id))
+
+    def body_start(self, call_id: str) -> int:
+        with self.lock:
+            self.started[call_id] = time.monotonic()
+            self.running += 1
+            self.events.append(("body_start", call_id))
+            return len(self.started)
+
+    def body_end(self, call_id: str) -> None:
+        with self.lock:
+            self.finished[call_id] = time.monotonic()
+            self.running -= 1
+            self.events.append(("body_end", call_id))
+
+    def counts(self, event: str) -> Counter[str]:
+        with self.lock:
+            return Counter(cid for ev, cid in self.events if ev == event)
+
+    def order(self, event: str) -> list[str]:
+        with self.lock:
+            return [cid for ev, cid in self.events if ev == event]
+
+    def install(self, registry: ToolRegistry) -> None:
+        def pre(execution: ToolExecution, nxt: Callable[[], Any]) -> Any:
+            self.log("pre", execution.call_id)
+            return nxt()
+
+        def post(execution: ToolExecution, result: ToolExecutionResult, nxt: Callable[[], Any]) -> Any:
+            self.log("post", execution.call_id)
+            return nxt()
+
+        def observe(execution: ToolExecution, result: ToolExecutionResult) -> None:
+            with self.lock:
+                self.events.append(("result", execution.call_id))
+                self.results.setdefault(execution.call_id, []).append(result)
+
+        registry.add_pre_execute(pre)
+        registry.add_post_execute(post)
+        registry.add_result_observer(observe)
+
+
+def recorded_tool(
+    name: str,
+    recorder: CallEventRecorder,
+    fn: Callable[[Mapping[str, Any], ToolRunContext], Any],
+    *,
+    parallel: bool = True,
+    timeout: float | None = None,
+) -> ToolDefinition:
+    """A tool whose body is recorded (start/end) around ``fn``; concurrency
+    safe unless ``parallel=False``."""
+
+    def body(args: Mapping[str, Any], run: ToolRunContext) -> Any:
+        recorder.body_start(run.call_id)
+        try:
+            return fn(args, run)
+        finally:
+            recorder.body_end(run.call_id)
+
+    return tool(name, body, timeout=timeout, is_concurrency_safe=(lambda _a: True) if parallel else None)
+
+
+# ------------------------------------------------------------------ waiting
+
+
+def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Start ``fn`` in a thread; the returned list receives its result or exception."""
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # pragma: no cover - surfaced by the test
+            box.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a condition that no event can signal (e.g. "a thread is parked")."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.0005)
+
+
+def blocked_in_wait(thread: threading.Thread) -> bool:
+    """The thread is parked: in ``threading``'s ``wait`` (a Condition or an
+    Event), or in the thread backend's join (it blocks in a C-level
+    ``Lock.acquire`` called from the dispatch's ``wait``, the innermost
+    Python frame)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is not None and frame.f_code.co_name == "wait" and frame.f_code.co_filename == _thread_backend.__file__:
+        return True
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def tool_threads() -> list[threading.Thread]:
+    """The live threads of the thread backend's pools."""
+    return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]
+
+
+def race_in_lockstep(
+    rounds: int, *steps: Callable[[int], object], barrier_timeout: float = 10, join: float = 50
+) -> None:
+    """Run each of ``steps`` on a daemon thread of its own for ``rounds``
+    rounds: in round ``i`` every thread waits at one barrier, then calls its
+    ``step(i)`` (what it returns is ignored), so the steps of a round start
+    together and the race is forced every round; after the last round they
+    meet at the barrier once more. A barrier wait longer than
+    ``barrier_timeout`` seconds (a round whose steps did not all return in
+    time) breaks the barrier. Raises the first exception a step raised
+    (``threading.BrokenBarrierError`` for a round too slow); fails if a
+    thread is still blocked ``join`` seconds after the start of its join
+    (a deadlock)."""
+    barrier = threading.Barrier(len(steps))
+    errors: list[BaseException] = []
+
+    def loop(step: Callable[[int], object]) -> None:
+        try:
+            for i in range(rounds):
+                barrier.wait(timeout=barrier_timeout)
+                step(i)
+            barrier.wait(timeout=barrier_timeout)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=loop, args=(step,), daemon=True) for step in steps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join)
+    assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
+    if errors:
+        raise errors[0]
+
+
+def late_after_abort(started: threading.Event, seconds: float, wait: float = 10) -> Callable[[Any, Any], object]:
+    """A body that sets ``started``, waits for its signal (``wait`` seconds
+    at most), then works ``seconds`` more (the overrun: work done after the
+    abort, the scenario's timing) and returns ``"late"``."""
+
+    def late(args: Any, run: Any) -> object:
+        started.set()
+        run.signal.wait(wait)
+        time.sleep(seconds)
+        return "late"
+
+    return late
+
+
+class AbortLater:
+    """Abort ``controller`` with ``reason`` after ``seconds`` on the shared
+    timer thread, recording the monotonic time of the abort in ``at``."""
+
+    def __init__(self, controller: AbortController, seconds: float, reason: object) -> None:
+        self.at: float | None = None
+        self._controller = controller
+        self._reason = reason
+        self._timer = AbortSignal.timeout(seconds)
+        self._timer.add_listener(self._fire)
+
+    def _fire(self, _s: AbortSignal) -> None:
+        self.at = time.monotonic()
+        self._controller.abort(self._reason)
+
+    def cancel(self) -> None:
+        self._timer.close()
+
+
+def wait_for_descendant(root: int, argv: list[str], timeout: float) -> list[int]:
+    """Poll (every 10 ms, up to ``timeout`` seconds) until a live descendant
+    of ``root`` runs exactly ``argv``; return the pids of every descendant
+    seen then. Raises ``AssertionError`` when none appears in time."""
+    import psutil
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            family = psutil.Process(root).children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        for proc in family:
+            try:
+                if proc.cmdline() == argv:
+                    return [p.pid for p in family]
+            except psutil.Error:
+                pass
+        time.sleep(0.01)
+    raise AssertionError(f"no descendant of {root} ran {argv} within {timeout}s")
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The pids among ``pids`` that are still running (not zombies)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def signal_and_collect(
+    proc: subprocess.Popen[str], signum: int, timeout: float, when_ready: Callable[[], T]
+) -> tuple[T, str, str, float]:
+    """Call ``when_ready()`` (it returns once ``proc`` reached the point to
+    interrupt, or raises), send ``signum`` to ``proc`` and wait up to
+    ``timeout`` seconds for it to exit. Returns what ``when_ready``
+    returned, ``proc``'s stdout and stderr, and the seconds from the signal
+    to the exit. ``proc`` is killed and reaped if it is still running when
+    this returns or raises (``subprocess.TimeoutExpired`` on a hang)."""
+    try:
+        ready = when_ready()
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=timeout)
+        return ready, out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def run_cli(
+    folder: str | os.PathLike[str], *args: str, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m dshtools *args`` in ``folder``, with ``folder`` first
+    on ``PYTHONPATH`` (where a test writes its tools module), capturing its
+    output as text; ``timeout`` seconds bound a hang. Keywords go to
+    ``subprocess.run``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "dshtools", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def run_mypy(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """Run mypy with the checkout's setup.cfg (its plugin and strictness),
+    without its cache, from the checkout (so ``dshtools`` is this one), on
+    ``args`` (paths and extra flags); 300 s at most. The caller reads the
+    return code and the report."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", os.path.join(checkout, "setup.cfg"), "--no-incremental"]
+        + [os.fspath(a) for a in args],
+        cwd=checkout,
+        env=dict(os.environ, MYPYPATH=checkout),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def run_python(code: str, timeout: float = 50) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (deprecation warnings off: a
+    fork in a threaded process warns) and assert it exits 0, showing its
+    stderr; ``timeout`` seconds bound a hang."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+_FORK_WHILE_HELD = """\
+held, release = threading.Event(), threading.Event()
+
+def hold():
+    with {lock}:
+        held.set()
+        release.wait(10)
+
+holder = threading.Thread(target=hold)
+holder.start()
+assert held.wait(5)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+{child}
+    finally:
+        os._exit(code)
+release.set()
+holder.join(5)
+_, status = os.waitpid(pid, 0)
+"""
+
+
+def fork_while_held(lock: str, child: str, *, setup: str = "", after: str = "") -> str:
+    """The source of a script for ``run_python``: after ``setup`` (imports
+    and any state), a helper thread holds ``lock`` (an expression naming a
+    lock) while the main thread forks. The child runs ``child``, which sets
+    ``code`` (0 for success), and exits with it; the parent releases the
+    lock, reaps the child, runs ``after`` and exits with the child's status.
+    A child that deadlocks on the lock hangs until ``run_python``'s timeout."""
+    body = textwrap.indent(textwrap.dedent(child).strip("\n"), " " * 8)
+    return (
+        "import os, sys, threading\n"
+        + textwrap.dedent(setup).strip("\n")
+        + "\n\n"
+        + _FORK_WHILE_HELD.format(lock=lock, child=body)
+        + textwrap.dedent(after).strip("\n")
+        + "\nsys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+
+
+def write_line(path: str, text: str) -> None:
+    """Write ``text`` and a newline to ``path`` (a FIFO a test blocks on
+    reading: a body announces that it started)."""
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text + "\n")
+
+
+def blocked_until_released(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body for a worker: writes its pid to the FIFO ``args["started"]``,
+    then blocks reading the FIFO ``args["release"]`` (ignoring its signal)
+    until the test writes a line; returns ``"released"``."""
+    write_line(args["started"], str(os.getpid()))
+    with open(args["release"], encoding="ascii") as f:
+        f.readline()
+    return "released"
+
+
+def registry_serving(registry: ToolRegistry, definitions: Iterable[ToolDefinition]) -> Iterator[ToolRegistry]:
+    """For a fixture (``yield from``): ``registry`` with a ``TimeoutPolicy``
+    and ``definitions`` registered, closed when the fixture is torn down
+    (the last registry of a backend closes the backend)."""
+    registry.add_around_dispatch(TimeoutPolicy())
+    for definition in definitions:
+        registry.register(definition)
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+# ------------------------------------------------------------------ checking
+
+
+def value_of(result: ToolExecutionResult) -> Any:
+    """A success's value; any other result fails the test, showing it."""
+    assert isinstance(result, ToolSuccess), f"expected a success, got {result!r}"
+    return result.value
+
+
+def error_of(result: ToolExecutionResult) -> ErrorDetail:
+    """A failure's error; a success fails the test, showing it."""
+    assert isinstance(result, ToolFailure), f"expected a failure, got {result!r}"
+    return result.error
+
+
+def cyclic_garbage_of(run: Callable[[int], None], repeat: int = 10) -> tuple[int, list[str]]:
+    """What the cyclic collector finds after ``run(i)`` for ``i`` in
+    ``range(repeat)``, after one warm-up ``run(-1)`` (pools and caches made
+    once): the count and the sorted type names. Runs with the collector off
+    and ``gc.DEBUG_SAVEALL``, which keeps whatever a collection finds
+    unreachable; both are restored. A count of 0 means every object was
+    freed by reference counting."""
+    run(-1)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for i in range(repeat):
+            run(i)
+        found = gc.collect()
+        return found, sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+WORKER_ONLY_MODULE = """\
+from dshtools import ToolError
+
+class WorkerOnlyError(Exception):
+    pass
+
+class WorkerOnlyQuotaError(ToolError):
+    pass
+"""
+
+
+def raises_worker_only(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body for a worker: imports the module ``args["module"]`` from the
+    folder ``args["dir"]`` (a folder only the worker puts on its path, as
+    ``runtime_env={"pip": [...]}`` installs a package only there) and raises
+    its ``WorkerOnlyQuotaError`` (``args["coded"]``) or ``WorkerOnlyError``."""
+    import importlib
+
+    if args["dir"] not in sys.path:
+        sys.path.insert(0, args["dir"])
+    module = importlib.import_module(args["module"])
+    if args["coded"]:
+        raise module.WorkerOnlyQuotaError("3 of 3 calls used", "QUOTA_EXCEEDED")
+    raise module.WorkerOnlyError("the index is 3 days old")
+
+
+def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry, directory: str, module: str) -> None:
+    """Write ``WORKER_ONLY_MODULE`` as ``module`` in ``directory`` (checking
+    that this process cannot import it: the scenario is real), call the
+    tool ``worker_only`` (``raises_worker_only`` on a worker) once for each
+    exception, and assert the caller gets each one's class name, message and
+    ``ToolError`` code, not the driver's failure to import the module."""
+    with open(os.path.join(directory, f"{module}.py"), "w", encoding="utf-8") as f:
+        f.write(WORKER_ONLY_MODULE)
+    try:
+        __import__(module)
+    except ImportError:
+        pass
+    else:  # pragma: no cover - the scenario would not be what it claims
+        raise AssertionError(f"{module} is importable here")
+    plain, coded = (
+        registry.execute(call("worker_only", {"dir": directory, "module": module, "coded": c}, call_id=f"wo{i}"))
+        for i, c in enumerate((False, True))
+    )
+    assert plain.code == TOOL_ERROR, plain
+    info = error_of(plain).info
+    assert info is not None and info.name == "WorkerOnlyError"
+    assert error_of(plain).message == "the index is 3 days old"
+    assert coded.code == "QUOTA_EXCEEDED", coded
+    assert error_of(coded).message == "3 of 3 calls used"
+
+
+# ------------------------------------------------------------------ Ray
+
+RAY_NAMESPACE = "dshtools-tests"
+
+
+class Events:
+    """Named events with a value, and counters (run as a threaded Ray
+    actor): a body ``set``s an event when it reaches a point, the test
+    ``wait``s for it, so no test sleeps to wait for an interleaving."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._values: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
+
+    def set(self, name: str, value: Any = True) -> None:
+        with self._cond:
+            self._values[name] = value
+            self._cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: name in self._values, timeout)
+            return self._values.get(name)
+
+    def incr(self, name: str) -> None:
+        with self._cond:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def count(self, name: str) -> int:
+        with self._cond:
+            return self._counts.get(name, 0)
+
+
+@functools.cache
+def _events_actor_class() -> Any:
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=64)(Events)  # type: ignore[call-overload]
+
+
+def start_events(name: str) -> Any:
+    """Start the ``Events`` actor ``name`` on the running Ray and return its
+    handle once it answers (the caller ``ray.kill``s it)."""
+    import ray
+
+    handle = _events_actor_class().options(name=name).remote()
+    ray.get(handle.count.remote("warm-up"))
+    return handle
+
+
+_handles: dict[str, Any] = {}
+
+
+def events_handle(name: str) -> Any:
+    """The handle of the ``Events`` actor ``name``, from a body or the test
+    (cached per process)."""
+    import ray
+
+    handle = _handles.get(name)
+    if handle is None:
+        handle = _handles[name] = ray.get_actor(name, namespace=RAY_NAMESPACE)
+    return handle
+
+
+def announce(name: str, tag: str, value: Any = True) -> None:
+    """Set event ``tag`` on actor ``name`` from a body. ``.future().result()``,
+    not ``ray.get()``: a body must not give up its CPU slot."""
+    events_handle(name).set.remote(tag, value).future().result()
