@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from dshtools import AbortController, ProcessBackend, ToolDefinition, ToolExecutionInput, ToolRegistry, otel
 from dshtools._backends import remote
+from tests.helpers import call
 
 
 def traced_in_worker(_args: Any, _run: Any) -> dict[str, Any]:
@@ -37,10 +38,6 @@ def process_registry() -> Iterator[ToolRegistry]:
         yield registry
 
 
-def _call() -> ToolExecutionInput:
-    return ToolExecutionInput("c1", "traced", {}, AbortController().signal)
-
-
 @pytest.mark.timeout(60)
 def test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(process_registry: ToolRegistry) -> None:
     exporter = InMemorySpanExporter()
@@ -49,7 +46,7 @@ def test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(process_
     inst = otel.instrument(process_registry, tracer_provider=provider)
     try:
         with provider.get_tracer("tests").start_as_current_span("agent turn"):
-            result = process_registry.execute(_call())
+            result = process_registry.execute(call("traced"))
     finally:
         inst.uninstrument()
     assert result.is_error is False, result
@@ -66,7 +63,7 @@ def test_nothing_crosses_when_no_instrumentation_is_installed(process_registry: 
     inst.uninstrument()
     assert remote._carrier is None  # the last uninstrument() takes the carrier off
     with provider.get_tracer("tests").start_as_current_span("agent turn"):
-        result = process_registry.execute(_call())
+        result = process_registry.execute(call("traced"))
     assert result.is_error is False and result.value["parent"] is None
 
 

@@ -40,7 +40,6 @@ from dshtools import (
     AbortController,
     Deny,
     TimeoutPolicy,
-    ToolDefinition,
     ToolExecutionInput,
     ToolRegistry,
     ToolRunContext,
@@ -49,8 +48,7 @@ from dshtools import (
 )
 from dshtools._registry.registry import set_call_observer
 from dshtools._types.calls import InvalidCall
-
-OBJECT: dict[str, Any] = {"type": "object"}
+from tests.helpers import call, tool
 
 
 class Traced:
@@ -83,14 +81,6 @@ def instrumented(registry: ToolRegistry, traced: Traced) -> Iterator[otel.Instru
     inst = otel.instrument(registry, tracer_provider=traced.provider, meter_provider=traced.meters)
     yield inst
     inst.uninstrument()
-
-
-def _call(name: str, arguments: object = None, call_id: str = "c1", signal: Any = None) -> ToolExecutionInput:
-    return ToolExecutionInput(call_id, name, {} if arguments is None else arguments, signal or AbortController().signal)
-
-
-def _tool(name: str, body: Any, **kw: Any) -> ToolDefinition:
-    return ToolDefinition(name, f"{name} tool", kw.pop("parameters", OBJECT), body, **kw)
 
 
 def test_the_pinned_names_are_the_conventions_names() -> None:
@@ -166,15 +156,15 @@ def test_one_span_per_call_for_every_outcome_under_the_callers_span(
         run.signal.wait()
         return "late"
 
-    registry.register(_tool("ok", lambda a, r: "fine"))
-    registry.register(_tool("fails", _raise))
+    registry.register(tool("ok", lambda a, r: "fine"))
+    registry.register(tool("fails", _raise))
     registry.register(
-        _tool("typed", lambda a, r: a, parameters={"type": "object", "properties": {"n": {"type": "integer"}}})
+        tool("typed", lambda a, r: a, parameters={"type": "object", "properties": {"n": {"type": "integer"}}})
     )
-    registry.register(_tool("waits", waits))
-    registry.register(_tool("slow", _wait_for_abort, timeout=0.01))
+    registry.register(tool("waits", waits))
+    registry.register(tool("slow", _wait_for_abort, timeout=0.01))
     registry.register(
-        _tool(
+        tool(
             "bad_output",
             lambda a, r: {"n": "x"},
             output_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
@@ -190,7 +180,7 @@ def test_one_span_per_call_for_every_outcome_under_the_callers_span(
     if how == "abort-running":
         threading.Thread(target=_abort_when, args=(started, controller)).start()
     with traced.tracer.start_as_current_span("agent turn") as parent:
-        result = registry.execute(_call(name, arguments, signal=controller.signal))
+        result = registry.execute(call(name, arguments, signal=controller.signal))
         assert len(traced.spans()) == 1  # ended by the time execute() returned, the caller's span still open
     assert result.code == code
     span = traced.span()
@@ -242,11 +232,11 @@ def test_the_span_ends_after_a_body_that_ignored_its_abort_returned(
         returned_at.append(time.time_ns())
         return "done anyway"
 
-    registry.register(_tool("stubborn", stubborn))
+    registry.register(tool("stubborn", stubborn))
     controller = AbortController()
     results: list[Any] = []
     caller = threading.Thread(
-        target=lambda: results.append(registry.execute(_call("stubborn", signal=controller.signal)))
+        target=lambda: results.append(registry.execute(call("stubborn", signal=controller.signal)))
     )
     caller.start()
     assert started.wait(10)
@@ -263,10 +253,10 @@ def test_the_span_ends_after_a_body_that_ignored_its_abort_returned(
 
 
 def test_content_is_absent_unless_opted_in(registry: ToolRegistry, traced: Traced) -> None:
-    registry.register(_tool("echo", lambda a, r: a["text"]))
+    registry.register(tool("echo", lambda a, r: a["text"]))
     inst = otel.instrument(registry, tracer_provider=traced.provider, meter_provider=traced.meters)
     assert inst.capture_content is False
-    registry.execute(_call("echo", {"text": "secret"}))
+    registry.execute(call("echo", {"text": "secret"}))
     inst.uninstrument()
     attributes = dict(traced.span().attributes or {})
     assert otel.GEN_AI_TOOL_CALL_ARGUMENTS not in attributes and otel.GEN_AI_TOOL_CALL_RESULT not in attributes
@@ -274,7 +264,7 @@ def test_content_is_absent_unless_opted_in(registry: ToolRegistry, traced: Trace
 
     traced.exporter.clear()
     inst = otel.instrument(registry, tracer_provider=traced.provider, capture_content=True)
-    registry.execute(_call("echo", {"text": "hello"}))
+    registry.execute(call("echo", {"text": "hello"}))
     inst.uninstrument()
     attributes = dict(traced.span().attributes or {})
     assert attributes[otel.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"text": "hello"}'
@@ -297,9 +287,9 @@ def test_the_conventions_environment_variable_opts_in(
 
 
 def test_captured_content_is_bounded_with_a_marker(registry: ToolRegistry, traced: Traced) -> None:
-    registry.register(_tool("echo", lambda a, r: a["text"]))
+    registry.register(tool("echo", lambda a, r: a["text"]))
     inst = otel.instrument(registry, tracer_provider=traced.provider, capture_content=True)
-    registry.execute(_call("echo", {"text": "x" * 20_000}))
+    registry.execute(call("echo", {"text": "x" * 20_000}))
     inst.uninstrument()
     attributes = dict(traced.span().attributes or {})
     for key in (otel.GEN_AI_TOOL_CALL_ARGUMENTS, otel.GEN_AI_TOOL_CALL_RESULT):
@@ -321,8 +311,8 @@ def test_batch_calls_are_siblings_in_model_order_under_the_callers_span(
             pass
         return "ok"
 
-    registry.register(_tool("together", together, is_concurrency_safe=lambda a: True))
-    calls = [_call("together", call_id=f"c{i}") for i in range(3)]
+    registry.register(tool("together", together, is_concurrency_safe=lambda a: True))
+    calls = [call("together", call_id=f"c{i}") for i in range(3)]
     with traced.tracer.start_as_current_span("agent turn") as parent:
         results = execute_batch(registry, calls, signal=AbortController().signal)
     assert [r.is_error for r in results] == [False] * 3
@@ -337,7 +327,7 @@ def test_batch_calls_are_siblings_in_model_order_under_the_callers_span(
 
 
 @pytest.mark.timeout(20)
-def test_a_cancelled_batch_still_has_one_span_per_call(
+def test_a_cancelled_batch_still_has_one_span_percall(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
 ) -> None:
     started = threading.Event()
@@ -347,11 +337,11 @@ def test_a_cancelled_batch_still_has_one_span_per_call(
         run.signal.wait()
         return "stopped"
 
-    registry.register(_tool("first", first))
-    registry.register(_tool("later", lambda a, r: "never"))
+    registry.register(tool("first", first))
+    registry.register(tool("later", lambda a, r: "never"))
     batch = AbortController()
     threading.Thread(target=_abort_when, args=(started, batch)).start()
-    results = execute_batch(registry, [_call("first", call_id="a"), _call("later", call_id="b")], signal=batch.signal)
+    results = execute_batch(registry, [call("first", call_id="a"), call("later", call_id="b")], signal=batch.signal)
     assert [r.code for r in results] == [TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH]
     spans = sorted(traced.spans(), key=lambda s: s.start_time or 0)
     assert [(s.attributes or {})[otel.ERROR_TYPE] for s in spans] == [TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH]
@@ -367,9 +357,9 @@ def test_a_thread_body_and_its_nested_calls_are_children_of_its_span(
             pass
         return run.dispatch("leaf", {}).is_error
 
-    registry.register(_tool("outer", outer))
-    registry.register(_tool("leaf", lambda a, r: "leaf"))
-    assert registry.execute(_call("outer")).is_error is False
+    registry.register(tool("outer", outer))
+    registry.register(tool("leaf", lambda a, r: "leaf"))
+    assert registry.execute(call("outer")).is_error is False
     by_name = {s.name: s for s in traced.exporter.get_finished_spans()}
     outer_span = by_name["execute_tool outer"]
     assert outer_span.context is not None and outer_span.parent is None
@@ -381,9 +371,9 @@ def test_a_thread_body_and_its_nested_calls_are_children_of_its_span(
 def test_the_duration_histogram_has_the_tool_and_error_type(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
 ) -> None:
-    registry.register(_tool("ok", lambda a, r: "fine"))
-    registry.execute(_call("ok"))
-    registry.execute(_call("missing"))
+    registry.register(tool("ok", lambda a, r: "fine"))
+    registry.execute(call("ok"))
+    registry.execute(call("missing"))
     data = traced.reader.get_metrics_data()
     assert data is not None
     (metric,) = [
@@ -406,20 +396,20 @@ def test_the_duration_histogram_has_the_tool_and_error_type(
 
 
 def test_uninstrument_leaves_no_hook_behind(registry: ToolRegistry, traced: Traced) -> None:
-    registry.register(_tool("ok", lambda a, r: "fine"))
+    registry.register(tool("ok", lambda a, r: "fine"))
     before = registry.statistics()
     inst = otel.instrument(registry, tracer_provider=traced.provider)
     with pytest.raises(RuntimeError, match="instrumented already"):
         otel.instrument(registry, tracer_provider=traced.provider)
-    registry.execute(_call("ok"))
+    registry.execute(call("ok"))
     inst.uninstrument()
     inst.uninstrument()  # idempotent
     assert registry._observer is None
     assert registry.statistics() == before  # no hook of any kind was added
-    registry.execute(_call("ok"))
+    registry.execute(call("ok"))
     assert len(traced.spans()) == 1  # the call after uninstrument() made none
     again = otel.instrument(registry, tracer_provider=traced.provider)
-    registry.execute(_call("ok"))
+    registry.execute(call("ok"))
     again.uninstrument()
     assert len(traced.spans()) == 2
 
@@ -433,11 +423,11 @@ def test_with_no_sdk_no_span_is_made_and_a_provider_set_later_is_used(registry: 
     noop = otel.instrument(
         registry, tracer_provider=trace.NoOpTracerProvider(), meter_provider=metrics.NoOpMeterProvider()
     )
-    assert noop.started(_call("ok"), None) is None  # nothing to record: the call is not watched
+    assert noop.started(call("ok"), None) is None  # nothing to record: the call is not watched
     noop.uninstrument()
     # The API's global proxies: no-op until a real provider is set.
     proxy = otel.instrument(registry)
-    assert proxy.started(_call("ok"), None) is None
+    assert proxy.started(call("ok"), None) is None
     proxy.uninstrument()
 
 
@@ -464,7 +454,7 @@ with ToolRegistry() as registry:
 
 
 @pytest.mark.timeout(60)
-def test_a_global_provider_set_after_instrument_is_used_by_the_next_call() -> None:
+def test_a_global_provider_set_after_instrument_is_used_by_the_nextcall() -> None:
     # In a child: the global provider can be set once per process.
     out = subprocess.run(
         [sys.executable, "-c", _LATE_PROVIDER], capture_output=True, text=True, check=True, env=dict(os.environ)
@@ -477,10 +467,10 @@ def test_a_faulty_observer_is_reported_and_changes_no_result(registry: ToolRegis
         def started(self, call: ToolExecutionInput, definition: object) -> Any:
             raise RuntimeError("observer bug")
 
-    registry.register(_tool("ok", lambda a, r: "fine"))
+    registry.register(tool("ok", lambda a, r: "fine"))
     set_call_observer(registry, Broken())
     try:
-        result = registry.execute(_call("ok"))
+        result = registry.execute(call("ok"))
     finally:
         set_call_observer(registry, None)
     assert result.is_error is False and result.content[0]["text"] == "fine"
@@ -504,10 +494,10 @@ def test_a_watch_whose_methods_raise_is_reported_and_changes_no_result(
         def started(self, call: ToolExecutionInput, definition: object) -> Any:
             return BrokenWatch()
 
-    registry.register(_tool("ok", lambda a, r: "fine"))
+    registry.register(tool("ok", lambda a, r: "fine"))
     set_call_observer(registry, Observer())
     try:
-        result = registry.execute(_call("ok"))
+        result = registry.execute(call("ok"))
     finally:
         set_call_observer(registry, None)
     assert result.is_error is False and result.content[0]["text"] == "fine"
@@ -515,9 +505,9 @@ def test_a_watch_whose_methods_raise_is_reported_and_changes_no_result(
 
 
 def test_metrics_alone_are_recorded_without_a_tracer(registry: ToolRegistry, traced: Traced) -> None:
-    registry.register(_tool("ok", lambda a, r: "fine"))
+    registry.register(tool("ok", lambda a, r: "fine"))
     inst = otel.instrument(registry, tracer_provider=trace.NoOpTracerProvider(), meter_provider=traced.meters)
-    registry.execute(_call("ok"))
+    registry.execute(call("ok"))
     inst.uninstrument()
     assert traced.exporter.get_finished_spans() == ()
     data = traced.reader.get_metrics_data()
@@ -530,7 +520,7 @@ def test_metrics_alone_are_recorded_without_a_tracer(registry: ToolRegistry, tra
 def test_ten_thousand_calls_leave_no_span_token_or_listener_behind(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
 ) -> None:
-    registry.register(_tool("ok", lambda a, r: None))
+    registry.register(tool("ok", lambda a, r: None))
     registry.add_pre_execute(lambda ex, nxt: Deny("no") if ex.call_id == "deny" else nxt())
     signal = AbortController().signal
     current = otel_context.get_current()

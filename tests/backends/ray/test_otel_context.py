@@ -1,6 +1,7 @@
 """The W3C trace context crosses into ``RayBackend`` tasks (issue 24): a
 span a body starts in the Ray worker is a child of its call's
-``execute_tool`` span."""
+``execute_tool`` span. Here rather than in tests/otel for the
+``ray_cluster`` fixture of tests/backends."""
 
 from __future__ import annotations
 
