@@ -3,8 +3,9 @@
 Runs every section, prints a Markdown table and writes the figures to
 ``benchmarks/results.json``. The wall-clock sections take about a minute on
 2 cores; the instruction counts (callgrind, when ``valgrind`` is installed)
-add a few minutes and are merged into ``dispatch`` (``--quick`` and
-``--no-instructions`` leave them out).
+add a few minutes and are merged into ``dispatch``, with the OpenTelemetry
+overhead under ``otel`` (``--quick`` and ``--no-instructions`` leave them
+out).
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def run_all(
         results[name] = figures
         if progress:
             print(f"[benchmarks] {name} done in {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+    if count_instructions and not quick and (not only or "dispatch" in only):
+        from . import otel as otel_bench
+
+        if progress:
+            print("[benchmarks] otel instructions (callgrind) ...", file=sys.stderr, flush=True)
+        results["otel"] = otel_bench.run()
     if ray:
         from . import ray as ray_bench
 

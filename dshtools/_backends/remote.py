@@ -21,13 +21,22 @@
   timeout reason when the original was one, so the registry reports and
   classifies it as it would have the original.
 
+* A tracing context crosses with the call when a carrier is installed
+  (``set_context_carrier``, by ``dshtools.otel``): ``outgoing_context()``
+  in the dispatching thread gives ``(module, data)``; the worker runs the
+  body inside ``incoming_context`` of it, which imports ``module`` there
+  and enters its ``carried_context(data)``. Without a carrier nothing
+  crosses; a worker that cannot import the module runs the body without.
+
 Threads: the body's thread, or threads it joins before returning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .._core.errors import AbortError, TimeoutReason, safe_str
@@ -37,7 +46,61 @@ from .._signal.deadline import timeout_of
 from .._types.calls import ExecutionToken, ToolError, ToolExecutionResult
 from .._types.tools import ToolRunContext, frozen_deferred_context
 
-__all__ = ["ErrorDetail", "RemoteRun", "RemoteTraceback", "call_controller", "describe_error", "rebuilt_error"]
+__all__ = [
+    "ErrorDetail",
+    "RemoteRun",
+    "RemoteTraceback",
+    "call_controller",
+    "describe_error",
+    "incoming_context",
+    "outgoing_context",
+    "rebuilt_error",
+    "set_context_carrier",
+]
+
+Carried = tuple[str, Any]
+"""``(module name, picklable data)``: a tracing context on its way to a worker."""
+
+_carrier: Callable[[], Carried | None] | None = None
+
+
+def set_context_carrier(carrier: Callable[[], Carried | None] | None) -> None:
+    """Install the process-wide carrier (``None`` removes it): called in
+    the dispatching thread of every call sent to a worker."""
+    global _carrier
+    _carrier = carrier
+
+
+def outgoing_context() -> Carried | None:
+    """What crosses with a call sent now from this thread: the carrier's
+    ``(module, data)``, or ``None`` (no carrier, nothing to carry, or a
+    carrier fault)."""
+    carrier = _carrier
+    if carrier is None:
+        return None
+    try:
+        return carrier()
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def incoming_context(carried: Carried | None) -> Iterator[None]:
+    """In a worker: run the body inside the context that crossed with its
+    call (``module.carried_context(data)``, a context manager); without one,
+    or when the module does not import here, nothing is entered."""
+    manager: Any = None
+    if carried is not None:
+        try:
+            manager = importlib.import_module(carried[0]).carried_context(carried[1])
+        except Exception:
+            manager = None
+    if manager is None:
+        yield
+        return
+    with manager:
+        yield
+
 
 ErrorDetail = tuple[str, str, bool, "str | None", "tuple[str, float] | None", str]
 """``(class name, message, is AbortError, ToolError code, (timeout code,

@@ -23,6 +23,10 @@ Guarantees:
   waterfall settled, then the caller's over post-execute.
 * The result says whether the body ran: its ``body_invoked`` is the run's
   one record of it (docs/contract.md#a16).
+* A call observer (``set_call_observer``, used by ``dshtools.otel``) sees
+  every call, whatever its outcome: started at the start of ``_begin``,
+  entered around the dispatch, finished once after publication. Without
+  one the call path pays one attribute test per phase.
 
 Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
 calling thread; the body runs where its backend puts it. Hook registration
@@ -44,7 +48,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import attrs
 
@@ -129,6 +133,43 @@ _ACCEPT: Final = Accept()
 
 def _accept() -> PostExecuteDecision:
     return _ACCEPT
+
+
+class CallWatch(Protocol):
+    """One call as a ``CallObserver`` watches it. The registry calls
+    ``enter()`` in the thread that dispatches the call, before its body is
+    submitted, and ``exit(token)`` with what it returned in the same thread
+    once the dispatch settled (the body joined); then ``finished(result)``
+    exactly once, in the thread that published the call's one result, after
+    the result observers. Exceptions from these are reported as unraisable;
+    they never change the result."""
+
+    def enter(self) -> object: ...
+
+    def exit(self, token: object) -> None: ...
+
+    def finished(self, result: ToolExecutionResult) -> None: ...
+
+
+class CallObserver(Protocol):
+    """Sees every call of a registry, whatever its outcome (package-internal:
+    ``dshtools.otel``). ``started(call, definition)`` runs at the start of
+    ``execute`` (or of a batch call's first phase) in the caller's thread,
+    with the caller's ``contextvars`` context current; ``definition`` is
+    ``None`` for an unknown tool. Returns the call's ``CallWatch``, or
+    ``None`` to leave this call unwatched. An exception from it is reported
+    as unraisable and the call is unwatched."""
+
+    def started(self, call: ToolExecutionInput, definition: ToolDefinition | None) -> CallWatch | None: ...
+
+
+def set_call_observer(registry: ToolRegistry, observer: CallObserver | None) -> CallObserver | None:
+    """Install ``observer`` on ``registry`` (``None`` removes it) and return
+    the one it replaces. Calls already started keep the watch they got."""
+    with registry._lock:
+        previous = registry._observer
+        registry._observer = observer
+    return previous
 
 
 def _check_unsettled(run: Run) -> None:
@@ -249,6 +290,7 @@ class ToolRegistry:
         self._closed = False
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = Hooks()
+        self._observer: CallObserver | None = None  # see set_call_observer
         _registries.add(self)
         # Every backend this registry uses, closed (when its last registry
         # closes) by close(). Guarded by _lock.
@@ -488,6 +530,12 @@ class ToolRegistry:
         if self._closed and not allow_closed:
             self._check_open()
         run = Run(self, call, self._definitions.get(call.name), self._hooks)
+        observer = self._observer
+        if observer is not None:
+            try:
+                run.watch = observer.started(call, run.definition)
+            except Exception as exc:
+                report_unraisable(exc, "Exception in call observer " + safe_repr(observer), call)
         if allow_closed and self._closed and not on_worker_of(self):
             run.settle(aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False), skip_post=True)
             return run
@@ -559,6 +607,8 @@ class ToolRegistry:
         # The slot and view exist only for wrappers (none: the hot path).
         slot = SignalSlot(call.signal) if around else None
         kind: Kind
+        watch = run.watch
+        entered = None if watch is None else _enter(watch, run)
         try:
             if slot is not None:
                 result = Waterfall(
@@ -601,10 +651,14 @@ class ToolRegistry:
             run.settled = True
             if slot is not None:
                 slot.signal = call.signal  # unconditionally, whatever a wrapper left
-            if run.attempts:
-                # A wrapper returned while a next() it started on another
-                # thread is still dispatching: join it (quiescence).
-                run.join_attempts()
+            try:
+                if run.attempts:
+                    # A wrapper returned while a next() it started on another
+                    # thread is still dispatching: join it (quiescence).
+                    run.join_attempts()
+            finally:
+                if watch is not None:
+                    _exit(watch, entered, run)
         # Step 5: classification against the cancellation in force.
         if kind != FINAL:
             # In force: the dispatch signal's abort, else the caller's.
@@ -674,6 +728,16 @@ class ToolRegistry:
                         run.interrupt = ki
                 except BaseException as exc:
                     report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
+        watch = run.watch
+        if watch is not None:
+            run.watch = None
+            try:
+                watch.finished(result)
+            except KeyboardInterrupt as ki:
+                if run.interrupt is None:
+                    run.interrupt = ki
+            except BaseException as exc:
+                report_unraisable(exc, "Exception in call observer " + safe_repr(watch), result)
         return result
 
     def _post_execute(self, run: Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -694,6 +758,21 @@ class ToolRegistry:
         is not one of its in-flight bodies)."""
         if self._closed and not on_worker_of(self):
             raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
+
+
+def _enter(watch: CallWatch, run: Run) -> object:
+    try:
+        return watch.enter()
+    except Exception as exc:
+        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), run.call)
+        return None
+
+
+def _exit(watch: CallWatch, token: object, run: Run) -> None:
+    try:
+        watch.exit(token)
+    except Exception as exc:
+        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), run.call)
 
 
 def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:

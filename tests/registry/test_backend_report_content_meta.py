@@ -1,5 +1,5 @@
 """A backend's report may carry a ``Value``'s content blocks and entries for
-the final ``meta`` (``BodyReport.content``/``meta``; decision 0060): the
+the final ``meta`` (``BodyReport.content``/``meta``; decision 0063): the
 registry uses the blocks instead of rendering the value, and adds the
 entries to whatever result the call ends with."""
 

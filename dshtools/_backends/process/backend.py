@@ -62,6 +62,7 @@ from ..._core.interrupts import INTERRUPT_SLICE
 from ..._os.tree import left_behind, stop_tree
 from ..._types.tools import ToolRunContext
 from ..base import Body, BodyReport, Dispatch, Error, Value, WorkerLost
+from ..remote import outgoing_context
 from .pool import _Job, _Worker
 from .wire import UnsendableValue, error_from
 
@@ -226,6 +227,7 @@ class ProcessBackend:
             raise RuntimeError("ProcessBackend is closed")
         key, data = self._entry(run.name, body)
         job = _Job(self, next(self._seq), key, data, args, run)
+        job.carried = outgoing_context()  # here: the dispatching thread's context
         job.handle = run.signal.add_listener(job.on_abort)
         if job.done.is_set():
             return job  # withdrawn at once: the signal was already aborted

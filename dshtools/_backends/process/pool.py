@@ -117,6 +117,7 @@ class _Job:
         "backend",
         "body_data",
         "body_key",
+        "carried",
         "claim",
         "deferred",
         "done",
@@ -143,6 +144,7 @@ class _Job:
         self.aborted_at: float | None = None
         self.handle: Any = None
         self.deferred: BaseException | None = None  # an interrupt submit() caught after the start
+        self.carried: Any = None  # the tracing context sent with the call (remote.outgoing_context)
 
     # -- Dispatch protocol --------------------------------------------------
 
@@ -228,6 +230,7 @@ class _Job:
                         # before the send: the worker re-bases it on its own
                         # clock; only a duration crosses, never an instant.
                         run.signal.time_left(),
+                        self.carried,
                     )
                 )
             except OSError as exc:

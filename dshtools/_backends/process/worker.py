@@ -27,7 +27,7 @@ Guarantees:
 
 Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
 parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
-call_id, root_call_id, name, agent, seconds_left | None)``, ``("abort", seq, reason_bytes)``;
+call_id, root_call_id, name, agent, seconds_left | None, carried | None)``, ``("abort", seq, reason_bytes)``;
 worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
 ``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
 """
@@ -48,7 +48,7 @@ from typing import Any
 from ..._core.errors import AbortError, report_unraisable, safe_str
 from ..._os import procfs as _procfs
 from ..._signal import AbortController
-from ..remote import RemoteRun, call_controller
+from ..remote import RemoteRun, call_controller, incoming_context
 from .wire import describe_error, load_reason
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
@@ -138,14 +138,15 @@ def _abort(target: AbortController, reason: object) -> None:
 def _run_one(
     bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
 ) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
-    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left = message
+    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left, carried = message
     worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True)
     try:
         body = bodies.get(key)
         if body is None:
             body = bodies[key] = cloudpickle.loads(body_bytes)
         ctx = worker_run.context(call_id, root_call_id, name, agent, args, controller.signal)
-        value = body(args, ctx)
+        with incoming_context(carried):
+            value = body(args, ctx)
     except BaseException as exc:  # every body fault is an outcome, never a crash
         worker_run.settled = True
         detail = describe_error(exc)

@@ -26,7 +26,7 @@ from ..._signal import AbortSignal, ListenerHandle
 from ..._signal.lifecycle import sigint_deferred
 from ..._types.tools import ToolRunContext
 from ..base import Body, BodyReport, Error, NotInvoked, Value, WorkerLost
-from ..remote import ErrorDetail, rebuilt_error
+from ..remote import ErrorDetail, outgoing_context, rebuilt_error
 from . import reap as _ray_reap
 from .remote import (
     _CONTAINED,
@@ -454,7 +454,8 @@ class RayBackend:
         key = f"{self._prefix}-{next(self._counter)}"
         # The budget as seconds left now: the worker re-bases it on its own
         # clock when the task starts; only a duration crosses.
-        fields = (run.call_id, run.root_call_id, run.name, run.agent, run.signal.time_left())
+        # With them the tracing context of this (the dispatching) thread.
+        fields = (run.call_id, run.root_call_id, run.name, run.agent, run.signal.time_left(), outgoing_context())
         inline = isinstance(body_data, bytes)
         head = _pack((*self._actor_name, key, body_key, body_data if inline else None, args, fields))
         packed: Any = head if inline else (head, body_data)

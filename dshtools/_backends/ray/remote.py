@@ -53,7 +53,7 @@ from ray import cloudpickle
 from ..._core.errors import report_unraisable, safe_str
 from ..._signal import AbortController
 from ..base import Body
-from ..remote import RemoteRun, call_controller, describe_error
+from ..remote import RemoteRun, call_controller, describe_error, incoming_context
 from . import reap as _ray_reap
 
 __all__: list[str] = []
@@ -536,8 +536,8 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     ``ObjectRef`` for a body too large to travel inline (nested in a tuple
     so that Ray does not fetch it: the worker does, when it has not seen the
     body yet). ``fields`` is ``(call_id, root_call_id, name, agent, seconds
-    left or None)``: the budget is re-based on this process's clock at the
-    task's start."""
+    left or None, carried tracing context or None)``: the budget is
+    re-based on this process's clock at the task's start."""
     global _current_task
     received = time.monotonic()
     try:
@@ -567,14 +567,15 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     except BaseException:
         channel.leave(key)
         raise
-    call_id, root_call_id, name, agent, left = fields
+    call_id, root_call_id, name, agent, left, carried = fields
     controller = channel.claim(key, task_id, left, received)
     if controller is None:
         return _pack(("withdrawn", None, ()))
     run = RemoteRun("a RayBackend worker", thaw_contexts=False)
     ctx = run.context(call_id, root_call_id, name, agent, args, controller.signal)
     try:
-        value = body(args, ctx)
+        with incoming_context(carried):
+            value = body(args, ctx)
     except BaseException as exc:
         run.settled = True
         channel.release(key)

@@ -1,0 +1,136 @@
+"""What OpenTelemetry instrumentation costs a call: machine instructions per
+no-op ``registry.execute``, counted with callgrind as in
+``benchmarks/instructions.py`` (``LONG - SHORT`` calls after the same
+warm-up, every thread counted).
+
+Cases:
+
+* ``uninstrumented``: the registry as it is;
+* ``noop``: ``dshtools.otel.instrument(registry)`` with the global
+  providers and no SDK configured (the API's no-op);
+* ``sdk``: instrumented with an SDK ``TracerProvider`` whose spans go to an
+  ``InMemorySpanExporter`` behind a ``BatchSpanProcessor`` (the exporter's
+  list is cleared as it grows, so memory stays flat).
+
+Keys: ``otel.uninstrumented_instructions``, ``otel.noop_instructions``,
+``otel.sdk_instructions``, ``otel.noop_ratio`` (target ≤ 1.03, contract
+§15) and ``otel.sdk_ratio``; skipped with a note when ``valgrind`` or
+``opentelemetry-sdk`` is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CASES", "count", "run"]
+
+CASES = ("uninstrumented", "noop", "sdk")
+SHORT, LONG = 200, 1200
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+_CHILD = r"""
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+case, n = sys.argv[1], int(sys.argv[2])
+executor = ThreadPoolExecutor(max_workers=4)
+
+from dshtools import AbortController, ToolExecutionInput
+from benchmarks.dispatch import make_registry
+
+registry = make_registry(executor, hooks=False)
+exporter = None
+if case == "noop":
+    import dshtools.otel
+    dshtools.otel.instrument(registry)
+elif case == "sdk":
+    import dshtools.otel
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    dshtools.otel.instrument(registry, tracer_provider=provider)
+call = ToolExecutionInput("call-1", "noop", {}, AbortController().signal)
+execute = registry.execute
+for _ in range(200):
+    assert not execute(call).is_error
+if exporter is not None:
+    provider.force_flush()
+    exporter.clear()
+for _ in range(n):
+    execute(call)
+if exporter is not None:
+    provider.force_flush()
+    assert len(exporter.get_finished_spans()) == n
+    provider.shutdown()
+registry.close()
+executor.shutdown(wait=True)
+"""
+
+
+def _collected(case: str, calls: int, valgrind: str) -> int:
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [
+                valgrind,
+                "--tool=callgrind",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-c",
+                _CHILD,
+                case,
+                str(calls),
+            ],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    match = _COLLECTED.search(proc.stderr)
+    if proc.returncode != 0 or match is None:
+        raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def count(case: str, valgrind: str) -> float:
+    """Instructions per call of ``case`` (one of ``CASES``)."""
+    return (_collected(case, LONG, valgrind) - _collected(case, SHORT, valgrind)) / (LONG - SHORT)
+
+
+def run(*, quick: bool = False) -> dict[str, Any]:
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return {"skipped": "valgrind is not installed: no instruction counts"}
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        return {"skipped": "opentelemetry-sdk is not installed (the otel and test extras)"}
+    per_call = {case: count(case, valgrind) for case in CASES}
+    base = per_call["uninstrumented"]
+    return {
+        "uninstrumented_instructions": base,
+        "noop_instructions": per_call["noop"],
+        "sdk_instructions": per_call["sdk"],
+        "noop_ratio": per_call["noop"] / base,
+        "sdk_ratio": per_call["sdk"] / base,
+        "instruction_targets": {"noop_ratio": 1.03},
+        "calls_counted": LONG - SHORT,
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(), indent=2))

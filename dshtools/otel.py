@@ -1,0 +1,345 @@
+"""OpenTelemetry for every tool call: one GenAI ``execute_tool`` span per
+call, whatever its outcome, and a duration histogram
+(docs/observability.md).
+
+``instrument(registry)`` installs a call observer on the registry; the
+returned ``Instrumentation``'s ``uninstrument()`` takes it off. Needs the
+``otel`` extra (``opentelemetry-api``); ``import dshtools`` never imports
+OpenTelemetry, only this module does.
+
+Guarantees:
+
+* One span per call for every outcome, ``INVALID_ARGS``, ``UNKNOWN_TOOL``,
+  ``DENIED`` and pre-aborted calls included. It starts in the caller's
+  thread with the caller's context current, so it is a child of the
+  caller's current span, and the calls of one ``execute_batch`` are
+  siblings under the span current when the batch started. It ends after
+  the join, when the call's one result is published: never before a body
+  that ran on after its abort has returned.
+* While the body is dispatched the span is the current span of the context
+  the body runs in (thread backend bodies, and nested calls they make, are
+  its children).
+* Arguments and results are recorded only on opt-in, each cut to
+  ``MAX_CONTENT_CHARS`` characters with a marker.
+* While any instrumentation is installed, the W3C trace context crosses
+  with every call a ``ProcessBackend`` or ``RayBackend`` sends to a
+  worker: a span a body starts there (with an SDK configured in the
+  worker) is a child of its call's span.
+* With no SDK installed (the API's no-op providers), a call costs one
+  method call more and makes no span; a provider set later is picked up by
+  the next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import Histogram, MeterProvider, NoOpHistogram
+from opentelemetry.trace import NoOpTracer, ProxyTracer, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from ._backends.remote import Carried, set_context_carrier
+from ._core.freeze import thaw
+from ._registry.registry import CallWatch, ToolRegistry
+from ._signal import ListenerHandle
+from ._types.calls import InvalidCall, ToolExecutionInput, ToolExecutionResult, ToolFailure
+from ._types.hooks import ToolDefinition
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "MAX_CONTENT_CHARS",
+    "Instrumentation",
+    "carried_context",
+    "instrument",
+]
+
+# The GenAI semantic conventions' names, pinned here (the conventions'
+# package is incubating and is not imported at run time).
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+ERROR_TYPE: Final = "error.type"
+EXECUTE_TOOL: Final = "execute_tool"
+TOOL_TYPE_FUNCTION: Final = "function"
+OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The conventions' opt-in for content: ``true`` (or ``span_only``,
+``span_and_event``), any case, records arguments and results."""
+_CAPTURE_ON: Final = frozenset({"true", "1", "span_only", "span_and_event"})
+
+# dshtools' own attributes and events.
+BODY_INVOKED: Final = "dshtools.body_invoked"
+KILLED: Final = "dshtools.killed"
+OVERRUN_S: Final = "dshtools.overrun_s"
+BACKEND: Final = "dshtools.backend"
+ATTEMPTS: Final = "dshtools.attempts"
+ABORT_EVENT: Final = "dshtools.abort"
+ABORT_REASON: Final = "dshtools.abort.reason"
+FORCED_STOP_EVENT: Final = "dshtools.forced_stop"
+
+MAX_CONTENT_CHARS: Final = 8192
+"""Characters of arguments or result kept on a span; more is cut and marked."""
+
+_SCOPE: Final = "dshtools"
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_CONTENT_CHARS:
+        return text
+    return f"{text[:MAX_CONTENT_CHARS]}…[truncated {len(text) - MAX_CONTENT_CHARS} characters]"
+
+
+def _json(value: object) -> str:
+    try:
+        return json.dumps(thaw(value), ensure_ascii=False, default=repr)
+    except Exception:  # a value json cannot walk (a cycle, say)
+        return repr(value)
+
+
+def _capture_from_env() -> bool:
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _CAPTURE_ON
+
+
+# How many instrumentations are installed; the context carrier of process
+# workers is installed while there is one. Guarded by _carrying_lock.
+_carrying_lock = threading.Lock()
+_carrying = 0
+
+
+def _carry() -> Carried | None:
+    """The current context as W3C headers, for a call sent to a worker now."""
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return (__name__, headers) if headers else None
+
+
+@contextlib.contextmanager
+def carried_context(headers: dict[str, str]) -> Iterator[None]:
+    """In a worker process: run the body inside the context whose W3C
+    headers crossed with its call (``dshtools._backends.remote``)."""
+    token = otel_context.attach(propagate.extract(headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def _carrying_changed(delta: int) -> None:
+    global _carrying
+    with _carrying_lock:
+        _carrying += delta
+        set_context_carrier(_carry if _carrying > 0 else None)
+
+
+class _Watch:
+    """One call's span and timing (``registry.CallWatch``). Made and
+    finished by the registry's call path; ``_on_abort`` runs in the
+    aborting thread and only stores a time."""
+
+    __slots__ = ("_listener", "aborted_at", "call", "instrumentation", "span", "start")
+
+    def __init__(self, instrumentation: Instrumentation, call: ToolExecutionInput, span: trace.Span | None) -> None:
+        self.instrumentation = instrumentation
+        self.call = call
+        self.span = span
+        self.start = time.perf_counter()
+        self.aborted_at: int | None = None
+        self._listener: ListenerHandle | None = None
+        if span is not None and span.is_recording():
+            self._listener = call.signal.add_listener(self._on_abort)
+
+    def _on_abort(self, _signal: object) -> None:
+        self.aborted_at = time.time_ns()
+
+    def enter(self) -> object:
+        span = self.span
+        if span is None:
+            return None
+        return otel_context.attach(trace.set_span_in_context(span))
+
+    def exit(self, token: object) -> None:
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    def finished(self, result: ToolExecutionResult) -> None:
+        listener = self._listener
+        if listener is not None:
+            self._listener = None
+            listener.remove()
+        duration = time.perf_counter() - self.start
+        inst = self.instrumentation
+        error_type: str | None = None
+        if isinstance(result, ToolFailure):
+            info = result.error.info
+            error_type = (info.code or info.name) if info is not None else "_OTHER"
+        histogram = inst._histogram
+        if histogram is not None and inst._measuring():
+            attributes = {GEN_AI_OPERATION_NAME: EXECUTE_TOOL, GEN_AI_TOOL_NAME: self.call.name}
+            if error_type is not None:
+                attributes[ERROR_TYPE] = error_type
+            histogram.record(duration, attributes)
+        span = self.span
+        if span is None:
+            return
+        try:
+            if span.is_recording():
+                self._describe(span, result, error_type)
+        finally:
+            span.end()
+
+    def _describe(self, span: trace.Span, result: ToolExecutionResult, error_type: str | None) -> None:
+        meta = result.meta
+        span.set_attribute(BODY_INVOKED, result.body_invoked)
+        killed = meta.get("killed") is True
+        span.set_attribute(KILLED, killed)
+        overrun = meta.get("overrun_s")
+        if isinstance(overrun, float | int) and not isinstance(overrun, bool):
+            span.set_attribute(OVERRUN_S, float(overrun))
+        attempts = meta.get("attempts")
+        if isinstance(attempts, int) and not isinstance(attempts, bool):
+            span.set_attribute(ATTEMPTS, attempts)
+        signal = self.call.signal
+        # The caller's signal aborted while the call ran, or the result is a
+        # cancellation (a wrapper's timeout aborts a signal of its own).
+        if self.aborted_at is not None or (error_type is not None and "reason" in meta):
+            reason = signal.reason if self.aborted_at is not None else meta.get("reason")
+            span.add_event(ABORT_EVENT, {ABORT_REASON: type(reason).__name__}, timestamp=self.aborted_at)
+        if killed:
+            event: dict[str, Any] = {}
+            if isinstance(overrun, float | int) and not isinstance(overrun, bool):
+                event[OVERRUN_S] = float(overrun)
+            span.add_event(FORCED_STOP_EVENT, event)
+        if self.instrumentation.capture_content:
+            span.set_attribute(GEN_AI_TOOL_CALL_RESULT, _bounded(_json(result.content)))
+        if error_type is not None:
+            span.set_attribute(ERROR_TYPE, error_type)
+            span.set_status(Status(StatusCode.ERROR, error_type))
+
+
+class Instrumentation:
+    """What ``instrument`` installed on one registry. ``capture_content``:
+    whether arguments and results are recorded. ``uninstrument()`` takes
+    the observer off (idempotent; calls already started still end their
+    spans)."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        tracer: Tracer,
+        histogram: Histogram,
+        capture_content: bool,
+    ) -> None:
+        self.registry = registry
+        self.capture_content = capture_content
+        # Decided here, once, so that a call with no SDK costs a few
+        # attribute reads: `_tracer` is a live tracer or None; `_proxy` the
+        # global proxy tracer while no SDK provider is set (a provider set
+        # later is picked up by the next call); `_histogram` is None for the
+        # API's no-op, and `_histogram_proxy` says it is the global proxy,
+        # live once a real meter provider is set.
+        self._tracer: Tracer | None = None
+        self._proxy: ProxyTracer | None = None
+        if isinstance(tracer, ProxyTracer):
+            self._proxy = tracer
+        elif not isinstance(tracer, NoOpTracer):
+            self._tracer = tracer
+        self._histogram: Histogram | None = None if isinstance(histogram, NoOpHistogram) else histogram
+        self._histogram_proxy = hasattr(histogram, "_real_instrument")
+        self._installed = True
+
+    def _measuring(self) -> bool:
+        histogram = self._histogram
+        if histogram is None:
+            return False
+        return not self._histogram_proxy or histogram._real_instrument is not None  # type: ignore[attr-defined]
+
+    def started(self, call: ToolExecutionInput, definition: ToolDefinition | None) -> CallWatch | None:
+        """The call observer: the call's span, started in the caller's
+        context, or ``None`` when neither a span nor a measurement would be
+        recorded (written out: with no SDK this is all a call pays)."""
+        tracer = self._tracer
+        if tracer is None:
+            proxy = self._proxy
+            if proxy is not None:
+                real = proxy._tracer  # the SDK's tracer once a provider is set, else the API's no-op
+                if type(real) is not NoOpTracer:
+                    self._tracer = tracer = real
+                    self._proxy = None
+            if tracer is None:
+                if not self._measuring():
+                    return None
+                return _Watch(self, call, None)
+        attributes: dict[str, Any] = {
+            GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
+            GEN_AI_TOOL_NAME: call.name,
+            GEN_AI_TOOL_CALL_ID: call.call_id,
+            GEN_AI_TOOL_TYPE: TOOL_TYPE_FUNCTION,
+        }
+        if definition is not None:
+            if definition.description:
+                attributes[GEN_AI_TOOL_DESCRIPTION] = definition.description
+            backend = definition.backend or self.registry._backend
+            attributes[BACKEND] = type(backend).__name__
+        if self.capture_content:
+            arguments = call.arguments
+            text = str(arguments) if isinstance(arguments, InvalidCall) else _json(arguments)
+            attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = _bounded(text)
+        span = tracer.start_span(f"{EXECUTE_TOOL} {call.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        return _Watch(self, call, span)
+
+    def uninstrument(self) -> None:
+        """Take this instrumentation off its registry (idempotent)."""
+        if not self._installed:
+            return
+        self._installed = False
+        registry = self.registry
+        with registry._lock:
+            if registry._observer is self:
+                registry._observer = None
+        _carrying_changed(-1)
+
+
+def instrument(
+    registry: ToolRegistry,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    capture_content: bool | None = None,
+) -> Instrumentation:
+    """Make every call of ``registry`` an ``execute_tool`` span and a
+    ``gen_ai.client.operation.duration`` measurement (seconds).
+
+    ``tracer_provider``/``meter_provider``: default the global ones (the
+    API's proxies: no-op until an SDK provider is set). ``capture_content``:
+    record arguments and results (``gen_ai.tool.call.arguments``/
+    ``.result``, each at most ``MAX_CONTENT_CHARS`` characters); ``None``
+    reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` now.
+    Raises ``TypeError`` for a non-registry, ``RuntimeError`` when the
+    registry is instrumented already. Thread-safe; calls already started
+    are not instrumented."""
+    if not isinstance(registry, ToolRegistry):
+        raise TypeError(f"instrument() takes a ToolRegistry, not {type(registry).__name__}")
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE)
+    histogram = meter.create_histogram(
+        OPERATION_DURATION, unit="s", description="Duration of dshtools tool calls, to their published result."
+    )
+    capture = _capture_from_env() if capture_content is None else bool(capture_content)
+    instrumentation = Instrumentation(registry, tracer, histogram, capture)
+    with registry._lock:
+        if registry._observer is not None:
+            raise RuntimeError("this registry is instrumented already: uninstrument() the other first")
+        registry._observer = instrumentation
+    _carrying_changed(+1)
+    return instrumentation
