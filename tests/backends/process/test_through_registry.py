@@ -342,11 +342,11 @@ SCRIPT = textwrap.dedent(
     from dshtools import AbortController, ProcessBackend, ToolDefinition, ToolExecutionInput, ToolRegistry, execute_batch
 
     def stubborn(args, run):
-        os.write(1, f"started {os.getpid()}\n".encode())  # one write: the two workers share the pipe
+        os.write(1, f"started {os.getpid()}\\n".encode())  # one write: the two workers share the pipe
         time.sleep(60)
 
     def polite(args, run):
-        os.write(1, f"started {os.getpid()}\n".encode())  # one write: the two workers share the pipe
+        os.write(1, f"started {os.getpid()}\\n".encode())  # one write: the two workers share the pipe
         run.signal.wait()
         return "stopped"
 
