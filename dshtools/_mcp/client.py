@@ -30,7 +30,7 @@ Guarantees:
 * **Close.** ``close()`` refuses new calls, cancels the calls in flight
   (each settles within ``cancel_grace``), closes the session, and for a
   stdio server closes its stdin, sends SIGTERM to its process group and
-  SIGKILL after ``_STOP_GRACE`` seconds, and waits until no process of its
+  SIGKILL 2 s later (``transport._STOP_GRACE``), and waits until no process of its
   session is left; then it joins the client's event-loop thread.
 * **HTTP.** ``MCPClient.http`` speaks streamable HTTP through the SDK's
   transport with the same claim and cancel; an HTTP error status the
@@ -41,76 +41,52 @@ SDK session, the transport and every request; the public methods are
 synchronous, thread-safe, and block the calling thread (never the loop).
 The abort of a call's signal is handled in the aborting thread (withdrawal)
 and then on the loop (the cancel notification).
+
+This module owns the public class, the calls' life on the loop (claiming a
+connection, the cancel and its grace, settling) and ``close()``; the session,
+the transports and the server's process live in ``_mcp.transport``, the
+mapping of the server's answers to reports in ``_mcp.results``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import math
 import os
-import signal as _signals
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import anyio
-import anyio.abc
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectSendStream
-from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
 from .._backends.base import BodyReport, Error, NotInvoked, Value, WorkerLost
 from .._core.errors import AbortError, safe_repr, safe_str
 from .._core.freeze import thaw
 from .._core.interrupts import after_fork_in_child
-from .._os import procfs
 from .._registry.registry import ToolRegistry
 from .._signal import AbortSignal
-from .._types.calls import ToolError
 from .._types.tools import ToolDefinition, ToolRunContext
+from .results import CONNECTION_CLOSED, REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, report_of
+from .transport import Connection, RemoteCall, Server
 
 __all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient"]
 
-REMOTE_TOOL_ERROR: Final = "REMOTE_TOOL_ERROR"
-"""The code of a remote tool's own failure (its result had ``isError``)."""
-
-REMOTE_PROTOCOL_ERROR: Final = "REMOTE_PROTOCOL_ERROR"
-"""The code of a remote call the server answered with a JSON-RPC error, or
-with a result that is not a valid ``CallToolResult``."""
-
-_log: Final = logging.getLogger("dshtools")
 _T = TypeVar("_T")
 
-# Seconds between SIGTERM to the server's process group and SIGKILL.
-_STOP_GRACE: Final = 2.0
 # Seconds a cancelled call's request and its cancel get to be written, at
 # least (a server that stopped reading its stdin blocks the writes).
 _CANCEL_WRITE_S: Final = 1.0
-# Seconds to wait for the killed group to be gone before giving up on it.
-_KILL_WAIT: Final = 5.0
-# Seconds between two looks at /proc while the server's session empties.
-_GONE_POLL: Final = 0.01
-# JSON-RPC error code the SDK gives every request in flight when the
-# connection closes.
-_CONNECTION_CLOSED: Final = -32000
-# The SDK's error message for a request its HTTP transport saw refused.
-_HTTP_STAND_IN: Final = "Server returned an error response"
 # Environment variables a server inherits when ``env`` does not name them
 # (the SDK's own choice for stdio servers).
 _INHERITED_ENV: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 
 CLIENT_CLOSED: Final = "the MCPClient was closed during the call"
-
-_QUEUED, _RUNNING, _WITHDRAWN, _SETTLED = range(4)
 
 # Clients alive in this process, for the fork handler below.
 _clients: weakref.WeakSet[MCPClient] = weakref.WeakSet()
@@ -152,128 +128,6 @@ class _RemoteBody:
         raise RuntimeError(f"remote tool {self.name!r} runs only through a ToolRegistry (its backend is the MCPClient)")
 
 
-class _RemoteCall:
-    """One submitted remote call: the registry's ``Dispatch``.
-
-    ``_state`` (under ``_lock``) goes ``_QUEUED`` → ``_RUNNING`` at exactly
-    one point, the writer's claim as it writes the request, or ``_QUEUED``
-    → ``_WITHDRAWN`` when the signal aborts first; ``_SETTLED`` once the
-    report is set. ``abort_requested`` is set by the signal's listener; the
-    loop learns of it through ``wake``."""
-
-    __slots__ = (
-        "_done",
-        "_lock",
-        "_report",
-        "_state",
-        "abort_requested",
-        "arguments",
-        "handed_off",
-        "name",
-        "reason",
-        "request_id",
-        "wake",
-    )
-
-    def __init__(self, name: str, arguments: Any, request_id: str) -> None:
-        self.name = name
-        self.arguments = arguments
-        self.request_id = request_id
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._state = _QUEUED
-        self._report: BodyReport | None = None
-        self.abort_requested = False
-        self.reason: object = None
-        # Loop-side, set by the loop once the call's coroutine runs.
-        self.wake: Callable[[], None] | None = None
-        self.handed_off: anyio.Event | None = None
-
-    # -- the registry's side (the calling thread) --
-
-    def wait(self, timeout: float) -> bool:
-        return self._done.wait(timeout)
-
-    def report(self) -> BodyReport:
-        report = self._report
-        assert report is not None
-        return report
-
-    # -- any thread --
-
-    def on_abort(self, reason: object) -> None:
-        """The call's signal aborted (or the client closes): withdraw a call
-        not yet written, else ask the loop to cancel it on the server."""
-        with self._lock:
-            if self.abort_requested:
-                return
-            self.abort_requested = True
-            self.reason = reason
-            withdrew = self._state == _QUEUED
-            if withdrew:
-                self._state = _WITHDRAWN
-                self._report = BodyReport(outcome=NotInvoked())
-            wake = self.wake
-        if withdrew:
-            self._done.set()
-        if wake is not None:
-            wake()
-
-    def claim(self) -> bool:
-        """The writer is about to write the request: ``True`` when the call
-        is now running (write it), ``False`` when it was withdrawn."""
-        with self._lock:
-            if self._state != _QUEUED:
-                return False
-            self._state = _RUNNING
-            return True
-
-    def settle(self, report: BodyReport) -> None:
-        """Set the report unless the call was withdrawn (whose report is
-        already set); wakes the waiting registry."""
-        with self._lock:
-            if self._state in (_WITHDRAWN, _SETTLED):
-                return
-            self._state = _SETTLED
-            self._report = report
-        self._done.set()
-
-    @property
-    def withdrawn(self) -> bool:
-        return self._state == _WITHDRAWN
-
-    @property
-    def claimed(self) -> bool:
-        return self._state in (_RUNNING, _SETTLED)
-
-
-class _Connection:
-    """One incarnation of the server: its process, transport and session.
-    Touched only on the loop thread, except ``pid`` (read by tests)."""
-
-    def __init__(self) -> None:
-        self.ready = anyio.Event()  # set once usable, or once it failed to become so
-        self.stop = anyio.Event()  # close() or the server's end of output
-        self.gone = anyio.Event()  # the process group is confirmed gone
-        self.error: BaseException | None = None
-        self.alive = True  # false once the server's output ended or close() began
-        self.process: anyio.abc.Process | None = None
-        self.pid: int | None = None
-        self.pidfd: int | None = None
-        self.http_status: str | None = None  # the last HTTP error status (streamable HTTP)
-        self.dispatcher: JSONRPCDispatcher | None = None
-        self.tools: list[types.Tool] = []
-        # Calls whose request the writer has not written yet, by request id.
-        self.unwritten: dict[str, _RemoteCall] = {}
-
-
-def _parse_line(line: bytes) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except Exception as exc:  # malformed output: surfaced to the session, the client goes on
-        return exc
-
-
 def _reason_text(reason: object) -> str:
     """The abort reason as the cancel notification's ``reason`` (at most
     500 characters)."""
@@ -284,49 +138,6 @@ def _reason_text(reason: object) -> str:
     else:
         text = safe_repr(reason)
     return text[:500]
-
-
-def _texts(blocks: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(str(b["text"]) for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-
-
-def _report_of(outcome: object, remote: str | None, http_status: str | None = None) -> BodyReport:
-    """The registry's report for the SDK's answer to one ``tools/call``
-    (``http_status``: the HTTP error status the transport last saw, named
-    in place of the SDK's generic stand-in for it)."""
-    meta = None if remote is None else {"remote": remote}
-    if isinstance(outcome, MCPError):
-        if outcome.error.code == _CONNECTION_CLOSED:
-            lost = WorkerLost(f"the MCP server closed the connection during the call ({outcome.error.message})")
-            return BodyReport(outcome=Error(lost), meta=meta)
-        text = f"the MCP server answered with JSON-RPC error {outcome.error.code}: {outcome.error.message}"
-        if http_status is not None and outcome.error.message == _HTTP_STAND_IN:
-            text = f"the MCP server refused the request: {http_status}"
-        problem = ToolError(text, code=REMOTE_PROTOCOL_ERROR)
-        return BodyReport(outcome=Error(problem), meta=meta)
-    if isinstance(outcome, BaseException):
-        return BodyReport(outcome=Error(outcome), meta=meta)
-    try:
-        result = types.CallToolResult.model_validate(outcome, by_name=False)
-    except ValidationError as exc:
-        problem = ToolError(
-            f"the MCP server's result is not a valid CallToolResult: {exc.error_count()} problem(s), "
-            f"first: {exc.errors()[0]['msg']} at {'.'.join(map(str, exc.errors()[0]['loc'])) or '$'}",
-            code=REMOTE_PROTOCOL_ERROR,
-        )
-        return BodyReport(outcome=Error(problem), meta=meta)
-    # The blocks as the server sent them (validated above as content blocks).
-    blocks: tuple[Mapping[str, Any], ...] = tuple(outcome["content"])  # type: ignore[index]
-    if result.is_error:
-        text = _texts(blocks) or "the remote tool failed without a message"
-        return BodyReport(outcome=Error(ToolError(text, code=REMOTE_TOOL_ERROR)), meta=meta)
-    if result.structured_content is not None:
-        value: object = result.structured_content
-    elif len(blocks) == 1 and blocks[0].get("type") == "text":
-        value = blocks[0].get("text")
-    else:
-        value = None
-    return BodyReport(outcome=Value(value), content=blocks, meta=meta)
 
 
 async def _first(*events: anyio.Event) -> None:
@@ -375,19 +186,17 @@ class MCPClient:
                 raise TypeError("headers must map str to str")
             self._command = [url]
         self._url = url
-        self._headers = dict(headers or {})
         base = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-        self._env = base | dict(env or {})
-        self._cwd = cwd
+        self._server = Server(self._command, env=base | dict(env or {}), cwd=cwd, url=url, headers=dict(headers or {}))
         self._grace = _check_grace(cancel_grace)
         self._restart = bool(restart)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closed = False
-        self._calls: set[_RemoteCall] = set()  # submitted and not settled; guarded by _lock
+        self._calls: set[RemoteCall] = set()  # submitted and not settled; guarded by _lock
         self._tasks: set[asyncio.Task[None]] = set()  # the calls' coroutines; loop only
         self._servers: set[asyncio.Task[None]] = set()  # the connections' coroutines; loop only
-        self._conn: _Connection | None = None  # loop only
+        self._conn: Connection | None = None  # loop only
         self._backend = _ClientBackend(self)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="dshtools-mcp-client", daemon=True)
@@ -576,8 +385,8 @@ class MCPClient:
             future: Future[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result()
 
-    def _submit(self, name: str, arguments: Any, signal: AbortSignal) -> _RemoteCall:
-        call = _RemoteCall(name, thaw(arguments), f"dshtools-{next(self._ids)}")
+    def _submit(self, name: str, arguments: Any, signal: AbortSignal) -> RemoteCall:
+        call = RemoteCall(name, thaw(arguments), f"dshtools-{next(self._ids)}")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the MCPClient is closed")
@@ -590,19 +399,19 @@ class MCPClient:
 
     # ---------------------------------------------------------- the loop
 
-    def _start_call(self, call: _RemoteCall) -> None:
+    def _start_call(self, call: RemoteCall) -> None:
         task = self._loop.create_task(self._perform(call))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connected(self) -> _Connection:
+    async def _connected(self) -> Connection:
         """The live connection, starting the server when none runs."""
         conn = self._conn
         if conn is None or not conn.alive:
             if conn is not None and not self._restart:
                 raise ConnectionError("the MCP server exited and the client was made with restart=False")
-            conn = self._conn = _Connection()
-            task = self._loop.create_task(self._serve(conn))
+            conn = self._conn = Connection()
+            task = self._loop.create_task(self._server.serve(conn))
             self._servers.add(task)
             task.add_done_callback(self._servers.discard)
         await conn.ready.wait()
@@ -617,7 +426,7 @@ class MCPClient:
         conn = await self._connected()
         return await self._fetch_tools(conn)
 
-    async def _fetch_tools(self, conn: _Connection) -> list[types.Tool]:
+    async def _fetch_tools(self, conn: Connection) -> list[types.Tool]:
         assert conn.dispatcher is not None
         tools: list[types.Tool] = []
         cursor: str | None = None
@@ -630,7 +439,7 @@ class MCPClient:
             if not cursor:
                 return tools
 
-    async def _perform(self, call: _RemoteCall) -> None:
+    async def _perform(self, call: RemoteCall) -> None:
         try:
             await self._perform_inner(call)
         except BaseException as exc:  # never leave the registry waiting
@@ -641,7 +450,7 @@ class MCPClient:
             with self._lock:
                 self._calls.discard(call)
 
-    async def _perform_inner(self, call: _RemoteCall) -> None:
+    async def _perform_inner(self, call: RemoteCall) -> None:
         loop = self._loop
         conn = self._conn
         if conn is None or not conn.alive or conn.dispatcher is None:
@@ -715,19 +524,19 @@ class MCPClient:
             )
             call.settle(BodyReport(outcome=Error(stopped), meta={"remote": remote}))
             return
-        if remote is not None and isinstance(answer, MCPError) and answer.error.code != _CONNECTION_CLOSED:
+        if remote is not None and isinstance(answer, MCPError) and answer.error.code != CONNECTION_CLOSED:
             # A JSON-RPC error after our cancel answers the cancel (the SDK's
             # HTTP server sends -32800): the call was aborted, not faulty.
             answer = AbortError(call.reason)
-        report = _report_of(answer, remote, conn.http_status)
+        report = report_of(answer, remote, conn.http_status)
         if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):
             report = BodyReport(outcome=Error(WorkerLost(CLIENT_CLOSED)), meta=report.meta)
         call.settle(report)
 
-    async def _connected_or_withdrawn(self, call: _RemoteCall, wake: anyio.Event) -> _Connection | None:
+    async def _connected_or_withdrawn(self, call: RemoteCall, wake: anyio.Event) -> Connection | None:
         """The connection, or ``None`` when the call was withdrawn while the
         server was (re)starting."""
-        result: list[_Connection] = []
+        result: list[Connection] = []
         failure: list[Exception] = []
         got = anyio.Event()
 
@@ -749,7 +558,7 @@ class MCPClient:
             raise failure[0]
         return result[0]
 
-    async def _cancel(self, conn: _Connection, call: _RemoteCall, done: anyio.Event, scope: anyio.CancelScope) -> str:
+    async def _cancel(self, conn: Connection, call: RemoteCall, done: anyio.Event, scope: anyio.CancelScope) -> str:
         """Send the one ``notifications/cancelled`` for ``call`` once its
         request is on the wire, then wait up to the grace for an answer.
         The request's write and the cancel's get at least
@@ -774,185 +583,6 @@ class MCPClient:
         scope.cancel()  # stop waiting for the request (no second cancel: the SDK's is off)
         return f"cancelled, no answer in {self._grace:.1f} s"
 
-    async def _serve(self, conn: _Connection) -> None:
-        """Run one incarnation of the server until ``conn.stop``; stop its
-        process group on the way out, whatever happened."""
-        if self._url is not None:
-            await self._serve_http(conn, self._url)
-            return
-        try:
-            conn.process = process = await anyio.open_process(
-                self._command, env=self._env, cwd=self._cwd, start_new_session=True, stderr=None
-            )
-        except Exception as exc:
-            conn.error = exc
-            conn.alive = False
-            conn.ready.set()
-            conn.gone.set()
-            return
-        conn.pid = process.pid
-        try:
-            conn.pidfd = os.pidfd_open(process.pid)
-        except (AttributeError, OSError):
-            conn.pidfd = None
-        try:
-            await self._session_stdio(conn, process)
-        except Exception as exc:
-            if not conn.ready.is_set():
-                conn.error = exc
-            else:
-                _log.debug("the MCP session with %r ended with an error", self._command, exc_info=exc)
-        finally:
-            conn.alive = False
-            conn.ready.set()
-            with anyio.CancelScope(shield=True):
-                await self._stop_process(conn, process)
-
-    async def _session_stdio(self, conn: _Connection, process: anyio.abc.Process) -> None:
-        assert process.stdout is not None and process.stdin is not None
-        stdout, stdin = process.stdout, process.stdin
-
-        async def pump_in(read_send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-            pending = b""
-            async for chunk in stdout:
-                pending += chunk
-                while (end := pending.find(b"\n")) >= 0:
-                    line, pending = pending[:end], pending[end + 1 :]
-                    if line.strip():
-                        await read_send.send(_parse_line(line))
-
-        async def emit(message: SessionMessage) -> None:
-            data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-            await stdin.send(data.encode("utf-8"))
-
-        await self._session(conn, pump_in, emit)
-
-    async def _serve_http(self, conn: _Connection, url: str) -> None:
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        async def note_status(response: httpx2.Response) -> None:
-            if response.status_code >= 400:
-                conn.http_status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-
-        try:
-            async with (
-                httpx2.AsyncClient(
-                    headers=self._headers,
-                    timeout=httpx2.Timeout(30.0, read=300.0),
-                    event_hooks={"response": [note_status]},
-                ) as http,
-                streamable_http_client(url, http_client=http) as (sdk_read, sdk_write),
-            ):
-
-                async def pump_in(read_send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-                    async for item in sdk_read:
-                        await read_send.send(item)
-
-                async def emit(message: SessionMessage) -> None:
-                    await sdk_write.send(message)
-
-                await self._session(conn, pump_in, emit)
-        except Exception as exc:
-            if not conn.ready.is_set():
-                conn.error = exc
-            else:
-                _log.debug("the MCP session with %r ended with an error", url, exc_info=exc)
-        finally:
-            conn.alive = False
-            if conn.error is not None and conn.http_status is not None:
-                conn.error = ConnectionError(f"{conn.http_status} from {url}")
-            conn.ready.set()
-            conn.gone.set()
-
-    async def _session(
-        self,
-        conn: _Connection,
-        pump_in: Callable[[MemoryObjectSendStream[SessionMessage | Exception]], Awaitable[None]],
-        emit: Callable[[SessionMessage], Awaitable[None]],
-    ) -> None:
-        """The SDK session over one transport: ``pump_in`` feeds what the
-        server sends until it ends; ``emit`` writes one message. The writer
-        claims each remote call as it writes that call's request."""
-        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
-
-        async def reader() -> None:
-            try:
-                async with read_send:
-                    await pump_in(read_send)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                pass
-            finally:
-                conn.alive = False
-                conn.stop.set()
-
-        async def writer() -> None:
-            try:
-                async with write_recv:
-                    async for message in write_recv:
-                        inner = message.message
-                        call = None
-                        if isinstance(inner, types.JSONRPCRequest) and isinstance(inner.id, str):
-                            call = conn.unwritten.pop(inner.id, None)
-                            if call is not None and not call.claim():
-                                continue  # withdrawn: never written
-                        await emit(message)
-                        if call is not None and call.handed_off is not None:
-                            call.handed_off.set()
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                conn.alive = False
-                conn.stop.set()
-                read_send.close()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            tg.start_soon(writer)
-            try:
-                dispatcher = JSONRPCDispatcher(read_recv, write_send)
-                async with ClientSession(dispatcher=dispatcher) as session:
-                    with anyio.fail_after(30.0):
-                        await session.initialize()
-                    conn.dispatcher = dispatcher
-                    conn.ready.set()
-                    await conn.stop.wait()
-            finally:
-                conn.alive = False
-                write_send.close()
-                tg.cancel_scope.cancel()
-
-    async def _stop_process(self, conn: _Connection, process: anyio.abc.Process) -> None:
-        """Close the server's stdin, SIGTERM its process group, SIGKILL it
-        after ``_STOP_GRACE``, and return once no process of its session is
-        left (or ``_KILL_WAIT`` more seconds passed: then a WARNING)."""
-        pid = process.pid
-        try:
-            if process.stdin is not None:
-                await process.stdin.aclose()
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-        procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGTERM)
-        with anyio.move_on_after(_STOP_GRACE):
-            await process.wait()
-            while procfs.session_members(pid):
-                await anyio.sleep(_GONE_POLL)
-        procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGKILL)
-        with anyio.move_on_after(_KILL_WAIT) as waiting:
-            await process.wait()
-            while procfs.session_members(pid):
-                procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGKILL)
-                await anyio.sleep(_GONE_POLL)
-        if waiting.cancelled_caught:
-            _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self._command, pid, _KILL_WAIT)
-        try:
-            await process.aclose()  # its pipes and the loop's transport
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-        if conn.pidfd is not None:
-            os.close(conn.pidfd)
-            conn.pidfd = None
-        conn.gone.set()
-
     async def _shutdown(self) -> None:
         """Loop side of ``close()``: the calls in flight settle (their
         cancels went out, each waits at most the grace), then the server
@@ -972,7 +602,7 @@ class MCPClient:
 class _ClientBackend:
     """The backend of every remote tool of one client: ``submit`` hands the
     call to the client's loop; the registry waits on the returned
-    ``_RemoteCall``. ``close()`` does nothing (the client is closed by its
+    ``RemoteCall``. ``close()`` does nothing (the client is closed by its
     owner)."""
 
     def __init__(self, client: MCPClient) -> None:
@@ -982,7 +612,7 @@ class _ClientBackend:
         if not isinstance(body, _RemoteBody) or body.client is not self._client:
             raise ValueError(f"tool {name!r}: an MCPClient runs only the remote tools it made")
 
-    def submit(self, body: object, args: object, run: ToolRunContext) -> _RemoteCall:
+    def submit(self, body: object, args: object, run: ToolRunContext) -> RemoteCall:
         assert isinstance(body, _RemoteBody)
         return self._client._submit(body.name, args, run.signal)
 
