@@ -47,7 +47,8 @@ from opentelemetry.trace import NoOpTracer, ProxyTracer, SpanKind, Status, Statu
 
 from ._backends.remote import Carried, set_context_carrier
 from ._core.freeze import thaw
-from ._registry.registry import CallWatch, ToolRegistry
+from ._registry.observer import CallWatch
+from ._registry.registry import ToolRegistry
 from ._signal import ListenerHandle
 from ._types.calls import InvalidCall, ToolExecutionInput, ToolExecutionResult, ToolFailure
 from ._types.hooks import ToolDefinition
@@ -143,7 +144,7 @@ def _carrying_changed(delta: int) -> None:
 
 
 class _Watch:
-    """One call's span and timing (``registry.CallWatch``). Made and
+    """One call's span and timing (``observer.CallWatch``). Made and
     finished by the registry's call path; ``_on_abort`` runs in the
     aborting thread and only stores a time."""
 

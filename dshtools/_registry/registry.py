@@ -23,10 +23,14 @@ Guarantees:
   waterfall settled, then the caller's over post-execute.
 * The result says whether the body ran: its ``body_invoked`` is the run's
   one record of it (docs/contract.md#a16).
-* A call observer (``set_call_observer``, used by ``dshtools.otel``) sees
-  every call, whatever its outcome: started at the start of ``_begin``,
-  entered around the dispatch, finished once after publication. Without
-  one the call path pays one attribute test per phase.
+* A call observer (``observer.set_call_observer``, used by
+  ``dshtools.otel``) sees every call, whatever its outcome: started at the
+  start of ``_begin``, entered around the dispatch, finished once after
+  publication. Without one the call path pays one attribute test per phase.
+
+What is not the call path lives beside it: the call-observer seam in
+``observer``; hook registration's copy-on-write, backend sharing, the fork
+reset and ``RegistryStatistics`` in ``lifecycle``.
 
 Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
 calling thread; the body runs where its backend puts it. Hook registration
@@ -43,12 +47,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 
@@ -56,7 +59,7 @@ from .._backends.base import Backend, ListeningBackend
 from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
-from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
+from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import abort_owned
 from .._types.calls import (
     ANY_OBJECT,
@@ -91,6 +94,8 @@ from .._types.hooks import (
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
 from .admission import HookReturnError, Waterfall, admit
+from .lifecycle import RegistryStatistics, adopt, check_hook, release, track, with_hook, without_hook
+from .observer import CallObserver, enter_watch, exit_watch
 from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
 from .run import (
     ABORT,
@@ -135,105 +140,9 @@ def _accept() -> PostExecuteDecision:
     return _ACCEPT
 
 
-class CallWatch(Protocol):
-    """One call as a ``CallObserver`` watches it. The registry calls
-    ``enter()`` in the thread that dispatches the call, before its body is
-    submitted, and ``exit(token)`` with what it returned in the same thread
-    once the dispatch settled (the body joined); then ``finished(result)``
-    exactly once, in the thread that published the call's one result, after
-    the result observers. Exceptions from these are reported as unraisable;
-    they never change the result."""
-
-    def enter(self) -> object: ...
-
-    def exit(self, token: object) -> None: ...
-
-    def finished(self, result: ToolExecutionResult) -> None: ...
-
-
-class CallObserver(Protocol):
-    """Sees every call of a registry, whatever its outcome (package-internal:
-    ``dshtools.otel``). ``started(call, definition)`` runs at the start of
-    ``execute`` (or of a batch call's first phase) in the caller's thread,
-    with the caller's ``contextvars`` context current; ``definition`` is
-    ``None`` for an unknown tool. Returns the call's ``CallWatch``, or
-    ``None`` to leave this call unwatched. An exception from it is reported
-    as unraisable and the call is unwatched."""
-
-    def started(self, call: ToolExecutionInput, definition: ToolDefinition | None) -> CallWatch | None: ...
-
-
-def set_call_observer(registry: ToolRegistry, observer: CallObserver | None) -> CallObserver | None:
-    """Install ``observer`` on ``registry`` (``None`` removes it) and return
-    the one it replaces. Calls already started keep the watch they got."""
-    with registry._lock:
-        previous = registry._observer
-        registry._observer = observer
-    return previous
-
-
 def _check_unsettled(run: Run) -> None:
     if run.settled:
         raise RuntimeError("next() called after the around-dispatch waterfall settled")
-
-
-# Registries alive in this process, for the fork handler below.
-_registries: weakref.WeakSet[ToolRegistry] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # Only the forking thread exists in the child: the calls other threads
-    # were running (and any lock they held) belong to the parent. Start each
-    # registry over with fresh locks and no call in flight; its thread
-    # backend makes fresh workers on the next call (docs/contract.md#a10).
-    for registry in list(_registries):
-        registry._idle = threading.Condition(threading.Lock())
-        registry._lock = registry._idle._lock  # type: ignore[attr-defined]
-        registry._bodies = set()
-
-
-after_fork_in_child(_after_fork_in_child)
-
-# How many open registries use each backend (by identity): a backend shared
-# by several registries is closed when the last of them closes.
-# Must be held while reading or mutating _backend_users.
-_users_lock = threading.Lock()
-_backend_users: dict[int, tuple[Backend, int]] = {}
-
-
-def _adopt(backend: Backend) -> None:
-    with _users_lock:
-        _, count = _backend_users.get(id(backend), (backend, 0))
-        _backend_users[id(backend)] = (backend, count + 1)
-
-
-def _release(backend: Backend) -> bool:
-    """Drop one registry's use; True when it was the last one."""
-    with _users_lock:
-        _, count = _backend_users.get(id(backend), (backend, 1))
-        if count <= 1:
-            _backend_users.pop(id(backend), None)
-            return True
-        _backend_users[id(backend)] = (backend, count - 1)
-        return False
-
-
-@attrs.frozen(kw_only=True)
-class RegistryStatistics:
-    """``ToolRegistry.statistics()``: ``bodies_in_flight`` (dispatch attempts
-    submitted and not yet joined), ``tools``, the number of hooks of each
-    kind, ``backends`` (the backends the registry will close) and
-    ``closed``."""
-
-    bodies_in_flight: int
-    tools: int
-    pre_execute_hooks: int
-    guards: int
-    around_dispatch_hooks: int
-    post_execute_hooks: int
-    result_observers: int
-    backends: int
-    closed: bool
 
 
 class ToolRegistry:
@@ -290,13 +199,13 @@ class ToolRegistry:
         self._closed = False
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = Hooks()
-        self._observer: CallObserver | None = None  # see set_call_observer
-        _registries.add(self)
+        self._observer: CallObserver | None = None  # see observer.set_call_observer
+        track(self)
         # Every backend this registry uses, closed (when its last registry
         # closes) by close(). Guarded by _lock.
         self._backends: list[Backend] = [threads]
         if backend is not None:
-            _adopt(backend)
+            adopt(backend)
             self._backends.append(backend)
         self._closing: list[Backend] | None = None  # backends close() still has to close
 
@@ -337,7 +246,7 @@ class ToolRegistry:
             if definition.name in self._definitions:
                 raise ValueError(f"a tool named {definition.name!r} is already registered")
             if own is not None and not any(b is own for b in self._backends):
-                _adopt(own)
+                adopt(own)
                 self._backends.append(own)
             # Copy-on-write: a call's definition lookup never sees a half-update.
             defs = dict(self._definitions)
@@ -383,29 +292,20 @@ class ToolRegistry:
         return [d.schema() for d in self._definitions.values()]
 
     def _add(self, kind: str, fn: object) -> Callable[[], None]:
-        if not callable(fn):
-            raise TypeError(f"{kind} hook must be callable, not {type(fn).__name__}")
-        if isinstance(fn, type) and any("__call__" in vars(k) for k in fn.__mro__[:-1]):
-            # Its instances are the hooks (TimeoutPolicy, say): registered
-            # as it is, every call would construct one instead of running.
-            raise TypeError(f"{kind} hook {fn.__name__} is a class whose instances are hooks: pass {fn.__name__}(...)")
+        """What every ``add_*`` method does: check ``fn``, add it to the
+        ``kind`` hooks (copy-on-write) and return its idempotent
+        ``unregister()``."""
+        check_hook(kind, fn)
         with self._lock:
-            added: dict[str, Any] = {kind: getattr(self._hooks, kind) + (fn,)}
-            self._hooks = attrs.evolve(self._hooks, **added)
+            self._hooks = with_hook(self._hooks, kind, fn)
         removed = False
 
         def unregister() -> None:
             nonlocal removed
             with self._lock:
-                if removed:
-                    return
-                removed = True
-                current: tuple[object, ...] = getattr(self._hooks, kind)
-                for i in range(len(current) - 1, -1, -1):
-                    if current[i] is fn:
-                        changes: dict[str, Any] = {kind: current[:i] + current[i + 1 :]}
-                        self._hooks = attrs.evolve(self._hooks, **changes)
-                        return
+                if not removed:
+                    removed = True
+                    self._hooks = without_hook(self._hooks, kind, fn)
 
         return unregister
 
@@ -482,7 +382,7 @@ class ToolRegistry:
                 # Decided once: the own thread backend is this registry's
                 # alone; another backend is closed by the last registry that
                 # uses it. A close() interrupted below is finished by the next.
-                self._closing = [b for b in self._backends if b is self._threads or _release(b)]
+                self._closing = [b for b in self._backends if b is self._threads or release(b)]
             closing = self._closing
         while closing:
             closing[0].close()  # idempotent
@@ -608,7 +508,7 @@ class ToolRegistry:
         slot = SignalSlot(call.signal) if around else None
         kind: Kind
         watch = run.watch
-        entered = None if watch is None else _enter(watch, run)
+        entered = None if watch is None else enter_watch(watch, call)
         try:
             if slot is not None:
                 result = Waterfall(
@@ -658,7 +558,7 @@ class ToolRegistry:
                     run.join_attempts()
             finally:
                 if watch is not None:
-                    _exit(watch, entered, run)
+                    exit_watch(watch, entered, call)
         # Step 5: classification against the cancellation in force.
         if kind != FINAL:
             # In force: the dispatch signal's abort, else the caller's.
@@ -758,21 +658,6 @@ class ToolRegistry:
         is not one of its in-flight bodies)."""
         if self._closed and not on_worker_of(self):
             raise RuntimeError("ToolRegistry is closed: execute() after close() is not allowed")
-
-
-def _enter(watch: CallWatch, run: Run) -> object:
-    try:
-        return watch.enter()
-    except Exception as exc:
-        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), run.call)
-        return None
-
-
-def _exit(watch: CallWatch, token: object, run: Run) -> None:
-    try:
-        watch.exit(token)
-    except Exception as exc:
-        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), run.call)
 
 
 def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:

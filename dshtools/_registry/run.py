@@ -279,7 +279,7 @@ class Run:
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
         self.report_meta: dict[str, object] | None = None  # a backend's own entries for the final meta
         self.overrun_logged = False
-        # What a call observer watches this call with (registry.CallWatch), or None.
+        # What a call observer watches this call with (observer.CallWatch), or None.
         self.watch: Any = None
 
     @property

@@ -46,7 +46,7 @@ from dshtools import (
     execute_batch,
     otel,
 )
-from dshtools._registry.registry import set_call_observer
+from dshtools._registry.observer import set_call_observer
 from dshtools._types.calls import InvalidCall
 from tests.helpers import call, tool
 
