@@ -107,10 +107,13 @@ class RawServer:
 
 
 @contextmanager
-def raw_server(tmp_path: Path) -> Iterator[RawServer]:
-    env = {**os.environ, "DSHTOOLS_MCP_TEST_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
+def raw_server(tmp_path: Path, tools: str = "mcp_tools:registry") -> Iterator[RawServer]:
+    """The server of ``tools`` (a ``MODULE:registry`` found in ``tests/mcp``
+    or in ``tmp_path``), initialized; killed on the way out if still running."""
+    path = os.pathsep.join([str(tmp_path), str(TESTS), str(ROOT)])
+    env = {**os.environ, "DSHTOOLS_MCP_TEST_DIR": str(tmp_path), "PYTHONPATH": path}
     process = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "mcp", "--tools", "mcp_tools:registry"],
+        [sys.executable, "-m", "dshtools", "mcp", "--tools", tools],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
