@@ -53,6 +53,7 @@ from ._interop.calls import (
     assistant_fields,
     check_decoded,
     checked_call_id,
+    checked_name,
     field,
     paired,
     parse_arguments,
@@ -167,12 +168,7 @@ def calls_from_message(
         where = f"content[{index}]"
         problem: str | None
         call_id, problem = ids.check(field(block, "id"), where)
-        name = field(block, "name")
-        name = name if isinstance(name, str) else ""
-        if problem is None and not name:
-            problem = f"{where}: the tool_use block has no name"
-        if aliases is not None and name:
-            name = aliases.name_of(name)
+        name, problem = checked_name(field(block, "name"), problem, f"{where}: the tool_use block has no name", aliases)
         raw_input = field(block, "input")
         if problem is not None:
             arguments: object = InvalidCall(problem, raw_input)

@@ -61,6 +61,7 @@ from ._interop.calls import (
     as_mapping,
     assistant_fields,
     checked_call_id,
+    checked_name,
     field,
     paired,
     parse_arguments,
@@ -185,14 +186,10 @@ def calls_from_message(
         call_id, problem = ids.check(field(call, "id"), where)
         kind = field(call, "type", "function")
         function = field(call, "function") if kind in ("function", None) else field(call, kind)
-        name = field(function, "name") if function is not None else None
-        name = name if isinstance(name, str) else ""
         if problem is None and kind not in ("function", None):
             problem = f'{where}: unsupported call type {utf8_safe(str(kind))!r} (only "function" tool calls run)'
-        if problem is None and not name:
-            problem = f"{where}: the call has no function name"
-        if aliases is not None and name:
-            name = aliases.name_of(name)
+        raw_name = field(function, "name") if function is not None else None
+        name, problem = checked_name(raw_name, problem, f"{where}: the call has no function name", aliases)
         # A custom tool call carries "input" text where a function call has "arguments".
         raw_arguments = field(function, "arguments", field(function, "input", "")) if function is not None else ""
         if problem is not None:

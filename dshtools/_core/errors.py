@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import traceback
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final
 
@@ -94,25 +95,26 @@ def safe_repr(obj: object) -> str:
     raises: containment paths describe foreign objects (listeners,
     observers, hooks, returned values) and must never fail doing so
     (docs/contract.md §8 A4)."""
-    try:
-        text = repr(obj)
-        if type(text) is str:
-            return text
-    except Exception:
-        pass
-    return f"<{safe_type_name(obj)} object (repr failed)>"
+    return _guarded(repr, obj, "object (repr failed)")
 
 
 def safe_str(exc: BaseException) -> str:
     """``str(exc)``, or a stand-in naming its class when that ``__str__``
     raises or returns a non-``str`` (docs/contract.md §8 A4)."""
+    return _guarded(str, exc, "(str() failed)")
+
+
+def _guarded(text_of: Callable[[Any], object], obj: object, failed: str) -> str:
+    """``text_of(obj)`` when it returns a ``str``, else ``<TypeName failed>``
+    (it raised, or returned something else): the one guard behind
+    ``safe_repr`` and ``safe_str``."""
     try:
-        text = str(exc)
+        text = text_of(obj)
         if type(text) is str:
             return text
     except Exception:
         pass
-    return f"<{safe_type_name(exc)} (str() failed)>"
+    return f"<{safe_type_name(obj)} {failed}>"
 
 
 def safe_type_name(obj: object) -> str:

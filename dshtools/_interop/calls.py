@@ -44,6 +44,7 @@ __all__ = [
     "alias_names",
     "as_mapping",
     "check_decoded",
+    "checked_name",
     "failure_text",
     "field",
     "nesting_depth",
@@ -486,6 +487,19 @@ class Aliases:
         """The registered name for a name the model used: an alias maps
         back; anything else (an unknown name) is kept as is."""
         return self.to_name.get(sent, sent)
+
+
+def checked_name(name: object, problem: str | None, missing: str, aliases: Aliases | None) -> tuple[str, str | None]:
+    """``(registered name, problem or None)`` for the name a model call
+    carries: a non-string counts as ``""``; an empty name is the problem
+    ``missing`` unless the call already has one; an alias maps back when
+    ``aliases`` is given (``Aliases.name_of``)."""
+    name = name if isinstance(name, str) else ""
+    if problem is None and not name:
+        problem = missing
+    if aliases is not None and name:
+        name = aliases.name_of(name)
+    return name, problem
 
 
 def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:

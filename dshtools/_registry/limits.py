@@ -190,6 +190,20 @@ class _Queue:
         """The call that held a slot of ``key`` returned."""
         raise NotImplementedError
 
+    def __call__(
+        self,
+        execution: ToolDispatchExecution,
+        next: Callable[[], ToolExecutionResult],
+    ) -> ToolExecutionResult:
+        """Around-dispatch: wait for a slot, run ``next``, release the slot."""
+        key, taken = self.acquire(execution)
+        if not taken:
+            return not_dispatched(execution.signal)
+        try:
+            return next()
+        finally:
+            self.release(key)
+
 
 class ConcurrencyLimit(_Queue):
     """Around-dispatch wrapper: at most ``n`` (an ``int`` ≥ 1) calls of one
@@ -226,19 +240,6 @@ class ConcurrencyLimit(_Queue):
             gate.active -= 1
             self._grant_next(gate)
             self._drop_if_idle(key, gate)
-
-    def __call__(
-        self,
-        execution: ToolDispatchExecution,
-        next: Callable[[], ToolExecutionResult],
-    ) -> ToolExecutionResult:
-        key, taken = self.acquire(execution)
-        if not taken:
-            return not_dispatched(execution.signal)
-        try:
-            return next()
-        finally:
-            self.release(key)
 
     def __repr__(self) -> str:
         return f"ConcurrencyLimit({self._n}{'' if self._key is None else ', key=...'})"
@@ -308,19 +309,6 @@ class RateLimit(_Queue):
             if gate is not None:
                 self._expire(gate, time.monotonic())
                 self._drop_if_idle(key, gate)
-
-    def __call__(
-        self,
-        execution: ToolDispatchExecution,
-        next: Callable[[], ToolExecutionResult],
-    ) -> ToolExecutionResult:
-        key, taken = self.acquire(execution)
-        if not taken:
-            return not_dispatched(execution.signal)
-        try:
-            return next()
-        finally:
-            self.release(key)
 
     def __repr__(self) -> str:
         return f"RateLimit({self._rate!r}{'' if self._key is None else ', key=...'})"

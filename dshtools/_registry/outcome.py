@@ -64,6 +64,19 @@ def invalid_output(name: str, problem: str) -> ToolFailure:
     )
 
 
+def _frozen_object(value: Any, what: str) -> FrozenDict | str:
+    """``value`` (not yet a ``FrozenDict``) frozen, or a problem string
+    naming it as ``what``: a non-dict, or one that does not freeze."""
+    if not isinstance(value, dict):
+        return f"{what} must be a JSON object, not {type(value).__name__}"
+    frozen: FrozenDict
+    try:
+        frozen, _ = freeze_with_height(value)
+    except FreezeError as exc:
+        return f"{what}: {exc}"
+    return frozen
+
+
 def content_blocks(content: Any) -> tuple[ContentBlock, ...] | str:
     """Normalise content to a tuple of frozen blocks, or a problem string."""
     if isinstance(content, str):
@@ -73,12 +86,9 @@ def content_blocks(content: Any) -> tuple[ContentBlock, ...] | str:
     out: list[ContentBlock] = []
     for i, block in enumerate(content):
         if type(block) is not FrozenDict:
-            if not isinstance(block, dict):
-                return f"content block {i} must be a JSON object, not {type(block).__name__}"
-            try:
-                block, _ = freeze_with_height(block)
-            except FreezeError as exc:
-                return f"content block {i}: {exc}"
+            block = _frozen_object(block, f"content block {i}")
+            if type(block) is str:
+                return block
         kind = block.get("type")
         if not isinstance(kind, str):
             return f'content block {i} has no string "type"'
@@ -95,12 +105,9 @@ def contexts_of(contexts: Any) -> tuple[Any, ...] | str:
     out = []
     for i, ctx in enumerate(contexts):
         if type(ctx) is not FrozenDict:
-            if not isinstance(ctx, dict):
-                return f"additional context {i} must be a JSON object, not {type(ctx).__name__}"
-            try:
-                ctx, _ = freeze_with_height(ctx)
-            except FreezeError as exc:
-                return f"additional context {i}: {exc}"
+            ctx = _frozen_object(ctx, f"additional context {i}")
+            if type(ctx) is str:
+                return ctx
         out.append(ctx)
     return tuple(out)
 

@@ -202,7 +202,7 @@ def test_the_bodys_own_outcomes_pass_through_and_free_the_slot(
     registry.register(tool("aborts", aborts))
     registry.register(tool("ok", lambda _a, _r: "ok"))
     limit = make()
-    registry.add_around_dispatch(limit)  # type: ignore[arg-type]
+    registry.add_around_dispatch(limit)
     assert registry.execute(call("fails")).code == TOOL_ERROR
     assert registry.execute(call("aborts", signal=caller.signal)).code == TOOL_ABORTED
     assert registry.execute(call("ok", signal=caller.signal)).code == TOOL_ABORTED_BEFORE_DISPATCH  # pre-aborted
