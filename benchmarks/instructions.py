@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES", "count", "run"]
+__all__ = ["CASES", "collected", "count", "per_call", "run"]
 
 CASES = ("bare", "execute", "execute_hooks")
 SHORT, LONG = 200, 1200
@@ -70,26 +70,22 @@ executor.shutdown(wait=True)
 """
 
 
-def _collected(case: str, calls: int, valgrind: str) -> int:
+def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: float = 600) -> int:
+    """Instructions callgrind collected over the whole run of ``python -c
+    child case calls`` (every thread), from the checkout's root with its
+    modules importable (the caller's ``PYTHONPATH`` kept after it)."""
     root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=path)
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
-            [
-                valgrind,
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-c",
-                _CHILD,
-                case,
-                str(calls),
-            ],
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable, "-c", child]
+            + [case, str(calls)],
             cwd=root,
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=timeout,
             check=False,
         )
     match = _COLLECTED.search(proc.stderr)
@@ -98,9 +94,21 @@ def _collected(case: str, calls: int, valgrind: str) -> int:
     return int(match.group(1))
 
 
+def per_call(
+    child: str, case: str, valgrind: str, *, short: int = SHORT, long: int = LONG, timeout: float = 600
+) -> float:
+    """Instructions of one call of ``case``: the runs of ``long`` and of
+    ``short`` calls after the same warm-up, their difference divided by
+    ``long - short`` (start-up, imports and warm-up cancel out)."""
+    return (
+        collected(child, case, long, valgrind, timeout=timeout)
+        - collected(child, case, short, valgrind, timeout=timeout)
+    ) / (long - short)
+
+
 def count(case: str, valgrind: str) -> float:
     """Instructions per call of ``case`` (one of ``CASES``)."""
-    return (_collected(case, LONG, valgrind) - _collected(case, SHORT, valgrind)) / (LONG - SHORT)
+    return per_call(_CHILD, case, valgrind)
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:

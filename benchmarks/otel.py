@@ -21,20 +21,14 @@ Keys: ``otel.uninstrumented_instructions``, ``otel.noop_instructions``,
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
+
+from .instructions import LONG, SHORT, per_call
 
 __all__ = ["CASES", "count", "run"]
 
 CASES = ("uninstrumented", "noop", "sdk")
-SHORT, LONG = 200, 1200
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 _CHILD = r"""
 import sys
@@ -78,37 +72,9 @@ executor.shutdown(wait=True)
 """
 
 
-def _collected(case: str, calls: int, valgrind: str) -> int:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [
-                valgrind,
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-c",
-                _CHILD,
-                case,
-                str(calls),
-            ],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-    match = _COLLECTED.search(proc.stderr)
-    if proc.returncode != 0 or match is None:
-        raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return int(match.group(1))
-
-
 def count(case: str, valgrind: str) -> float:
     """Instructions per call of ``case`` (one of ``CASES``)."""
-    return (_collected(case, LONG, valgrind) - _collected(case, SHORT, valgrind)) / (LONG - SHORT)
+    return per_call(_CHILD, case, valgrind, timeout=900)
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
@@ -117,14 +83,14 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         return {"skipped": "valgrind is not installed: no instruction counts"}
     if importlib.util.find_spec("opentelemetry.sdk") is None:
         return {"skipped": "opentelemetry-sdk is not installed (the otel and test extras)"}
-    per_call = {case: count(case, valgrind) for case in CASES}
-    base = per_call["uninstrumented"]
+    counted = {case: count(case, valgrind) for case in CASES}
+    base = counted["uninstrumented"]
     return {
         "uninstrumented_instructions": base,
-        "noop_instructions": per_call["noop"],
-        "sdk_instructions": per_call["sdk"],
-        "noop_ratio": per_call["noop"] / base,
-        "sdk_ratio": per_call["sdk"] / base,
+        "noop_instructions": counted["noop"],
+        "sdk_instructions": counted["sdk"],
+        "noop_ratio": counted["noop"] / base,
+        "sdk_ratio": counted["sdk"] / base,
         "instruction_targets": {"noop_ratio": 1.03},
         "calls_counted": LONG - SHORT,
     }

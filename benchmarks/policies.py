@@ -27,20 +27,15 @@ installed.
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
+
+from .instructions import per_call
 
 __all__ = ["CASES", "run"]
 
 CASES = ("none", "passthrough", "retry", "result_limit", "result_limit_cut", "concurrency", "rate")
 SHORT, LONG = 100, 600
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 _CHILD = r"""
 import sys
@@ -94,37 +89,8 @@ executor.shutdown(wait=True)
 """
 
 
-def _collected(case: str, calls: int, valgrind: str) -> int:
-    root = Path(__file__).resolve().parent.parent
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=path)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [
-                valgrind,
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-c",
-                _CHILD,
-                case,
-                str(calls),
-            ],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    match = _COLLECTED.search(proc.stderr)
-    if proc.returncode != 0 or match is None:
-        raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return int(match.group(1))
-
-
 def _count(case: str, valgrind: str) -> float:
-    return (_collected(case, LONG, valgrind) - _collected(case, SHORT, valgrind)) / (LONG - SHORT)
+    return per_call(_CHILD, case, valgrind, short=SHORT, long=LONG)
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
@@ -136,10 +102,10 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     cases = list(CASES)
     if importlib.util.find_spec("tenacity") is not None:
         cases.append("retry_tenacity")
-    per_call = {case: _count(case, valgrind) for case in cases}
-    none = per_call.pop("none")
+    counted = {case: _count(case, valgrind) for case in cases}
+    none = counted.pop("none")
     figures: dict[str, Any] = {"none_instructions_per_call": none, "calls_counted": LONG - SHORT}
-    for case, value in per_call.items():
+    for case, value in counted.items():
         figures[f"{case}_instructions_per_call"] = value - none
     return figures
 

@@ -18,26 +18,19 @@ Both land in the ``dispatch`` section of ``results.json``.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Annotated, Any
 
 from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
 
 from ._timing import median, paired_samples
+from .instructions import per_call
 
 __all__ = ["ARGUMENTS", "TARGET", "make_registry", "run"]
 
 TARGET = 1.15
 ARGUMENTS: dict[str, Any] = {"city": "Oslo", "days": 3}
-SHORT, LONG = 200, 1200
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
 def _schema() -> dict[str, Any]:
@@ -101,39 +94,16 @@ executor.shutdown(wait=True)
 """
 
 
-def _collected(name: str, calls: int, valgrind: str) -> int:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable, "-c", _CHILD]
-            + [name, str(calls)],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    match = _COLLECTED.search(proc.stderr)
-    if proc.returncode != 0 or match is None:
-        raise RuntimeError(f"callgrind run of {name!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return int(match.group(1))
-
-
 def instructions() -> dict[str, Any]:
     """Instructions per call of each tool, and their ratio."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return {"typed_instructions_skipped": "valgrind is not installed: no instruction counts"}
-    per_call = {
-        name: (_collected(name, LONG, valgrind) - _collected(name, SHORT, valgrind)) / (LONG - SHORT)
-        for name in ("typed", "by_hand")
-    }
+    counted = {name: per_call(_CHILD, name, valgrind) for name in ("typed", "by_hand")}
     return {
-        "typed_execute_instructions": per_call["typed"],
-        "by_hand_execute_instructions": per_call["by_hand"],
-        "typed_instructions_ratio": per_call["typed"] / per_call["by_hand"],
+        "typed_execute_instructions": counted["typed"],
+        "by_hand_execute_instructions": counted["by_hand"],
+        "typed_instructions_ratio": counted["typed"] / counted["by_hand"],
         "typed_instructions_target": TARGET,
     }
 
