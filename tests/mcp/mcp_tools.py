@@ -54,12 +54,19 @@ def _slow(args: Any, run: ToolRunContext) -> str:
         (OUT / f"{tag}.ended").write_text(json.dumps({"t": time.time()}))
 
 
+def _say(line: str) -> None:
+    """One line to fd 1 in one ``write`` (under ``PIPE_BUF``, so atomic):
+    ``print`` writes the text and the newline separately, and two bodies
+    printing at once interleave into one line the test never finds."""
+    os.write(1, f"{line}\n".encode())
+
+
 def _wait(args: Any, run: ToolRunContext) -> str:
     tag = str(args["tag"])
     (OUT / f"{tag}.call_id").write_text(run.call_id)
-    print(f"started {tag}", flush=True)
+    _say(f"started {tag}")
     run.signal.wait()
-    print(f"aborted {tag}: {run.signal.reason}", flush=True)
+    _say(f"aborted {tag}: {run.signal.reason}")
     return f"stopped {tag}"
 
 
