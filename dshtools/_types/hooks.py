@@ -39,6 +39,7 @@ __all__ = [
     "ProgressObserver",
     "ProgressUpdate",
     "ResultObserver",
+    "ResumeDecision",
     "ToolBody",
     "ToolDefinition",
 ]
@@ -68,7 +69,12 @@ class Ask:
 
 
 PreExecuteDecision: TypeAlias = Allow | Deny | Ask
-ApprovalDecision = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
+ApprovalDecision = Literal["allowed-once", "rejected", "cancelled", "unavailable", "deferred"]
+"""An approver's answer. ``"deferred"`` decides later: the call returns at
+once ``APPROVAL_PENDING`` with ``meta["ticket"]``, and ``registry.resume``
+runs it with a ``ResumeDecision`` (docs/policies.md#deferred-approval)."""
+ResumeDecision = Literal["allowed-once", "rejected"]
+"""The decision ``registry.resume`` applies to a deferred call."""
 
 
 @attrs.frozen(eq=False)
