@@ -21,6 +21,9 @@ Guarantees:
   force in that phase: the dispatch signal for the body's own time (so
   wrappers see it), then the dispatch or the caller's signal once the
   waterfall settled, then the caller's over post-execute.
+* ``resume`` runs a call its approver deferred, once per ticket
+  (``tickets``): from step 1, with step 3 reduced to the resume's decision
+  (``admission.admit_resumed``), then as ``execute``.
 * The result says whether the body ran: its ``body_invoked`` is the run's
   one record of it (docs/contract.md#a16).
 * A call observer (``observer.set_call_observer``, used by

@@ -257,7 +257,7 @@ def _check_store(_inst: object, _attr: object, value: object) -> None:
         raise TypeError(f"store must implement TicketStore (add, claim), not {type(value).__name__}")
 
 
-@attrs.define(eq=False)
+@attrs.frozen(eq=False)
 class ApprovalTickets:
     """How a registry issues and redeems approval tickets
     (``ToolRegistry(tickets=...)``): ``store`` keeps the pending ones

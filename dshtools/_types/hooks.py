@@ -81,7 +81,9 @@ ResumeDecision = Literal["allowed-once", "rejected"]
 class ApprovalRequest:
     """What an approver is asked: the call (``execution``), the ``Ask``
     reason, and the call's ``signal`` (an approver that waits on a human
-    should also wait on it and answer ``"cancelled"`` when it aborts)."""
+    should also wait on it and answer ``"cancelled"`` when it aborts, or
+    answer ``"deferred"`` and not wait at all,
+    docs/policies.md#deferred-approval)."""
 
     execution: ToolExecution
     reason: str | None
