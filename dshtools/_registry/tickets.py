@@ -26,6 +26,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -197,8 +198,23 @@ def _canonical(value: object) -> bytes:
 
 
 def _body_name(fn: object) -> str:
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
+    """``module.qualname`` of the function a body runs: through
+    ``__wrapped__`` (a typed tool's body) and ``functools.partial``."""
+    for _ in range(8):  # a bounded unwrap: a wrapper chain is short
+        try:
+            inner = getattr(fn, "__wrapped__", None)
+        except Exception:
+            inner = None
+        if inner is None and isinstance(fn, functools.partial):
+            inner = fn.func
+        if inner is None:
+            break
+        fn = inner
+    try:
+        module = getattr(fn, "__module__", None)
+        qualname = getattr(fn, "__qualname__", None)
+    except Exception:
+        module = qualname = None
     if not isinstance(qualname, str):
         qualname = type(fn).__qualname__
     return f"{module}.{qualname}" if isinstance(module, str) else qualname
@@ -206,8 +222,8 @@ def _body_name(fn: object) -> str:
 
 def fingerprint(definition: ToolDefinition) -> str:
     """A hex digest of what a ticket was approved against: the tool's
-    name, description, parameters, output schema and body (its module and
-    qualified name). Equal in every process that registers the same tool."""
+    name, description, parameters, output schema and body (the module and
+    qualified name of the function it runs). Equal in every process that registers the same tool."""
     described = {
         "name": definition.name,
         "description": definition.description,

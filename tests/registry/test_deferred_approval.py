@@ -30,6 +30,7 @@ from dshtools import (
     MemoryTicketStore,
     TicketError,
     TicketStore,
+    ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -421,6 +422,32 @@ def test_a_ticket_for_a_changed_tool_is_refused(clock: Clock, bodies: Bodies) ->
         same.register(tool("rm", bodies, parameters=PATH_SCHEMA))
         assert value_of(same.resume(issued[3], "allowed-once", signal=signal())) == "removed /tmp/x"
     assert bodies.seen == [{"path": "/tmp/x"}]
+
+
+def typed_remove(path: str) -> str:
+    return f"removed {path}"
+
+
+def typed_archive(path: str) -> str:
+    return f"archived {path}"
+
+
+def test_a_typed_tool_whose_function_changed_is_refused(clock: Clock) -> None:
+    """Same name, same parameters, another function: the fingerprint sees
+    through the typed body to the function it calls."""
+    tickets = ApprovalTickets(clock=clock)
+    with ToolRegistry(approver=defer, tickets=tickets) as registry:
+        registry.register(ToolDefinition.from_function(typed_remove, name="rm"))
+        registry.add_pre_execute(lambda _e, _n: Ask())
+        ticket = registry.execute(call("rm", {"path": "/x"})).meta["ticket"]
+        again = registry.execute(call("rm", {"path": "/y"})).meta["ticket"]
+    with ToolRegistry(tickets=tickets) as changed:
+        changed.register(ToolDefinition.from_function(typed_archive, name="rm"))
+        with pytest.raises(TicketError, match="definition has changed"):
+            changed.resume(ticket, "allowed-once", signal=signal())
+    with ToolRegistry(tickets=tickets) as same:
+        same.register(ToolDefinition.from_function(typed_remove, name="rm"))
+        assert value_of(same.resume(again, "allowed-once", signal=signal())) == "removed /y"
 
 
 def test_a_closed_registry_refuses_to_resume(deferring: ToolRegistry) -> None:
