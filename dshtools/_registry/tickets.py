@@ -1,5 +1,5 @@
 """Approval tickets: what a deferred approval hands the caller, and the
-check that lets it run its call once (docs/contract.md#policies,
+check that lets it run its call once (docs/contract.md#deferred-approval,
 docs/policies.md#deferred-approval).
 
 A ticket is a JSON object (a ``FrozenDict``; ``json.dumps`` and ``pickle``
@@ -268,6 +268,10 @@ def _check_ttl(_inst: object, _attr: object, value: object) -> None:
         raise ValueError(f"ttl must be a positive number of seconds, not {value!r}")
 
 
+def _store_converter(value: TicketStore | None) -> TicketStore:
+    return MemoryTicketStore() if value is None else value
+
+
 def _check_store(_inst: object, _attr: object, value: object) -> None:
     if not isinstance(value, TicketStore):
         raise TypeError(f"store must implement TicketStore (add, claim), not {type(value).__name__}")
@@ -285,7 +289,7 @@ class ApprovalTickets:
     several processes that resume each other's tickets share ``store``
     (e.g. a ``FileTicketStore``) and ``key``."""
 
-    store: TicketStore = attrs.field(factory=MemoryTicketStore, validator=_check_store)
+    store: TicketStore = attrs.field(factory=MemoryTicketStore, converter=_store_converter, validator=_check_store)
     ttl: float = attrs.field(default=DEFAULT_TICKET_TTL, kw_only=True, validator=_check_ttl)
     key: bytes = attrs.field(default=None, kw_only=True, converter=_key_converter, repr=False)
     clock: Callable[[], float] = attrs.field(default=time.time, kw_only=True)

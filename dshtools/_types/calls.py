@@ -76,7 +76,7 @@ DENIED: Final = "DENIED"
 APPROVAL_PENDING: Final = "APPROVAL_PENDING"
 """The code of a call whose approver answered ``"deferred"``: the body was
 not invoked, and ``meta["ticket"]`` lets ``registry.resume`` run it later
-(docs/contract.md#policies)."""
+(docs/contract.md#deferred-approval)."""
 TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
 INVALID_CALL: Final = "INVALID_CALL"
