@@ -22,7 +22,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .._types.calls import ToolExecutionInput
@@ -35,21 +35,22 @@ _ABSENT: Final = object()
 
 def output_items(response_or_items: object) -> Sequence[object]:
     """The output items of ``response_or_items``: a list or tuple is taken
-    as the items themselves; a ``Response`` (a mapping or an object with
-    ``model_dump()`` or ``output``) gives its ``output`` (``null`` is no
-    items). Raises ``TypeError`` for anything else and for an ``output``
+    as the items themselves; a ``Response`` (a mapping, an object with an
+    ``output`` attribute such as the SDK's ``Response``, or one with
+    ``model_dump()``) gives its ``output`` (``null`` is no items). Raises ``TypeError`` for anything else and for an ``output``
     that is not a list, ``ValueError`` for a mapping without ``output``
     (naming the reader when it is another API's shape)."""
     if isinstance(response_or_items, (list, tuple)):
         return response_or_items
-    response: object = as_mapping(response_or_items)
-    if response is None:
-        if not hasattr(response_or_items, "output"):
+    # An SDK Response is read by attribute: only its output items are dumped.
+    response: object = response_or_items
+    if not isinstance(response, Mapping) and not hasattr(response, "output"):
+        response = as_mapping(response_or_items)
+        if response is None:
             raise TypeError(
                 'expected a Response (or a JSON object with an "output" list) or a list of output items, '
                 f"not {type(response_or_items).__name__}"
             )
-        response = response_or_items
     output = field(response, "output", _ABSENT)
     if output is _ABSENT:
         refuse_other_shapes(response, reader="openai")

@@ -430,6 +430,30 @@ def test_the_sdks_response_its_output_and_its_items_are_read_alike() -> None:
         assert any_item.validate_python(output) == output
 
 
+def test_the_sdks_chat_completion_is_refused_naming_the_chat_reader() -> None:
+    chat = pytest.importorskip("openai.types.chat", reason="the openai SDK is in the test extra")
+    completion = chat.ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "tool_calls": [_chat_call("c1", "add", "{}")]},
+                }
+            ],
+        }
+    )
+    sig = AbortController().signal
+    with pytest.raises(ValueError, match=r"pass response\.choices\[0\]\.message"):
+        doa.calls_from_response(completion, signal=sig)
+    with pytest.raises(ValueError, match=r"dshtools\.openai\.calls_from_message"):
+        doa.calls_from_response(completion.choices[0].message, signal=sig)
+
+
 class _NoDump:
     """An SDK-like item whose ``model_dump()`` fails: read by attribute."""
 
