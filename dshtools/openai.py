@@ -85,8 +85,10 @@ from ._signal import AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
-    # mypy checks tools_param against the SDK's own parameter type, so it
-    # goes to client.chat.completions.create(tools=...) with no cast
+    # mypy checks what tools_param, responses_tools_param and
+    # function_call_output(s) build against the SDK's own parameter types,
+    # so each goes to client.chat.completions.create(tools=...) or
+    # client.responses.create(tools=..., input=...) with no cast
     # (docs/contract.md#a18); nothing imports the SDK at run time.
     from openai.types.chat import ChatCompletionToolParam
     from openai.types.responses import FunctionToolParam, ResponseInputParam
