@@ -44,6 +44,7 @@ from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
 from .._types.tools import ToolRunContext
 from .demo import HTTP_TIMEOUT, READ_TIMEOUT, SHELL_GRACE, SHELL_TIMEOUT, SLEEP_TIMEOUT, DemoServer, group_alive
+from .trace import tracing
 
 __all__ = ["KILL_AFTER", "cmd_demo_ray"]
 
@@ -220,6 +221,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
             return dispatch
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
+    trace = tracing(ns.trace)
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath(source).read_text("utf-8"))
     batches = _numbered_batches(data, source)
@@ -253,9 +255,11 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
-        run = _run_batches(
-            registry, batches, source=source, cancel_after=cancel_after, max_parallel=ns.max_parallel, meter=meter
-        )
+        trace.start(registry, "dshtools demo")
+        with trace.span():
+            run = _run_batches(
+                registry, batches, source=source, cancel_after=cancel_after, max_parallel=ns.max_parallel, meter=meter
+            )
         tasks = list(backend.tasks)
         _ready, pending = ray.wait(tasks, num_returns=len(tasks), timeout=0, fetch_local=False) if tasks else ([], [])
         killed = backend.tasks_killed - warm_killed
@@ -281,5 +285,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
                 not alive,
             ),
         ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        trace.report(out)
+        return status
     raise AssertionError("unreachable")  # pragma: no cover

@@ -35,9 +35,9 @@ Guarantees:
 Command line::
 
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--wide]
-                    [--backend thread|ray]
+                    [--backend thread|ray] [--trace [FILE]]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
-                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
+                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback] [--trace [FILE]]
     dshtools mcp --tools MODULE:ATTRIBUTE [--name N] [--traceback]   (see dshtools.mcp; exits 0 at
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
@@ -65,6 +65,13 @@ stdout was closed early; 2 usage error (one line on stderr); 128 + signum
 when a signal stopped the run: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129
 SIGHUP. SIGTERM and SIGHUP are handled exactly like Ctrl-C (cancel, join,
 print the table and the quiescence report; docs/contract.md §8 A13).
+``--trace`` (``dshtools._cli.trace``) makes every call an OpenTelemetry
+``execute_tool`` span under one span for the run and prints the span tree
+after the quiescence report (on the table's stream); ``--trace FILE``
+writes the spans to FILE as OTLP JSON instead. ``FILE`` is the word after
+``--trace``: give the transcript before it. Without the OpenTelemetry SDK it
+is a usage error naming what to install.
+
 ``--version`` prints the version.
 """
 
@@ -92,6 +99,7 @@ from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_tr
 from .report import EXIT_BROKEN_PIPE, EXIT_USAGE, _report
 from .run import _Meter, _Row, _run_batches
 from .signals import _interrupts
+from .trace import tracing
 
 # This module holds the commands, their argument parsing and exit statuses.
 # The transcript and --tools loading live in dshtools._cli.inputs, the
@@ -143,6 +151,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     )
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
+    trace = tracing(ns.trace)
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath("demo_transcript.json").read_text("utf-8"))
     batches = _numbered_batches(data, source)
@@ -171,14 +180,16 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
-        run = _run_batches(
-            tools.registry,
-            batches,
-            source=source,
-            cancel_after=cancel_after,
-            max_parallel=ns.max_parallel,
-            meter=meter,
-        )
+        trace.start(tools.registry, "dshtools demo")
+        with trace.span():
+            run = _run_batches(
+                tools.registry,
+                batches,
+                source=source,
+                cancel_after=cancel_after,
+                max_parallel=ns.max_parallel,
+                meter=meter,
+            )
         # Quiescence is checked right after the batches returned, before the
         # registry is closed: execute_batch itself must have joined every body.
         pgids = tools.process_groups
@@ -216,7 +227,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 return meter.body_invoked(row.token, row.result)
             return "yes" if tools.body_invoked(row.call_id) else "no"
 
-        return _report(run, invoked, checks, ns.json, ns.wide)
+        status = _report(run, invoked, checks, ns.json, ns.wide)
+        trace.report(out)
+        return status
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -236,9 +249,11 @@ def timeout_warning(registry: ToolRegistry) -> str | None:
 
 def cmd_replay(ns: argparse.Namespace) -> int:
     source = "<stdin>" if ns.transcript == STDIN else ns.transcript
+    trace = tracing(ns.trace)
     batches = load_transcript(ns.transcript, ns.format)
     registry = load_registry(ns.tools)
     try:
+        trace.start(registry, "dshtools replay")
         warning = timeout_warning(registry)
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
@@ -246,20 +261,23 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         # innermost around-dispatch wrapper, as body_invoked requires.
         meter = _Meter()
         with _subreaper() as reaper:
-            run = _run_batches(
-                registry,
-                batches,
-                source=source,
-                cancel_after=ns.cancel_after,
-                max_parallel=ns.max_parallel,
-                meter=meter,
-            )
+            with trace.span():
+                run = _run_batches(
+                    registry,
+                    batches,
+                    source=source,
+                    cancel_after=ns.cancel_after,
+                    max_parallel=ns.max_parallel,
+                    meter=meter,
+                )
             in_flight = len(meter.in_flight())
             checks = [
                 _descendant_check(reaper),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        trace.report(sys.stderr if ns.json else sys.stdout)
+        return status
     finally:
         registry.close()
 
@@ -326,6 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
             'role "tool" messages (OpenAI) or role "user" messages of tool_result blocks (Anthropic)',
         )
         p.add_argument("--wide", action="store_true", help="print ARGS and DETAIL whole instead of shortening them")
+        p.add_argument(
+            "--trace",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="FILE",
+            help="trace the run with OpenTelemetry: print the span tree at the end (one execute_tool span per "
+            "call under the run's span: outcome, duration, body_invoked, killed, overrun), or with FILE write "
+            "the spans there as OTLP JSON; needs the SDK: pip install 'dshtools[otel]' opentelemetry-sdk",
+        )
 
     demo = sub.add_parser(
         "demo",

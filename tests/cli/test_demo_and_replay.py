@@ -195,7 +195,7 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> None:
     t0 = time.monotonic()
     child = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "demo"],
+        [sys.executable, "-m", "dshtools", "demo", "--trace"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -229,7 +229,8 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     assert "cancelled mid-run at" in proc.stdout
     # The table says in plain words what "(killed)" means.
     assert any(line.startswith("(killed): the body ignored its abort") for line in proc.stdout.splitlines())
-    quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
+    report, trace = proc.stdout.split("\ntrace ", 1)
+    quiescence = report.split("quiescence:", 1)[1].splitlines()[1:]
     assert len(quiescence) == 6
     assert any("no worker process runs a tool body (bodies running: 0;" in line for line in quiescence)
     assert any("stopped by force: 1)" in line for line in quiescence)
@@ -246,6 +247,30 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     assert len(pgids) >= 2  # the read-only shell of turn 1 and the cancelled soak test
     for pgid in pgids:
         assert _group_members(pgid) == []
+    _check_demo_trace(trace.splitlines(), outcomes)
+
+
+def _check_demo_trace(lines: list[str], outcomes: dict[str, str]) -> None:
+    """--trace (issue 24 item 2): the run's span, then one execute_tool span
+    per call as its children, in model order, each with its outcome code,
+    duration, body_invoked and killed; the killed call with its overrun and
+    the abort and forced-stop events."""
+    assert lines[0].endswith(f": {len(outcomes) + 1} spans; times in ms from the run's start")
+    assert lines[1].startswith("dshtools demo ")
+    spans = [line.split() for line in lines[2:] if line.startswith("  execute_tool ")]
+    assert [cells[2] for cells in spans] == sorted(outcomes)
+    for cells in spans:
+        call_id = cells[2]
+        assert cells[3] == outcomes[call_id].partition("(")[0].strip()  # the code, without the exception name
+        assert cells[5] == "ms" and float(cells[4].lstrip("+")) >= 0 and float(cells[6]) >= 0 and cells[7] == "ms"
+        invoked = "no" if outcomes[call_id] == "ABORTED_BEFORE_DISPATCH" else "yes"
+        assert cells[8] == f"body_invoked={invoked}"
+        assert cells[9] == f"killed={'yes' if call_id == 'call_07' else 'no'}"
+    stubborn = next(cells for cells in spans if cells[2] == "call_07")
+    assert float(stubborn[10].removeprefix("overrun_s=")) > 0.5  # ran on until the forced stop (1 s)
+    events = lines[lines.index(next(line for line in lines if " call_07 " in line)) + 1 :][:2]
+    assert events[0].strip().startswith("· dshtools.abort at +")
+    assert events[1].strip().startswith("· dshtools.forced_stop at +")
 
 
 @pytest.mark.timeout(40)
