@@ -142,11 +142,13 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         FORCED_STOP_AFTER,
         HTTP_TIMEOUT,
         READ_TIMEOUT,
+        REMOTE_TIMEOUT,
         SHELL_TIMEOUT,
         SLEEP_TIMEOUT,
         STUBBORN_TIMEOUT,
         DemoServer,
         DemoTools,
+        RemoteTool,
         group_alive,
     )
 
@@ -161,8 +163,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="dshtools-demo-"))
         with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
             f.write("TODO: ship the cancellable registry\n")
+        remote = stack.enter_context(RemoteTool(workdir))  # starts the MCP server now, in the background
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
+        remote_ready = remote.register(tools.registry)
         out = sys.stderr if ns.json else sys.stdout
         ncalls = sum(len(batch.calls) for batch in batches)
         print(
@@ -175,8 +179,13 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             f"tools: shell (exclusive unless read_only, timeout {SHELL_TIMEOUT:g}s), "
             f"http_get (parallel, timeout {HTTP_TIMEOUT:g}s), read_file (parallel, timeout {READ_TIMEOUT:g}s), "
             f"sleep (parallel, timeout {SLEEP_TIMEOUT:g}s), stubborn (parallel, timeout {STUBBORN_TIMEOUT:g}s, "
-            f"ignores its signal; worker process, stopped by force {FORCED_STOP_AFTER:g}s after an abort); "
-            "TimeoutPolicy installed",
+            f"ignores its signal; worker process, stopped by force {FORCED_STOP_AFTER:g}s after an abort), "
+            + (
+                f"remote_sleep (our own MCP server over stdio, pid {remote.server_pid}, timeout {REMOTE_TIMEOUT:g}s); "
+                if remote_ready
+                else f"no remote_sleep ({remote.unavailable}); "
+            )
+            + "TimeoutPolicy installed",
             file=out,
             flush=True,
         )
@@ -217,13 +226,19 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         )
         checks.append(_left_behind_check(left))
         backend.close()
+        # The MCP server is stopped (and confirmed gone) before the
+        # descendant check; what its body did is read from its own record.
+        remote.close()
+        remote_check = remote.check()
+        if remote_check is not None:
+            checks.append(remote_check)
         checks += [
             _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
 
         def invoked(row: _Row) -> str:
-            if row.name in tools.process_tools:  # its body runs elsewhere: observed by the meter
+            if row.name in tools.process_tools or row.name == "remote_sleep":  # its body runs elsewhere: the meter
                 return meter.body_invoked(row.token, row.result)
             return "yes" if tools.body_invoked(row.call_id) else "no"
 

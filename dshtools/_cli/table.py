@@ -143,6 +143,7 @@ _PLAIN = (
         "no program started during the run (by a tool, or by a program a tool started) is still running",
     ),
     ("no tool body running", "every tool function has returned; none goes on in the background"),
+    ("remote: ", "the remote tool's body stopped on the MCP server, not only here"),
     ("no dispatch in flight", "every tool call has finished; none goes on in the background"),
     (
         "caller signal listener_count",

@@ -205,7 +205,7 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     elapsed = time.monotonic() - t0
     proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert elapsed < 10
+    assert elapsed < 20  # the MCP server's start is most of it on a loaded machine
     rows = _rows(proc.stdout)
     outcomes = {cid: parts[3] for cid, parts in rows.items()}
     assert outcomes == {
@@ -217,13 +217,15 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
         "call_06": "TOOL_ERROR(FileNotFoundError)",
         "call_07": "ABORTED (killed)",  # ignores its signal: its worker process is killed (§9)
         "call_08": "ABORTED",
-        "call_09": "ABORTED_BEFORE_DISPATCH",
+        "call_09": "ABORTED",  # remote_sleep on our own MCP server: cancelled over the wire
         "call_10": "ABORTED_BEFORE_DISPATCH",
         "call_11": "ABORTED_BEFORE_DISPATCH",
+        "call_12": "ABORTED_BEFORE_DISPATCH",
     }
     bodies = {cid: parts[4] for cid, parts in rows.items()}
     assert bodies["call_07"] == "yes" and bodies["call_08"] == "yes" and bodies["call_05"] == "yes"
-    assert [bodies[f"call_{i:02d}"] for i in (9, 10, 11)] == ["no", "no", "no"]
+    assert bodies["call_09"] == "yes"
+    assert [bodies[f"call_{i:02d}"] for i in (10, 11, 12)] == ["no", "no", "no"]
     # Stopped by force FORCED_STOP_AFTER (1 s) after the cancel at 1.5 s.
     assert 2.0 < float(rows["call_07"][5].rstrip("s")) < 4.0
     assert "cancelled mid-run at" in proc.stdout
@@ -231,7 +233,16 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     assert any(line.startswith("(killed): the body ignored its abort") for line in proc.stdout.splitlines())
     report, trace = proc.stdout.split("\ntrace ", 1)
     quiescence = report.split("quiescence:", 1)[1].splitlines()[1:]
-    assert len(quiescence) == 6
+    assert len(quiescence) == 7
+    # The remote call stopped on the server's side, as the server recorded it:
+    # its signal aborted there about when the run was cancelled (1.5 s).
+    (remote,) = [line for line in quiescence if " remote: " in line]
+    assert remote.startswith("  ok   remote: remote_sleep aborted on the server after "), remote
+    after_ms = float(remote.split("after ", 1)[1].split(" ms", 1)[0])
+    assert 1000 < after_ms < 3000
+    assert ", body returned " in remote and "(1 of 1 bodies returned; MCP server pid " in remote
+    assert remote.endswith(", stopped) -- checks: the remote tool's body stopped on the MCP server, not only here")
+    assert "remote_sleep (our own MCP server over stdio, pid " in proc.stdout
     assert any("no worker process runs a tool body (bodies running: 0;" in line for line in quiescence)
     assert any("stopped by force: 1)" in line for line in quiescence)
     assert any("no process a worker started is alive (alive: none)" in line for line in quiescence)
@@ -280,7 +291,8 @@ def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(tmp_path: Path) ->
     outcomes = _outcomes(proc.stdout)
     assert outcomes["call_07"] == "TOOL_TIMEOUT (killed)"  # the policy's abort, then the forced stop
     assert outcomes["call_08"] == "TOOL_TIMEOUT"  # the soak test meets the shell's timeout
-    assert [outcomes[f"call_{i:02d}"] for i in (9, 10, 11)] == ["SUCCESS"] * 3
+    assert outcomes["call_09"] == "TOOL_TIMEOUT"  # the remote call meets its timeout, cancelled over the wire
+    assert [outcomes[f"call_{i:02d}"] for i in (10, 11, 12)] == ["SUCCESS"] * 3
     assert not {"ABORTED", "ABORTED_BEFORE_DISPATCH"} & set(outcomes.values())
     assert "cancelled mid-run" not in proc.stdout
     quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
