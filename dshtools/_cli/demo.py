@@ -77,6 +77,8 @@ FORCED_STOP_AFTER = 1.0
 # How long a stalling handler waits for its client at most (seconds).
 _STALL_LIMIT = 60.0
 _POLL_SLICE = 0.05
+# How often the sleep tool reports its progress (seconds slept).
+_PROGRESS_STEP = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -290,8 +292,13 @@ class DemoTools:
         return {"path": path, "text": data.decode(errors="replace")}
 
     def _sleep(self, seconds: Annotated[float, Field(ge=0)], *, run: ToolRunContext) -> dict[str, float]:
-        """Sleep for some seconds (cancellable)."""
-        dio.sleep(seconds, run.signal)
+        """Sleep for some seconds (cancellable), reporting progress every quarter of a second."""
+        slept = 0.0
+        while slept < seconds:
+            step = min(_PROGRESS_STEP, seconds - slept)
+            dio.sleep(step, run.signal)
+            slept += step
+            run.report_progress(round(slept, 2), seconds, "sleeping")
         return {"slept": seconds}
 
     def _definitions(self) -> Iterator[ToolDefinition]:

@@ -212,7 +212,7 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
         "call_01": "SUCCESS",
         "call_02": "SUCCESS",
         "call_03": "SUCCESS",
-        "call_04": "SUCCESS",
+        "call_04": "ABORTED",  # a sleep of 5 s that reported progress
         "call_05": "TOOL_TIMEOUT",
         "call_06": "TOOL_ERROR(FileNotFoundError)",
         "call_07": "ABORTED (killed)",  # ignores its signal: its worker process is killed (§9)
@@ -225,6 +225,14 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> 
     bodies = {cid: parts[4] for cid, parts in rows.items()}
     assert bodies["call_07"] == "yes" and bodies["call_08"] == "yes" and bodies["call_05"] == "yes"
     assert bodies["call_09"] == "yes"
+    # The stopped sleep shows the last progress it reported (every 0.25 s,
+    # stopped at 1.5 s): issue 25 item 4.
+    cells = " ".join(rows["call_04"])
+    assert cells.endswith('{"seconds": 5} [progress ' + cells.split("[progress ", 1)[-1]), cells
+    detail = "[progress " + cells.split("[progress ", 1)[1]
+    assert detail.endswith('/5 "sleeping"] Error: tool call aborted'), detail
+    assert 0.5 <= float(detail.split()[1].split("/")[0]) <= 1.5
+    assert not any("[progress" in " ".join(r) for cid, r in rows.items() if cid != "call_04")
     assert [bodies[f"call_{i:02d}"] for i in (10, 11, 12)] == ["no", "no", "no"]
     # Stopped by force FORCED_STOP_AFTER (1 s) after the cancel at 1.5 s.
     assert 2.0 < float(rows["call_07"][5].rstrip("s")) < 4.0
@@ -290,6 +298,8 @@ def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
     outcomes = _outcomes(proc.stdout)
     assert outcomes["call_07"] == "TOOL_TIMEOUT (killed)"  # the policy's abort, then the forced stop
+    assert outcomes["call_04"] == "TOOL_TIMEOUT"  # the 5 s sleep meets the sleep tool's timeout (2 s)
+    assert '/5 "sleeping"] Error: tool call timed out' in proc.stdout
     assert outcomes["call_08"] == "TOOL_TIMEOUT"  # the soak test meets the shell's timeout
     assert outcomes["call_09"] == "TOOL_TIMEOUT"  # the remote call meets its timeout, cancelled over the wire
     assert [outcomes[f"call_{i:02d}"] for i in (10, 11, 12)] == ["SUCCESS"] * 3
