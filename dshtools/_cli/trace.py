@@ -115,7 +115,9 @@ class _Tracing:
             return
         try:
             with open(self.target, "w", encoding="utf-8") as f:
-                json.dump(otlp_json(spans), f, indent=1)
+                # One line: a JSON document, and a JSON-lines file of one
+                # request, as the Collector's otlpjsonfile receiver reads.
+                json.dump(otlp_json(spans), f, separators=(",", ":"))
                 f.write("\n")
         except OSError as exc:
             raise UsageError(f"--trace: cannot write {self.target}: {exc}") from None
