@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="replay the bundled transcript against real blocking tools and a local HTTP server",
         description="Replay the bundled transcript (shell, http_get, read_file, sleep against a local "
-        "server) with TimeoutPolicy and a mid-run cancellation, then prove quiescence.",
+        "server; stubborn in a worker process; remote_sleep on our own MCP server over stdio) with "
+        "TimeoutPolicy and a mid-run cancellation, then prove quiescence, the remote call's on the server's side.",
     )
     common(demo, DEFAULT_CANCEL_AFTER)
     demo.add_argument(

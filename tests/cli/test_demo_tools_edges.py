@@ -118,3 +118,29 @@ def test_the_remote_tool_records_its_abort_and_its_return_on_the_server_side(
         ("returned", "c2"),
     ]
     assert 0 < events[3]["after_ms"] <= events[4]["after_ms"]
+
+
+def test_without_the_mcp_sdk_the_demo_has_no_remote_tool_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP SDK is an extra: without it the demo runs without its remote
+    tool, and the remote check fails for a body that never returned."""
+    import sys
+
+    from dshtools import ToolRegistry
+    from dshtools._cli.demo import RemoteTool
+
+    monkeypatch.setitem(sys.modules, "dshtools.mcp", None)  # import raises ImportError
+    with RemoteTool(str(tmp_path)) as remote, ToolRegistry() as registry:
+        assert remote.register(registry) is False
+        assert [d["function"]["name"] for d in registry.schemas()] == []
+    assert remote.unavailable is not None
+    assert remote.unavailable.startswith("the MCP SDK is not installed: pip install 'dshtools[mcp]'")
+    assert remote.check() is None  # no remote call was made
+    # What the check makes of a record whose body started and never returned.
+    (tmp_path / "remote.log").write_text('{"event": "started", "call_id": "c1", "pid": 1}\n')
+    check = remote.check()
+    assert check is not None
+    label, passed = check
+    assert not passed
+    assert label == "remote: remote_sleep body did not return on the server (0 of 1 bodies returned; MCP server stopped)"
