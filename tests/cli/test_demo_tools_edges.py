@@ -143,4 +143,6 @@ def test_without_the_mcp_sdk_the_demo_has_no_remote_tool_and_says_why(
     assert check is not None
     label, passed = check
     assert not passed
-    assert label == "remote: remote_sleep body did not return on the server (0 of 1 bodies returned; MCP server stopped)"
+    assert (
+        label == "remote: remote_sleep body did not return on the server (0 of 1 bodies returned; MCP server stopped)"
+    )
