@@ -16,7 +16,9 @@ Guarantees:
 * Before exiting, quiescence is checked and printed: no live descendant
   process (every non-zombie process below this one in the parent tree,
   via psutil or ``/proc``; on Linux the run is a child subreaper, so a
-  grandchild whose parent exited is re-parented here and still counts),
+  grandchild whose parent exited is re-parented here and still counts;
+  ``replay`` names, and does not count, a process alive since before the
+  run, such as an MCP server its ``--tools`` module started while loading),
   no dispatch (demo: no tool body) in flight, and no listener left on the
   caller's signal. A failed check exits 1.
 * BODY (was the tool body invoked) is observed, not guessed: the demo's
@@ -92,7 +94,7 @@ from importlib import resources
 from typing import NoReturn
 
 from .. import __version__
-from .._os.descendants import _descendant_check, _left_behind_check, _subreaper
+from .._os.descendants import _descendant_check, _left_behind_check, _subreaper, descendants_now
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry, around_dispatch_hooks, registered
 from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
@@ -276,6 +278,9 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         # innermost around-dispatch wrapper, as body_invoked requires.
         meter = _Meter()
         with _subreaper() as reaper:
+            # Processes the tools module started while it was loaded (an
+            # MCP server its registry's tools talk to) are not the run's.
+            before = descendants_now()
             with trace.span():
                 run = _run_batches(
                     registry,
@@ -287,7 +292,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
                 )
             in_flight = len(meter.in_flight())
             checks = [
-                _descendant_check(reaper),
+                _descendant_check(reaper, before),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
         status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
