@@ -52,10 +52,12 @@ def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSucces
     return result  # type: ignore[no-any-return]
 
 
-def trusted_view(run: RunFields) -> ToolExecution:
-    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
+def _copy_run_fields(view: Any, run: RunFields) -> None:
+    # The fields every view of a call shares, read from its run. The run
+    # context (`run.trusted_run_context`, on the path of every call) writes
+    # the same fields inline: a call to this step there would be one more
+    # function on a no-op execute.
     call = run.call
-    view = _ExecutionTwin()
     view.token = run.token
     view.call_id = call.call_id
     view.root_call_id = run.root_call_id
@@ -64,23 +66,21 @@ def trusted_view(run: RunFields) -> ToolExecution:
     view.agent = call.agent
     view.parent = call.parent
     view.definition = run.definition
-    view.signal = call.signal
+
+
+def trusted_view(run: RunFields) -> ToolExecution:
+    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
+    view = _ExecutionTwin()
+    _copy_run_fields(view, run)
+    view.signal = run.call.signal
     view.__class__ = ToolExecution
     return view  # type: ignore[no-any-return]
 
 
 def trusted_dispatch_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecution:
     """``ToolDispatchExecution(...)`` of ``run``, whose replaceable signal is ``slot``."""
-    call = run.call
     view = _DispatchExecutionTwin()
-    view.token = run.token
-    view.call_id = call.call_id
-    view.root_call_id = run.root_call_id
-    view.name = call.name
-    view.arguments = run.arguments
-    view.agent = call.agent
-    view.parent = call.parent
-    view.definition = run.definition
+    _copy_run_fields(view, run)
     view._slot = slot
     view.__class__ = ToolDispatchExecution
     return view  # type: ignore[no-any-return]

@@ -54,7 +54,6 @@ import weakref
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import attrgetter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import dshtools._signal.timer as _timer
@@ -313,12 +312,7 @@ class AbortSignal:
     def __enter__(self) -> AbortSignal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -------------------------------------------------------------- factories
