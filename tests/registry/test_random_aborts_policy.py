@@ -22,18 +22,17 @@ from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
     TOOL_TIMEOUT,
-    AbortController,
     ConcurrencyLimit,
     RateLimit,
     ResultLimit,
     RetryPolicy,
     TimeoutPolicy,
     ToolError,
-    ToolExecutionInput,
     ToolRegistry,
+    ToolSuccess,
 )
 from tests.helpers import tool
-from tests.registry.test_random_aborts_stress import Aborter
+from tests.registry.random_aborts import drive
 
 CALLS = 600
 CALLER_THREADS = 8
@@ -66,7 +65,6 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
             with lock:
                 running.discard(run.call_id)
 
-    aborter = Aborter()
     plans: list[dict[str, Any]] = [
         {
             "id": f"call-{i}",
@@ -77,8 +75,6 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
         }
         for i in range(CALLS)
     ]
-    results: dict[str, Any] = {}
-    controllers: dict[str, AbortController] = {}
     concurrency = ConcurrencyLimit(LIMIT)
     rate = RateLimit("100000/second")
 
@@ -91,27 +87,15 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
         registry.add_around_dispatch(TimeoutPolicy())
         registry.add_result_observer(lambda e, r: observed.update([e.call_id]))
 
-        def caller(chunk: list[dict[str, Any]]) -> None:
-            for plan in chunk:
-                controller = AbortController()
-                controllers[plan["id"]] = controller
-                if plan["abort"] == "before":
-                    controller.abort("before")
-                elif plan["abort"] == "random":
-                    aborter.schedule(controller, plan["delay"])
-                args = {"mode": plan["mode"], "wait": plan["wait"]}
-                result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
-                with lock:
-                    if plan["id"] in running:
-                        problems.append(f"{plan['id']}: execute returned while its body was running")
-                    results[plan["id"]] = result
-
-        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(100)
-        aborter.stop()
+        results, controllers = drive(
+            registry,
+            plans,
+            lambda plan: {"mode": plan["mode"], "wait": plan["wait"]},
+            threads=CALLER_THREADS,
+            lock=lock,
+            running=running,
+            problems=problems,
+        )
 
     assert problems == []
     assert len(results) == CALLS
@@ -131,7 +115,7 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
         if plan["abort"] == "none":
             assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
-        if result.code is None:
+        if isinstance(result, ToolSuccess):
             assert result.value == "x" * 40 and "truncated" in result.meta
         assert controllers[cid].signal.listener_count == 0
     assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes

@@ -8,10 +8,8 @@ running when ``execute`` returned, and no listener left on any caller signal
 
 from __future__ import annotations
 
-import heapq
 import random
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -20,49 +18,14 @@ import pytest
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
-    AbortController,
     ToolError,
     ToolRegistry,
 )
-from tests.helpers import call, tool
+from tests.helpers import tool
+from tests.registry.random_aborts import drive
 
 CALLS = 2000
 CALLER_THREADS = 8
-
-
-class Aborter:
-    """Aborts controllers at scheduled monotonic times, on its own thread."""
-
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, AbortController]] = []
-        self.cond = threading.Condition()
-        self.stopped = False
-        self.seq = 0
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-
-    def schedule(self, controller: AbortController, delay: float) -> None:
-        with self.cond:
-            self.seq += 1
-            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, controller))
-            self.cond.notify()
-
-    def loop(self) -> None:
-        while True:
-            with self.cond:
-                while not self.stopped and (not self.heap or self.heap[0][0] > time.monotonic()):
-                    timeout = None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic())
-                    self.cond.wait(timeout)
-                if self.stopped and not self.heap:
-                    return
-                _, _, controller = heapq.heappop(self.heap)
-            controller.abort("random")
-
-    def stop(self) -> None:
-        with self.cond:
-            self.stopped = True
-            self.cond.notify()
-        self.thread.join(10)
 
 
 @pytest.mark.timeout(120)
@@ -99,7 +62,6 @@ def test_two_thousand_calls_with_random_aborts() -> None:
         with lock:
             observed[e.call_id] += 1
 
-    aborter = Aborter()
     plans: list[dict[str, Any]] = []
     for i in range(CALLS):
         plans.append(
@@ -112,35 +74,21 @@ def test_two_thousand_calls_with_random_aborts() -> None:
                 "delay": rng.uniform(0, 0.004),
             }
         )
-    results: dict[str, Any] = {}
-    controllers: dict[str, AbortController] = {}
 
     with ToolRegistry(max_workers=4) as registry:
         registry.add_pre_execute(pre)
         registry.add_result_observer(observer)
         registry.register(tool("work", body))
 
-        def caller(chunk: list[dict[str, Any]]) -> None:
-            for plan in chunk:
-                controller = AbortController()
-                controllers[plan["id"]] = controller
-                if plan["abort"] == "before":
-                    controller.abort("before")
-                elif plan["abort"] == "random":
-                    aborter.schedule(controller, plan["delay"])
-                args = {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]}
-                result = registry.execute(call("work", args, signal=controller.signal, call_id=plan["id"]))
-                with lock:
-                    if plan["id"] in running:
-                        problems.append(f"{plan['id']}: execute returned while its body was running")
-                    results[plan["id"]] = result
-
-        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(100)
-        aborter.stop()
+        results, controllers = drive(
+            registry,
+            plans,
+            lambda plan: {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]},
+            threads=CALLER_THREADS,
+            lock=lock,
+            running=running,
+            problems=problems,
+        )
 
     assert problems == []
     assert len(results) == CALLS
