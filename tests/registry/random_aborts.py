@@ -1,19 +1,21 @@
 """What the random-abort stress tests share: ``Aborter`` (aborts
-controllers at scheduled times on its own thread) and ``drive`` (runs a
-list of planned calls from several caller threads, aborting each as its
-plan says)."""
+controllers at scheduled times on its own thread), ``Tracker`` (what the
+bodies and the observer saw) and ``drive`` (runs a list of planned calls
+from several caller threads, aborting each as its plan says)."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolRegistry
 
-__all__ = ["Aborter", "drive"]
+__all__ = ["Aborter", "Tracker", "drive"]
 
 
 class Aborter:
@@ -51,23 +53,57 @@ class Aborter:
         self.thread.join(10)
 
 
+class Tracker:
+    """What the bodies and the result observer of a stress run saw, under
+    one lock: ``invoked`` (bodies started, by call id), ``running`` (the
+    call ids whose body is running now), ``most`` (the most bodies that ran
+    at once), ``observed`` (results published, by call id) and ``problems``
+    (what ``drive`` found wrong)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.invoked: Counter[str] = Counter()
+        self.running: set[str] = set()
+        self.most = 0
+        self.observed: Counter[str] = Counter()
+        self.problems: list[str] = []
+
+    @contextlib.contextmanager
+    def body(self, call_id: str) -> Iterator[int]:
+        """Around a body's work: yields how many times this call's body has
+        started (this one included)."""
+        with self.lock:
+            self.invoked[call_id] += 1
+            self.running.add(call_id)
+            self.most = max(self.most, len(self.running))
+            attempt = self.invoked[call_id]
+        try:
+            yield attempt
+        finally:
+            with self.lock:
+                self.running.discard(call_id)
+
+    def observer(self, e: Any, r: Any) -> None:
+        """A result observer counting each call's published results."""
+        with self.lock:
+            self.observed[e.call_id] += 1
+
+
 def drive(
     registry: ToolRegistry,
     plans: list[dict[str, Any]],
     arguments: Callable[[dict[str, Any]], dict[str, Any]],
+    tracker: Tracker,
     *,
     threads: int,
-    lock: threading.Lock,
-    running: set[str],
-    problems: list[str],
 ) -> tuple[dict[str, ToolExecutionResult], dict[str, AbortController]]:
     """Execute each plan's call (tool ``work``, call id ``plan["id"]``,
     ``arguments(plan)``) from ``threads`` caller threads. ``plan["abort"]``
     is ``"before"`` (aborted before ``execute``), ``"random"`` (aborted
     ``plan["delay"]`` seconds after it is scheduled) or anything else (never
-    aborted). A call whose id is still in ``running`` (under ``lock``) when
-    its ``execute`` returned is added to ``problems``. Returns the results
-    and the controllers by call id."""
+    aborted). A call whose body is still running when its ``execute``
+    returned is added to ``tracker.problems``. Returns the results and the
+    controllers by call id."""
     aborter = Aborter()
     results: dict[str, ToolExecutionResult] = {}
     controllers: dict[str, AbortController] = {}
@@ -81,9 +117,9 @@ def drive(
             elif plan["abort"] == "random":
                 aborter.schedule(controller, plan["delay"])
             result = registry.execute(ToolExecutionInput(plan["id"], "work", arguments(plan), controller.signal))
-            with lock:
-                if plan["id"] in running:
-                    problems.append(f"{plan['id']}: execute returned while its body was running")
+            with tracker.lock:
+                if plan["id"] in tracker.running:
+                    tracker.problems.append(f"{plan['id']}: execute returned while its body was running")
                 results[plan["id"]] = result
 
     callers = [threading.Thread(target=caller, args=(plans[i::threads],)) for i in range(threads)]

@@ -11,7 +11,6 @@ a caller's signal and no limit state left behind."""
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from typing import Any
 
@@ -32,7 +31,7 @@ from dshtools import (
     ToolSuccess,
 )
 from tests.helpers import tool
-from tests.registry.random_aborts import drive
+from tests.registry.random_aborts import Tracker, drive
 
 CALLS = 600
 CALLER_THREADS = 8
@@ -42,28 +41,16 @@ LIMIT = 2
 @pytest.mark.timeout(120)
 def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
     rng = random.Random(2516)
-    lock = threading.Lock()
-    invoked: Counter[str] = Counter()
-    running: set[str] = set()
-    most = [0]
-    observed: Counter[str] = Counter()
-    problems: list[str] = []
+    seen = Tracker()
 
     def body(args: Any, run: Any) -> Any:
-        with lock:
-            invoked[run.call_id] += 1
-            running.add(run.call_id)
-            most[0] = max(most[0], len(running))
-        try:
+        with seen.body(run.call_id) as attempt:
             run.signal.wait(args["wait"])
-            if args["mode"] == "fail" and invoked[run.call_id] == 1:
+            if args["mode"] == "fail" and attempt == 1:
                 raise ToolError("transient", "E_TRANSIENT")
             if args["mode"] == "throw-if-aborted":
                 run.signal.throw_if_aborted()
             return "x" * 40
-        finally:
-            with lock:
-                running.discard(run.call_id)
 
     plans: list[dict[str, Any]] = [
         {
@@ -85,32 +72,30 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
         registry.add_around_dispatch(concurrency)
         registry.add_around_dispatch(rate)
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.add_result_observer(lambda e, r: observed.update([e.call_id]))
+        registry.add_result_observer(seen.observer)
 
         results, controllers = drive(
             registry,
             plans,
             lambda plan: {"mode": plan["mode"], "wait": plan["wait"]},
+            seen,
             threads=CALLER_THREADS,
-            lock=lock,
-            running=running,
-            problems=problems,
         )
 
-    assert problems == []
+    assert seen.problems == []
     assert len(results) == CALLS
-    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
-    assert most[0] <= LIMIT
+    assert all(seen.observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    assert seen.most <= LIMIT
     codes: Counter[str | None] = Counter()
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         codes[result.code] += 1
-        assert result.body_invoked is (invoked[cid] > 0), cid
+        assert result.body_invoked is (seen.invoked[cid] > 0), cid
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
-            assert invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
+            assert seen.invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
         elif result.code == TOOL_ABORTED:
-            assert invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
+            assert seen.invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
         if plan["abort"] == "before":
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
         if plan["abort"] == "none":
@@ -119,6 +104,6 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
             assert result.value == "x" * 40 and "truncated" in result.meta
         assert controllers[cid].signal.listener_count == 0
     assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes
-    assert running == set()
+    assert seen.running == set()
     assert concurrency._gates == {}
     assert not rate._gates or all(not g.waiters for g in rate._gates.values())

@@ -9,7 +9,6 @@ running when ``execute`` returned, and no listener left on any caller signal
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from typing import Any
 
@@ -22,7 +21,7 @@ from dshtools import (
     ToolRegistry,
 )
 from tests.helpers import tool
-from tests.registry.random_aborts import drive
+from tests.registry.random_aborts import Tracker, drive
 
 CALLS = 2000
 CALLER_THREADS = 8
@@ -31,17 +30,10 @@ CALLER_THREADS = 8
 @pytest.mark.timeout(120)
 def test_two_thousand_calls_with_random_aborts() -> None:
     rng = random.Random(1234)
-    lock = threading.Lock()
-    invoked: set[str] = set()
-    running: set[str] = set()
-    observed: Counter[str] = Counter()
-    problems: list[str] = []
+    seen = Tracker()
 
     def body(args: Any, run: Any) -> Any:
-        with lock:
-            invoked.add(run.call_id)
-            running.add(run.call_id)
-        try:
+        with seen.body(run.call_id):
             mode = args["mode"]
             run.signal.wait(args["wait"])
             if mode == "raise-tool-error":
@@ -49,18 +41,11 @@ def test_two_thousand_calls_with_random_aborts() -> None:
             if mode == "throw-if-aborted":
                 run.signal.throw_if_aborted()
             return {"mode": mode}
-        finally:
-            with lock:
-                running.discard(run.call_id)
 
     def pre(e: Any, nxt: Any) -> Any:
         if e.arguments["slow_admission"]:
             e.signal.wait(0.001)
         return nxt()
-
-    def observer(e: Any, r: Any) -> None:
-        with lock:
-            observed[e.call_id] += 1
 
     plans: list[dict[str, Any]] = []
     for i in range(CALLS):
@@ -77,31 +62,29 @@ def test_two_thousand_calls_with_random_aborts() -> None:
 
     with ToolRegistry(max_workers=4) as registry:
         registry.add_pre_execute(pre)
-        registry.add_result_observer(observer)
+        registry.add_result_observer(seen.observer)
         registry.register(tool("work", body))
 
         results, controllers = drive(
             registry,
             plans,
             lambda plan: {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]},
+            seen,
             threads=CALLER_THREADS,
-            lock=lock,
-            running=running,
-            problems=problems,
         )
 
-    assert problems == []
+    assert seen.problems == []
     assert len(results) == CALLS
-    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    assert all(seen.observed[p["id"]] == 1 for p in plans), "every call published exactly once"
     codes: Counter[str | None] = Counter()
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         codes[result.code] += 1
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
-            assert cid not in invoked, f"{cid}: ABORTED_BEFORE_DISPATCH but the body ran"
+            assert seen.invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but the body ran"
         elif result.code == TOOL_ABORTED:
-            assert cid in invoked, f"{cid}: ABORTED but the body never ran"
+            assert seen.invoked[cid] > 0, f"{cid}: ABORTED but the body never ran"
         if plan["abort"] == "before":
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
         if plan["abort"] == "none":
@@ -109,4 +92,4 @@ def test_two_thousand_calls_with_random_aborts() -> None:
         assert controllers[cid].signal.listener_count == 0
     # The interleavings really were exercised.
     assert codes[TOOL_ABORTED] > 20 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 20 and codes[None] > 20
-    assert running == set()
+    assert seen.running == set()
