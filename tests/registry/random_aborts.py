@@ -58,10 +58,13 @@ class Tracker:
     one lock: ``invoked`` (bodies started, by call id), ``running`` (the
     call ids whose body is running now), ``most`` (the most bodies that ran
     at once), ``observed`` (results published, by call id) and ``problems``
-    (what ``drive`` found wrong)."""
+    (what ``drive`` found wrong). ``abort_on_start`` holds the controllers
+    of the calls planned to abort while their body runs: the body's first
+    start aborts it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.abort_on_start: dict[str, AbortController] = {}
         self.invoked: Counter[str] = Counter()
         self.running: set[str] = set()
         self.most = 0
@@ -77,6 +80,9 @@ class Tracker:
             self.running.add(call_id)
             self.most = max(self.most, len(self.running))
             attempt = self.invoked[call_id]
+            controller = self.abort_on_start.pop(call_id, None)
+        if controller is not None:
+            controller.abort("while running")
         try:
             yield attempt
         finally:
@@ -100,8 +106,9 @@ def drive(
     """Execute each plan's call (tool ``work``, call id ``plan["id"]``,
     ``arguments(plan)``) from ``threads`` caller threads. ``plan["abort"]``
     is ``"before"`` (aborted before ``execute``), ``"random"`` (aborted
-    ``plan["delay"]`` seconds after it is scheduled) or anything else (never
-    aborted). A call whose body is still running when its ``execute``
+    ``plan["delay"]`` seconds after it is scheduled), ``"running"``
+    (aborted by its body's first start, ``Tracker.body``) or anything else
+    (never aborted). A call whose body is still running when its ``execute``
     returned is added to ``tracker.problems``. Returns the results and the
     controllers by call id."""
     aborter = Aborter()
@@ -116,6 +123,9 @@ def drive(
                 controller.abort("before")
             elif plan["abort"] == "random":
                 aborter.schedule(controller, plan["delay"])
+            elif plan["abort"] == "running":
+                with tracker.lock:
+                    tracker.abort_on_start[plan["id"]] = controller
             result = registry.execute(ToolExecutionInput(plan["id"], "work", arguments(plan), controller.signal))
             with tracker.lock:
                 if plan["id"] in tracker.running:

@@ -6,7 +6,9 @@ installed (docs/contract.md §3, "Never: ...", and §16): exactly one result
 per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
 ``ABORTED`` only when one did, no body running when ``execute`` returned,
 never more bodies at once than the concurrency limit, no listener left on
-a caller's signal and no limit state left behind."""
+a caller's signal and no limit state left behind. Some calls are aborted
+by their own body's start, so that an abort while a body runs is exercised
+however long a loaded machine keeps the others queued behind the limit."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
             "id": f"call-{i}",
             "mode": rng.choice(["return", "fail", "throw-if-aborted"]),
             "wait": rng.choice([0.0, 0.0005, 0.002, 0.02]),
-            "abort": rng.choice(["none", "before", "random", "random"]),
+            "abort": rng.choice(["none", "before", "random", "random", "running"]),
             "delay": rng.uniform(0, 0.006),
         }
         for i in range(CALLS)
@@ -98,6 +100,11 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
             assert seen.invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
         if plan["abort"] == "before":
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        if plan["abort"] == "running":
+            # Aborted by its body's start: the body's own ToolError stands,
+            # anything else is ABORTED, and no attempt follows the abort.
+            assert result.code == ("E_TRANSIENT" if plan["mode"] == "fail" else TOOL_ABORTED), (cid, result)
+            assert seen.invoked[cid] == 1, cid
         if plan["abort"] == "none":
             assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
         if isinstance(result, ToolSuccess):
