@@ -6,9 +6,12 @@ converters and a slot-wrapper setattr per field; these build the same frozen
 instances through a twin (``dshtools/_core/construct.py``, the one way the
 package builds an object without its ``__init__``) from values the registry
 produced itself, so there is nothing to convert or check. The views take
-the call's run and read its fields there. Not public: users build results
-and views with the classes. Tests compare each with the class's own
-``__init__``, field by field.
+the call's run and read its fields there; each constructor writes the
+fields it shares with the others itself, because a call to a shared step
+per view is measurable on the path of every call with hooks
+(``benchmarks.instructions``, case ``execute_hooks``), whose bound it
+would pass. Not public: users build results and views with the classes.
+Tests compare each with the class's own ``__init__``, field by field.
 """
 
 from __future__ import annotations
@@ -52,12 +55,10 @@ def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSucces
     return result  # type: ignore[no-any-return]
 
 
-def _copy_run_fields(view: Any, run: RunFields) -> None:
-    # The fields every view of a call shares, read from its run. The run
-    # context (`run.trusted_run_context`, on the path of every call) writes
-    # the same fields inline: a call to this step there would be one more
-    # function on a no-op execute.
+def trusted_view(run: RunFields) -> ToolExecution:
+    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
     call = run.call
+    view = _ExecutionTwin()
     view.token = run.token
     view.call_id = call.call_id
     view.root_call_id = run.root_call_id
@@ -66,21 +67,23 @@ def _copy_run_fields(view: Any, run: RunFields) -> None:
     view.agent = call.agent
     view.parent = call.parent
     view.definition = run.definition
-
-
-def trusted_view(run: RunFields) -> ToolExecution:
-    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
-    view = _ExecutionTwin()
-    _copy_run_fields(view, run)
-    view.signal = run.call.signal
+    view.signal = call.signal
     view.__class__ = ToolExecution
     return view  # type: ignore[no-any-return]
 
 
 def trusted_dispatch_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecution:
     """``ToolDispatchExecution(...)`` of ``run``, whose replaceable signal is ``slot``."""
+    call = run.call
     view = _DispatchExecutionTwin()
-    _copy_run_fields(view, run)
+    view.token = run.token
+    view.call_id = call.call_id
+    view.root_call_id = run.root_call_id
+    view.name = call.name
+    view.arguments = run.arguments
+    view.agent = call.agent
+    view.parent = call.parent
+    view.definition = run.definition
     view._slot = slot
     view.__class__ = ToolDispatchExecution
     return view  # type: ignore[no-any-return]
