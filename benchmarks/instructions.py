@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES", "collected", "count", "per_call", "run"]
+__all__ = ["CASES", "EXECUTE_CALLS", "collected", "count", "per_call", "run"]
 
 CASES = ("bare", "execute", "execute_hooks")
 SHORT, LONG = 200, 1200
@@ -54,20 +54,31 @@ if case == "bare":
         submit(noop).result()
     for _ in range(n):
         submit(noop).result()
-else:
-    from dshtools import AbortController, ToolExecutionInput
-    from benchmarks.dispatch import make_registry
+    executor.shutdown(wait=True)
+    raise SystemExit
 
-    registry = make_registry(executor, hooks=case == "execute_hooks")
-    call = ToolExecutionInput("call-1", "noop", {}, AbortController().signal)
-    execute = registry.execute
-    for _ in range(200):
-        assert not execute(call).is_error
-    for _ in range(n):
-        execute(call)
-    registry.close()
+from dshtools import AbortController, ToolExecutionInput
+from benchmarks.dispatch import make_registry
+
+registry = make_registry(executor, hooks=case == "execute_hooks")
+call = ToolExecutionInput("call-1", "noop", {}, AbortController().signal)
+"""
+
+EXECUTE_CALLS = """
+execute = registry.execute
+for _ in range(200):
+    assert not execute(call).is_error
+for _ in range(n):
+    execute(call)
+registry.close()
 executor.shutdown(wait=True)
 """
+"""The measured end of every registry case's child script: a warm-up, then
+``n`` calls of ``call`` on ``registry`` (names the script defines before,
+with ``executor``), then the shutdown. At module level, like the bare
+case's loop, so both pay the same name lookups."""
+
+_CHILD += EXECUTE_CALLS
 
 
 def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: float = 600) -> int:

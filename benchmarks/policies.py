@@ -30,14 +30,15 @@ import importlib.util
 import shutil
 from typing import Any
 
-from .instructions import per_call
+from .instructions import EXECUTE_CALLS, per_call
 
 __all__ = ["CASES", "run"]
 
 CASES = ("none", "passthrough", "retry", "result_limit", "result_limit_cut", "concurrency", "rate")
 SHORT, LONG = 100, 600
 
-_CHILD = r"""
+_CHILD = (
+    r"""
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -79,14 +80,9 @@ elif case == "retry_tenacity":
 
     registry.add_around_dispatch(tenacity_retry)
 call = ToolExecutionInput("call-1", "t", {}, AbortController().signal)
-execute = registry.execute
-for _ in range(200):
-    assert not execute(call).is_error
-for _ in range(n):
-    execute(call)
-registry.close()
-executor.shutdown(wait=True)
 """
+    + EXECUTE_CALLS
+)
 
 
 def _count(case: str, valgrind: str) -> float:

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
 
 from ._timing import median, paired_samples
-from .instructions import per_call
+from .instructions import EXECUTE_CALLS, per_call
 
 __all__ = ["ARGUMENTS", "TARGET", "make_registry", "run"]
 
@@ -74,7 +74,8 @@ def make_registry(executor: ThreadPoolExecutor) -> ToolRegistry:
     return registry
 
 
-_CHILD = r"""
+_CHILD = (
+    r"""
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dshtools import AbortController, ToolExecutionInput
@@ -84,14 +85,9 @@ name, n = sys.argv[1], int(sys.argv[2])
 executor = ThreadPoolExecutor(max_workers=4)
 registry = make_registry(executor)
 call = ToolExecutionInput("call-1", name, ARGUMENTS, AbortController().signal)
-execute = registry.execute
-for _ in range(200):
-    assert not execute(call).is_error
-for _ in range(n):
-    execute(call)
-registry.close()
-executor.shutdown(wait=True)
 """
+    + EXECUTE_CALLS
+)
 
 
 def instructions() -> dict[str, Any]:

@@ -155,7 +155,7 @@ def freeze_with_height(value: object) -> tuple[Any, int]:
     elif t is FrozenDict:
         return value, value.height  # type: ignore[attr-defined]
     elif t is float:
-        if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
+        if not math.isfinite(value):  # type: ignore[arg-type]
             raise FreezeError(f"non-finite number {value!r} is not JSON", "$")
         return value, 0
     elif not isinstance(value, (dict, list, tuple)):
@@ -204,13 +204,7 @@ def _fast(value: Any, depth: int, budget: list[int]) -> tuple[Any, int]:
             if type(k) is not str:
                 raise _Fallback
             ct = type(c)
-            if (
-                ct is str
-                or ct is int
-                or ct is bool
-                or c is None
-                or (ct is float and not (math.isnan(c) or math.isinf(c)))
-            ):
+            if ct is str or ct is int or ct is bool or c is None or (ct is float and math.isfinite(c)):
                 out[k] = c
             elif ct is dict or ct is list or ct is tuple:
                 out[k], ch = _fast(c, depth + 1, budget)
@@ -226,13 +220,7 @@ def _fast(value: Any, depth: int, budget: list[int]) -> tuple[Any, int]:
         items = []
         for c in value:
             ct = type(c)
-            if (
-                ct is str
-                or ct is int
-                or ct is bool
-                or c is None
-                or (ct is float and not (math.isnan(c) or math.isinf(c)))
-            ):
+            if ct is str or ct is int or ct is bool or c is None or (ct is float and math.isfinite(c)):
                 items.append(c)
             elif ct is dict or ct is list or ct is tuple:
                 fc, ch = _fast(c, depth + 1, budget)
@@ -286,7 +274,7 @@ def _freeze_container(root: Any) -> tuple[Any, int]:
                 frozen = child
                 ch = child.height
             elif ct is float:
-                if math.isnan(child) or math.isinf(child):
+                if not math.isfinite(child):
                     raise FreezeError(f"non-finite number {child!r} is not JSON", _path_of(stack, where))
                 frozen = child
             elif isinstance(child, (dict, list, tuple)):

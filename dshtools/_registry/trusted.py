@@ -6,9 +6,12 @@ converters and a slot-wrapper setattr per field; these build the same frozen
 instances through a twin (``dshtools/_core/construct.py``, the one way the
 package builds an object without its ``__init__``) from values the registry
 produced itself, so there is nothing to convert or check. The views take
-the call's run and read its fields there. Not public: users build results
-and views with the classes. Tests compare each with the class's own
-``__init__``, field by field.
+the call's run and read its fields there; each constructor writes the
+fields it shares with the others itself, because a call to a shared step
+per view is measurable on the path of every call with hooks
+(``benchmarks.instructions``, case ``execute_hooks``), whose bound it
+would pass. Not public: users build results and views with the classes.
+Tests compare each with the class's own ``__init__``, field by field.
 """
 
 from __future__ import annotations

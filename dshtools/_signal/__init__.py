@@ -7,9 +7,9 @@ Guarantees and invariants live with the code that gives them: ``signal``
 (``AbortController``, the plain abort), ``state`` (listener storage, the
 abort decision and dispatch, ``ListenerHandle``, the lock and atomicity
 rationale), ``links`` (linked signals: keep-alive and abort propagation),
-``budget`` (``deadline``), ``timer`` (the timer thread and abort runners),
+``timer`` (the timer thread and abort runners),
 ``deadline`` and ``lifecycle``. Imports flow one way: this module ->
-controller -> signal -> links -> state; budget -> state.
+controller -> signal -> links -> state.
 """
 
 from __future__ import annotations

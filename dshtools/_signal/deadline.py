@@ -14,8 +14,6 @@ A ``Deadline`` only *says* "time is up" (its signal aborts with a
 
 from __future__ import annotations
 
-from types import TracebackType
-
 from .._core.errors import AbortError, TimeoutReason, check_seconds
 from . import AbortSignal, _timeout_signal, deadline_signal, timer_fired
 
@@ -64,12 +62,7 @@ class Deadline:
     def __enter__(self) -> Deadline:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -29,7 +29,7 @@ import os
 import signal as _os_signal
 import threading
 from collections.abc import Iterable
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 from . import AbortController
@@ -128,9 +128,7 @@ class abort_on_signals:
             raise
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._close()
 
     def _close(self) -> None:
@@ -194,12 +192,7 @@ class sigint_deferred:
                 _os_signal.signal(_os_signal.SIGINT, self._hold)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             _os_signal.signal(_os_signal.SIGINT, self._previous)
 

@@ -35,7 +35,6 @@ own guarantees and invariants:
   atomicity assumptions every lock-free step relies on;
 * ``links``: linked signals' listeners, keep-alive links, abort
   propagation to dependents, release and pruning;
-* ``budget``: the earliest pending timer (``deadline``);
 * ``timer``: the timer thread and the abort runners.
 
 Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
@@ -54,14 +53,12 @@ import weakref
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import attrgetter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import dshtools._signal.timer as _timer
 
 from .._core.errors import AbortError, TimeoutReason, check_seconds, safe_repr
 from .._core.interrupts import INTERRUPT_SLICE
-from .budget import _deadline_of
 from .links import (
     _abort_linked,
     _add_dep_locked,
@@ -313,12 +310,7 @@ class AbortSignal:
     def __enter__(self) -> AbortSignal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -------------------------------------------------------------- factories
@@ -416,6 +408,25 @@ class _LinkedSignal(AbortSignal):
     def _on_timer(self) -> None:
         # Its timer is due (`timer`, on an abort runner).
         _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
+
+
+def _deadline_of(signal: AbortSignal) -> float | None:
+    """The earliest ``time.monotonic()`` instant (seconds) among the timer
+    entry of ``signal`` itself, those of its pending linked sources and the
+    carried deadlines of its pending plain sources (a remote body's
+    signal), or ``None`` when none can abort it (``AbortSignal.deadline``;
+    docs/contract.md#a9). Takes no lock and never blocks: ``_timer`` and
+    ``_sources`` are replaced whole, never mutated, so a read without
+    ``_LOCK`` sees a consistent value; a stale read only reports a timer
+    that just fired."""
+    timer = signal._timer
+    best = None if timer is None else timer.when
+    for source in signal._sources:
+        if not source._aborted:
+            at = _deadline_of(source) if source._linked else source._budget_at
+            if at is not None and (best is None or at < best):
+                best = at
+    return best
 
 
 def _timeout_signal(seconds: float, code: str) -> AbortSignal:

@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.errors import AbortError, report_unraisable, safe_repr
@@ -224,12 +223,7 @@ class ListenerHandle:
     def __enter__(self) -> ListenerHandle:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.remove()
 
     def __repr__(self) -> str:

@@ -60,17 +60,18 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _run_child(where: str) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(RECURSIVE), where],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def _child_report(script: str, *argv: str) -> dict[str, object]:
+    """Run ``script`` in a fresh interpreter with ``argv``; its last line of
+    output, a JSON object."""
+    proc = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert isinstance(out, dict)
     return out
+
+
+def _run_child(where: str) -> dict[str, object]:
+    return _child_report(_CHILD, json.dumps(RECURSIVE), where)
 
 
 @pytest.mark.timeout(90)
@@ -145,15 +146,7 @@ _CHILD_WIDE = textwrap.dedent(
 
 
 def _run_wide(schema: Mapping[str, object], items: int, rows: int = 0) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD_WIDE, json.dumps(schema), str(items), str(rows)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert isinstance(out, dict)
+    out = _child_report(_CHILD_WIDE, json.dumps(schema), str(items), str(rows))
     # A6's bounds (under a second, under 100 MB), the time with room for a
     # loaded machine as in the deep tests above. The time and memory include
     # freezing the value, which every call pays, valid or not.

@@ -21,20 +21,10 @@ from dshtools import (
     thaw,
 )
 from dshtools._backends.base import BodyReport, Error, Value
+from dshtools._backends.thread import _Settled  # a dispatch settled before submit() returned
 from dshtools._core.errors import AbortError
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
-
-
-class _Settled:
-    def __init__(self, report: BodyReport) -> None:
-        self._report = report
-
-    def wait(self, timeout: float) -> bool:
-        return True
-
-    def report(self) -> BodyReport:
-        return self._report
 
 
 class _Reporting:

@@ -22,18 +22,8 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._backends.base import BodyReport, Error, Value, WorkerLost
+from dshtools._backends.thread import _Settled  # a dispatch settled before submit() returned
 from tests.helpers import HookRecorder, call, run_in_thread, tool, wait_until
-
-
-class _Settled:
-    def __init__(self, report: BodyReport) -> None:
-        self._report = report
-
-    def wait(self, timeout: float) -> bool:
-        return True
-
-    def report(self) -> BodyReport:
-        return self._report
 
 
 class ScriptedBackend:

@@ -76,12 +76,15 @@ def _seconds_to_interrupt(registry: ToolRegistry, started: threading.Event, inte
 @pytest.mark.timeout(120)
 def test_b03_no_listener_left_on_the_caller_signal_on_any_exit_path() -> None:
     """B03: 10 000 calls cycling ok / raises ValueError / denied by a gate /
-    TOOL_TIMEOUT (TimeoutPolicy, 50 ms; the body waits cooperatively 200 ms),
+    TOOL_TIMEOUT (TimeoutPolicy, 20 ms; the body waits cooperatively 200 ms),
     the caller's listener count asserted after *every* call.
 
-    Reduction: a TOOL_TIMEOUT call lasts 50 ms by construction, so 2 500 of
-    them would take 125 s alone; the timeout kind runs on every 100th call
-    (100 timeouts, 5 s) and the other three kinds fill the 10 000."""
+    Reduction: a TOOL_TIMEOUT call lasts its 20 ms budget by construction,
+    so 2 500 of them would take 50 s alone; the timeout kind runs on every
+    100th call (100 timeouts, 2 s) and the other three kinds fill the
+    10 000. The budget is not what is checked (any exit path must leave no
+    listener), so it is as short as a loaded machine allows: a fast call
+    that still overruns it is accepted as a timeout."""
     controller = AbortController()
     caller = controller.signal
 
@@ -100,7 +103,7 @@ def test_b03_no_listener_left_on_the_caller_signal_on_any_exit_path() -> None:
     with ToolRegistry(max_workers=4) as registry:
         registry.add_pre_execute(gate)
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.register(tool("t", body, timeout=0.05))
+        registry.register(tool("t", body, timeout=0.02))
         kinds = ["ok", "raise", "deny"]
         expected = {"ok": None, "raise": TOOL_ERROR, "deny": DENIED, "timeout": TOOL_TIMEOUT}
         for i in range(200):  # warm-up (caches, worker threads) before measuring
@@ -112,7 +115,7 @@ def test_b03_no_listener_left_on_the_caller_signal_on_any_exit_path() -> None:
             for i in range(10_000):
                 kind = "timeout" if i % 100 == 99 else kinds[i % 3]
                 result = registry.execute(call("t", {"kind": kind}, signal=caller, call_id=f"c{i}"))
-                # A fast call may still hit the 50 ms budget on a loaded machine.
+                # A fast call may still hit the 20 ms budget on a loaded machine.
                 assert result.code in (expected[kind], TOOL_TIMEOUT), (i, kind, result)
                 if kind == "raise" and result.code == TOOL_ERROR:
                     assert result.error.info.name == "ValueError"  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, AbortController, ToolExecutionResult, ToolRegistry, execute_batch
-from tests.helpers import call, late_after_abort, run_in_thread, tool, wait_until
+from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, tool, wait_until
 
 PATHS = ("execute", "batch-exclusive", "batch-parallel", "nested")
 
@@ -144,8 +144,6 @@ def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> No
     freed by reference counting once the call returned (checked with
     ``gc.DEBUG_SAVEALL``, which keeps whatever a collection finds
     unreachable)."""
-    import gc
-
     started = threading.Event()
 
     def cooperative(a: Any, run: Any) -> Any:
@@ -167,21 +165,9 @@ def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> No
         aborter.join(5)
         return result
 
+    codes: list[str | None] = []
     with ToolRegistry() as registry:
         registry.register(tool("t", cooperative))
-        assert one(registry, 0).code == TOOL_ABORTED  # warm-up
-        gc.collect()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            codes = [one(registry, i).code for i in range(1, 11)]
-            found = gc.collect()
-            garbage = [type(o).__name__ for o in gc.garbage]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if was_enabled:
-                gc.enable()
-    assert codes == [TOOL_ABORTED] * 10
+        found, garbage = cyclic_garbage_of(lambda i: codes.append(one(registry, i + 1).code))
+    assert codes == [TOOL_ABORTED] * 11  # the warm-up call and the ten measured
     assert found == 0, garbage[:20]

@@ -6,12 +6,13 @@ installed (docs/contract.md §3, "Never: ...", and §16): exactly one result
 per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
 ``ABORTED`` only when one did, no body running when ``execute`` returned,
 never more bodies at once than the concurrency limit, no listener left on
-a caller's signal and no limit state left behind."""
+a caller's signal and no limit state left behind. Some calls are aborted
+by their own body's start, so that an abort while a body runs is exercised
+however long a loaded machine keeps the others queued behind the limit."""
 
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from typing import Any
 
@@ -22,18 +23,17 @@ from dshtools import (
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
     TOOL_TIMEOUT,
-    AbortController,
     ConcurrencyLimit,
     RateLimit,
     ResultLimit,
     RetryPolicy,
     TimeoutPolicy,
     ToolError,
-    ToolExecutionInput,
     ToolRegistry,
+    ToolSuccess,
 )
 from tests.helpers import tool
-from tests.registry.test_random_aborts_stress import Aborter
+from tests.registry.random_aborts import Tracker, drive
 
 CALLS = 600
 CALLER_THREADS = 8
@@ -43,42 +43,27 @@ LIMIT = 2
 @pytest.mark.timeout(120)
 def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
     rng = random.Random(2516)
-    lock = threading.Lock()
-    invoked: Counter[str] = Counter()
-    running: set[str] = set()
-    most = [0]
-    observed: Counter[str] = Counter()
-    problems: list[str] = []
+    seen = Tracker()
 
     def body(args: Any, run: Any) -> Any:
-        with lock:
-            invoked[run.call_id] += 1
-            running.add(run.call_id)
-            most[0] = max(most[0], len(running))
-        try:
+        with seen.body(run.call_id) as attempt:
             run.signal.wait(args["wait"])
-            if args["mode"] == "fail" and invoked[run.call_id] == 1:
+            if args["mode"] == "fail" and attempt == 1:
                 raise ToolError("transient", "E_TRANSIENT")
             if args["mode"] == "throw-if-aborted":
                 run.signal.throw_if_aborted()
             return "x" * 40
-        finally:
-            with lock:
-                running.discard(run.call_id)
 
-    aborter = Aborter()
     plans: list[dict[str, Any]] = [
         {
             "id": f"call-{i}",
             "mode": rng.choice(["return", "fail", "throw-if-aborted"]),
             "wait": rng.choice([0.0, 0.0005, 0.002, 0.02]),
-            "abort": rng.choice(["none", "before", "random", "random"]),
+            "abort": rng.choice(["none", "before", "random", "random", "running"]),
             "delay": rng.uniform(0, 0.006),
         }
         for i in range(CALLS)
     ]
-    results: dict[str, Any] = {}
-    controllers: dict[str, AbortController] = {}
     concurrency = ConcurrencyLimit(LIMIT)
     rate = RateLimit("100000/second")
 
@@ -89,52 +74,43 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
         registry.add_around_dispatch(concurrency)
         registry.add_around_dispatch(rate)
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.add_result_observer(lambda e, r: observed.update([e.call_id]))
+        registry.add_result_observer(seen.observer)
 
-        def caller(chunk: list[dict[str, Any]]) -> None:
-            for plan in chunk:
-                controller = AbortController()
-                controllers[plan["id"]] = controller
-                if plan["abort"] == "before":
-                    controller.abort("before")
-                elif plan["abort"] == "random":
-                    aborter.schedule(controller, plan["delay"])
-                args = {"mode": plan["mode"], "wait": plan["wait"]}
-                result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
-                with lock:
-                    if plan["id"] in running:
-                        problems.append(f"{plan['id']}: execute returned while its body was running")
-                    results[plan["id"]] = result
+        results, controllers = drive(
+            registry,
+            plans,
+            lambda plan: {"mode": plan["mode"], "wait": plan["wait"]},
+            seen,
+            threads=CALLER_THREADS,
+        )
 
-        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(100)
-        aborter.stop()
-
-    assert problems == []
+    assert seen.problems == []
     assert len(results) == CALLS
-    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
-    assert most[0] <= LIMIT
+    assert all(seen.observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    assert seen.most <= LIMIT
     codes: Counter[str | None] = Counter()
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         codes[result.code] += 1
-        assert result.body_invoked is (invoked[cid] > 0), cid
+        assert result.body_invoked is (seen.invoked[cid] > 0), cid
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
-            assert invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
+            assert seen.invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
         elif result.code == TOOL_ABORTED:
-            assert invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
+            assert seen.invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
         if plan["abort"] == "before":
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        if plan["abort"] == "running":
+            # Aborted by its body's start: the body's own ToolError stands,
+            # anything else is ABORTED, and no attempt follows the abort.
+            assert result.code == ("E_TRANSIENT" if plan["mode"] == "fail" else TOOL_ABORTED), (cid, result)
+            assert seen.invoked[cid] == 1, cid
         if plan["abort"] == "none":
             assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
-        if result.code is None:
+        if isinstance(result, ToolSuccess):
             assert result.value == "x" * 40 and "truncated" in result.meta
         assert controllers[cid].signal.listener_count == 0
     assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes
-    assert running == set()
+    assert seen.running == set()
     assert concurrency._gates == {}
     assert not rate._gates or all(not g.waiters for g in rate._gates.values())

@@ -8,10 +8,7 @@ running when ``execute`` returned, and no listener left on any caller signal
 
 from __future__ import annotations
 
-import heapq
 import random
-import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -20,65 +17,23 @@ import pytest
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
-    AbortController,
     ToolError,
     ToolRegistry,
 )
-from tests.helpers import call, tool
+from tests.helpers import tool
+from tests.registry.random_aborts import Tracker, drive
 
 CALLS = 2000
 CALLER_THREADS = 8
 
 
-class Aborter:
-    """Aborts controllers at scheduled monotonic times, on its own thread."""
-
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, AbortController]] = []
-        self.cond = threading.Condition()
-        self.stopped = False
-        self.seq = 0
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-
-    def schedule(self, controller: AbortController, delay: float) -> None:
-        with self.cond:
-            self.seq += 1
-            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, controller))
-            self.cond.notify()
-
-    def loop(self) -> None:
-        while True:
-            with self.cond:
-                while not self.stopped and (not self.heap or self.heap[0][0] > time.monotonic()):
-                    timeout = None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic())
-                    self.cond.wait(timeout)
-                if self.stopped and not self.heap:
-                    return
-                _, _, controller = heapq.heappop(self.heap)
-            controller.abort("random")
-
-    def stop(self) -> None:
-        with self.cond:
-            self.stopped = True
-            self.cond.notify()
-        self.thread.join(10)
-
-
 @pytest.mark.timeout(120)
 def test_two_thousand_calls_with_random_aborts() -> None:
     rng = random.Random(1234)
-    lock = threading.Lock()
-    invoked: set[str] = set()
-    running: set[str] = set()
-    observed: Counter[str] = Counter()
-    problems: list[str] = []
+    seen = Tracker()
 
     def body(args: Any, run: Any) -> Any:
-        with lock:
-            invoked.add(run.call_id)
-            running.add(run.call_id)
-        try:
+        with seen.body(run.call_id):
             mode = args["mode"]
             run.signal.wait(args["wait"])
             if mode == "raise-tool-error":
@@ -86,20 +41,12 @@ def test_two_thousand_calls_with_random_aborts() -> None:
             if mode == "throw-if-aborted":
                 run.signal.throw_if_aborted()
             return {"mode": mode}
-        finally:
-            with lock:
-                running.discard(run.call_id)
 
     def pre(e: Any, nxt: Any) -> Any:
         if e.arguments["slow_admission"]:
             e.signal.wait(0.001)
         return nxt()
 
-    def observer(e: Any, r: Any) -> None:
-        with lock:
-            observed[e.call_id] += 1
-
-    aborter = Aborter()
     plans: list[dict[str, Any]] = []
     for i in range(CALLS):
         plans.append(
@@ -112,48 +59,32 @@ def test_two_thousand_calls_with_random_aborts() -> None:
                 "delay": rng.uniform(0, 0.004),
             }
         )
-    results: dict[str, Any] = {}
-    controllers: dict[str, AbortController] = {}
 
     with ToolRegistry(max_workers=4) as registry:
         registry.add_pre_execute(pre)
-        registry.add_result_observer(observer)
+        registry.add_result_observer(seen.observer)
         registry.register(tool("work", body))
 
-        def caller(chunk: list[dict[str, Any]]) -> None:
-            for plan in chunk:
-                controller = AbortController()
-                controllers[plan["id"]] = controller
-                if plan["abort"] == "before":
-                    controller.abort("before")
-                elif plan["abort"] == "random":
-                    aborter.schedule(controller, plan["delay"])
-                args = {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]}
-                result = registry.execute(call("work", args, signal=controller.signal, call_id=plan["id"]))
-                with lock:
-                    if plan["id"] in running:
-                        problems.append(f"{plan['id']}: execute returned while its body was running")
-                    results[plan["id"]] = result
+        results, controllers = drive(
+            registry,
+            plans,
+            lambda plan: {"mode": plan["mode"], "wait": plan["wait"], "slow_admission": plan["slow_admission"]},
+            seen,
+            threads=CALLER_THREADS,
+        )
 
-        threads = [threading.Thread(target=caller, args=(plans[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(100)
-        aborter.stop()
-
-    assert problems == []
+    assert seen.problems == []
     assert len(results) == CALLS
-    assert all(observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    assert all(seen.observed[p["id"]] == 1 for p in plans), "every call published exactly once"
     codes: Counter[str | None] = Counter()
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         codes[result.code] += 1
         if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
-            assert cid not in invoked, f"{cid}: ABORTED_BEFORE_DISPATCH but the body ran"
+            assert seen.invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but the body ran"
         elif result.code == TOOL_ABORTED:
-            assert cid in invoked, f"{cid}: ABORTED but the body never ran"
+            assert seen.invoked[cid] > 0, f"{cid}: ABORTED but the body never ran"
         if plan["abort"] == "before":
             assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
         if plan["abort"] == "none":
@@ -161,4 +92,4 @@ def test_two_thousand_calls_with_random_aborts() -> None:
         assert controllers[cid].signal.listener_count == 0
     # The interleavings really were exercised.
     assert codes[TOOL_ABORTED] > 20 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 20 and codes[None] > 20
-    assert running == set()
+    assert seen.running == set()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import statistics
-import sys
 import threading
 import time
 import weakref
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
-from tests.helpers import race_in_lockstep
+from tests.helpers import blocked_in_wait, race_in_lockstep, wait_until
 
 
 def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
@@ -44,18 +43,22 @@ def _thread_and_reason_to(log: list[Any]) -> Callable[[AbortSignal], None]:
     return listener
 
 
-def wait_until_blocked(thread: threading.Thread, timeout: float = 5.0) -> None:
-    """Poll until `thread` is parked inside threading's wait (not a sleep used
-    as synchronisation: it observes the thread's frame)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        frame = sys._current_frames().get(thread.ident or -1)
-        while frame is not None:
-            if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
-                return
-            frame = frame.f_back
-        time.sleep(0.0002)
-    raise AssertionError(f"{thread!r} never blocked in wait()")
+def wait_until_blocked(thread: threading.Thread) -> None:
+    """Until ``thread`` is parked inside threading's wait (observed through
+    its frame, not a sleep used as synchronisation)."""
+    wait_until(lambda: blocked_in_wait(thread))
+
+
+def _woken(wait: Callable[[], bool], abort: Callable[[], object]) -> list[bool]:
+    """What ``wait()`` returned in another thread, once it blocked and then
+    ``abort()`` ran here (empty if it had not returned 5 s later)."""
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(wait()), daemon=True)
+    t.start()
+    wait_until_blocked(t)
+    abort()
+    t.join(5)
+    return result
 
 
 # ---------------------------------------------------------------- state, reason
@@ -193,13 +196,7 @@ def test_wait_with_timeout_returns_false_when_still_pending() -> None:
 def test_wait_accepts_a_huge_finite_timeout() -> None:
     # Regression: Event.wait() raised OverflowError past threading.TIMEOUT_MAX.
     c = AbortController()
-    result: list[bool] = []
-    t = threading.Thread(target=lambda: result.append(c.signal.wait(1e300)), daemon=True)
-    t.start()
-    wait_until_blocked(t)
-    c.abort()
-    t.join(5)
-    assert result == [True]
+    assert _woken(lambda: c.signal.wait(1e300), c.abort) == [True]
 
 
 def test_wait_rejects_a_non_number_timeout() -> None:
@@ -845,13 +842,7 @@ def test_any_of_validates_every_element_even_after_an_aborted_one() -> None:
 def test_any_of_wait_wakes_when_a_source_aborts() -> None:
     a = AbortController()
     d = AbortSignal.any_of([a.signal])
-    result: list[bool] = []
-    t = threading.Thread(target=lambda: result.append(d.wait(10)))
-    t.start()
-    wait_until_blocked(t)
-    a.abort()
-    t.join(5)
-    assert result == [True]
+    assert _woken(lambda: d.wait(10), a.abort) == [True]
 
 
 def test_any_of_is_flattened_nested_chains_link_directly_to_the_source() -> None:

@@ -18,7 +18,7 @@ import pytest
 from dshtools import AbortController, AbortSignal, ListenerHandle, TimeoutReason
 from dshtools._signal import timer as _timer
 from dshtools._signal.signal import _LinkedSignal
-from tests.helpers import race_in_lockstep
+from tests.helpers import race_in_lockstep, young_heap
 
 
 def _threads() -> int:
@@ -48,17 +48,13 @@ def _b02_trials(n: int, with_listener: bool, mix_in_controller: bool) -> None:
     # second instead of 200 x (3 full collections + 50 ms): each batch is
     # created, then collected three times well before its timers are due,
     # and every trial is timed from its own creation.
-    # gc.freeze(): the collections below traverse only what was made since,
+    # young_heap(): the collections below traverse only what was made since,
     # the trials' own signals among it, not the test runner's whole heap
-    # (with the SDKs, Ray and pydantic loaded, three full collections of it
-    # hold the GIL longer than the 0.25 s bound, so the timer thread could
-    # not run the listener in time however fast the timer was).
-    gc.collect()
-    gc.freeze()
-    try:
+    # (three full collections of it hold the GIL longer than the 0.25 s
+    # bound, so the timer thread could not run the listener in time however
+    # fast the timer was).
+    with young_heap():
         _b02_batches(n, with_listener, mix_in_controller)
-    finally:
-        gc.unfreeze()
 
 
 def _b02_batches(n: int, with_listener: bool, mix_in_controller: bool) -> None:

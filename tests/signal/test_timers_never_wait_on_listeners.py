@@ -13,7 +13,6 @@ after 3.07 s, and every ``TimeoutPolicy`` deadline waited too.
 
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from dshtools import (
     deadline,
 )
 from dshtools._signal import timer as _timer
+from tests.helpers import young_heap
 
 
 def _named(name: str) -> list[threading.Thread]:
@@ -134,24 +134,22 @@ def test_every_timeout_aborts_within_50ms_of_its_deadline_while_a_third_of_the_l
 
         return listener
 
-    gc.collect()
-    gc.freeze()  # collections traverse only what this example makes
-    try:
-        for index, (delay, block) in enumerate(zip(delays, blocks, strict=True)):
-            signal = AbortSignal.timeout(delay)
-            due = signal.deadline
-            assert due is not None
-            signal.add_listener(stamp(index))
-            if index % 3 == 0:
-                signal.add_listener(lambda _s, block=block: release.wait(block))  # type: ignore[misc]
-            signals.append((due, signal))
-        assert all_aborted.wait(10)
-        late = {i: stamps[i] - due for i, (due, _s) in enumerate(signals) if stamps[i] - due > 0.05}
-        assert not late, f"timeouts aborted more than 50 ms after their deadline: {late}"
-        assert all(stamps[i] >= due for i, (due, _s) in enumerate(signals))
-    finally:
-        release.set()
-        gc.unfreeze()
+    with young_heap():  # collections traverse only what this example makes
+        try:
+            for index, (delay, block) in enumerate(zip(delays, blocks, strict=True)):
+                signal = AbortSignal.timeout(delay)
+                due = signal.deadline
+                assert due is not None
+                signal.add_listener(stamp(index))
+                if index % 3 == 0:
+                    signal.add_listener(lambda _s, block=block: release.wait(block))  # type: ignore[misc]
+                signals.append((due, signal))
+            assert all_aborted.wait(10)
+            late = {i: stamps[i] - due for i, (due, _s) in enumerate(signals) if stamps[i] - due > 0.05}
+            assert not late, f"timeouts aborted more than 50 ms after their deadline: {late}"
+            assert all(stamps[i] >= due for i, (due, _s) in enumerate(signals))
+        finally:
+            release.set()
 
 
 @pytest.mark.timeout(60)
@@ -211,6 +209,7 @@ _FORK_RUNNERS = """
 import os, sys, threading
 from dshtools import AbortSignal
 from dshtools._signal import timer as _timer
+from tests.helpers import young_heap
 
 entered, release = threading.Event(), threading.Event()
 def block(_s):

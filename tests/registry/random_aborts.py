@@ -1,0 +1,141 @@
+"""What the random-abort stress tests share: ``Aborter`` (aborts
+controllers at scheduled times on its own thread), ``Tracker`` (what the
+bodies and the observer saw) and ``drive`` (runs a list of planned calls
+from several caller threads, aborting each as its plan says)."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolRegistry
+
+__all__ = ["Aborter", "Tracker", "drive"]
+
+
+class Aborter:
+    """Aborts controllers at scheduled monotonic times, on its own thread."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, AbortController]] = []
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.seq = 0
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def schedule(self, controller: AbortController, delay: float) -> None:
+        with self.cond:
+            self.seq += 1
+            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, controller))
+            self.cond.notify()
+
+    def loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopped and (not self.heap or self.heap[0][0] > time.monotonic()):
+                    timeout = None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic())
+                    self.cond.wait(timeout)
+                if self.stopped and not self.heap:
+                    return
+                _, _, controller = heapq.heappop(self.heap)
+            controller.abort("random")
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+        self.thread.join(10)
+
+
+class Tracker:
+    """What the bodies and the result observer of a stress run saw, under
+    one lock: ``invoked`` (bodies started, by call id), ``running`` (the
+    call ids whose body is running now), ``most`` (the most bodies that ran
+    at once), ``observed`` (results published, by call id) and ``problems``
+    (what ``drive`` found wrong). ``abort_on_start`` holds the controllers
+    of the calls planned to abort while their body runs: the body's first
+    start aborts it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abort_on_start: dict[str, AbortController] = {}
+        self.invoked: Counter[str] = Counter()
+        self.running: set[str] = set()
+        self.most = 0
+        self.observed: Counter[str] = Counter()
+        self.problems: list[str] = []
+
+    @contextlib.contextmanager
+    def body(self, call_id: str) -> Iterator[int]:
+        """Around a body's work: yields how many times this call's body has
+        started (this one included)."""
+        with self.lock:
+            self.invoked[call_id] += 1
+            self.running.add(call_id)
+            self.most = max(self.most, len(self.running))
+            attempt = self.invoked[call_id]
+            controller = self.abort_on_start.pop(call_id, None)
+        if controller is not None:
+            controller.abort("while running")
+        try:
+            yield attempt
+        finally:
+            with self.lock:
+                self.running.discard(call_id)
+
+    def observer(self, e: Any, r: Any) -> None:
+        """A result observer counting each call's published results."""
+        with self.lock:
+            self.observed[e.call_id] += 1
+
+
+def drive(
+    registry: ToolRegistry,
+    plans: list[dict[str, Any]],
+    arguments: Callable[[dict[str, Any]], dict[str, Any]],
+    tracker: Tracker,
+    *,
+    threads: int,
+) -> tuple[dict[str, ToolExecutionResult], dict[str, AbortController]]:
+    """Execute each plan's call (tool ``work``, call id ``plan["id"]``,
+    ``arguments(plan)``) from ``threads`` caller threads. ``plan["abort"]``
+    is ``"before"`` (aborted before ``execute``), ``"random"`` (aborted
+    ``plan["delay"]`` seconds after it is scheduled), ``"running"``
+    (aborted by its body's first start, ``Tracker.body``) or anything else
+    (never aborted). A call whose body is still running when its ``execute``
+    returned is added to ``tracker.problems``. Returns the results and the
+    controllers by call id."""
+    aborter = Aborter()
+    results: dict[str, ToolExecutionResult] = {}
+    controllers: dict[str, AbortController] = {}
+
+    def caller(chunk: list[dict[str, Any]]) -> None:
+        for plan in chunk:
+            controller = AbortController()
+            controllers[plan["id"]] = controller
+            if plan["abort"] == "before":
+                controller.abort("before")
+            elif plan["abort"] == "random":
+                aborter.schedule(controller, plan["delay"])
+            elif plan["abort"] == "running":
+                with tracker.lock:
+                    tracker.abort_on_start[plan["id"]] = controller
+            result = registry.execute(ToolExecutionInput(plan["id"], "work", arguments(plan), controller.signal))
+            with tracker.lock:
+                if plan["id"] in tracker.running:
+                    tracker.problems.append(f"{plan['id']}: execute returned while its body was running")
+                results[plan["id"]] = result
+
+    callers = [threading.Thread(target=caller, args=(plans[i::threads],)) for i in range(threads)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(100)
+    aborter.stop()
+    return results, controllers
