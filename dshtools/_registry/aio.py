@@ -172,11 +172,12 @@ async def _await_job(
     library, wake = _loop_waker(event.set)
     own = AbortController()
     private = AbortSignal.any_of([signal, own.signal])
+    job: _Job[_T] = _Job(partial(fn, private), wake)
+    # Queued and aborted: withdrawn (the listener runs at once when the
+    # caller's signal is already aborted). Removed at the end: the job
+    # refers to the signal, so the way back would be a reference cycle.
+    withdrawal = private.add_listener(job.withdraw)
     try:
-        job: _Job[_T] = _Job(partial(fn, private), wake)
-        # Queued and aborted: withdrawn (the listener runs at once when the
-        # caller's signal is already aborted).
-        private.add_listener(job.withdraw)
         if not job.withdrawn():
             start(job)
         try:
@@ -200,6 +201,7 @@ async def _await_job(
             job.settle()
         return job.result()
     finally:
+        withdrawal.remove()
         private.close()
 
 

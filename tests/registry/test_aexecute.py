@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import random
 import threading
 from collections import Counter
@@ -27,6 +28,7 @@ from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
+    AbortSignal,
     TaskCancelled,
     ToolExecution,
     ToolExecutionResult,
@@ -35,7 +37,7 @@ from dshtools import (
     ToolRunContext,
     ToolSuccess,
 )
-from tests.helpers import call, error_of, run_python, tool, value_of
+from tests.helpers import call, error_of, run_python, tool, value_of, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -294,6 +296,36 @@ class TestQueued:
         assert result.meta["reason"] == "no longer needed"
         assert controller.signal.listener_count == 0
 
+    async def test_a_close_while_queued_settles_the_call(self, registry: ToolRegistry) -> None:
+        """``close()`` waits for the running body, then the queued call is
+        settled (one result per call), its body never run."""
+        holder = Blocking()
+        ran: list[str] = []
+        registry.register(tool("hold", holder))
+        registry.register(tool("queued", lambda a, run: ran.append("ran")))
+        holder_signal = AbortController()
+        results: dict[str, ToolExecutionResult] = {}
+        entered: list[str] = []
+
+        async def run_one(name: str, signal: AbortSignal) -> None:
+            entered.append(name)  # aexecute submits before its first checkpoint: in the same step
+            results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_one, "hold", holder_signal.signal)
+            await wait_event(holder.started)
+            tg.start_soon(run_one, "queued", AbortController().signal)
+            while "queued" not in entered:
+                await anyio.lowlevel.checkpoint()
+            closing = threading.Thread(target=registry.close)
+            closing.start()
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: registry.statistics().closed))
+            holder_signal.abort("done holding")
+            await anyio.to_thread.run_sync(closing.join, 30)
+        assert results["hold"].body_invoked is True
+        assert results["queued"].code == TOOL_ABORTED_BEFORE_DISPATCH
+        assert ran == []
+
     async def test_a_body_awaiting_a_nested_call_runs_it_inline(self, registry: ToolRegistry) -> None:
         """A body running its own loop on the only worker: the nested call
         cannot queue behind it."""
@@ -380,6 +412,28 @@ async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backe
         assert max(threads_seen) <= baseline + 16 + 4
         assert controller.signal.listener_count == 0
         assert registry.statistics().bodies_in_flight == 0
+
+
+async def test_an_awaited_call_leaves_no_reference_cycle(registry: ToolRegistry) -> None:
+    """Its objects are freed by reference counting, as ``execute``'s are
+    (no event-loop task is made, so nothing of the loop's is counted)."""
+    registry.register(tool("ok", lambda a, run: 42))
+    signal = AbortController().signal
+    for _ in range(3):  # pools, caches and the loop's own one-time objects
+        await registry.aexecute(call("ok", signal=signal))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(10):
+            await registry.aexecute(call("ok", signal=signal))
+        found = gc.collect()
+        kinds = sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert found == 0, kinds
 
 
 def test_importing_dshtools_does_not_import_anyio() -> None:
