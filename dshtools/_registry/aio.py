@@ -165,7 +165,10 @@ async def _await_job(
     thread) and await it; ``private`` is ``any_of([signal, own])``. The
     protocol of the module docstring: cancellation aborts ``own``, the join
     is shielded, the first cancellation is re-raised."""
-    import anyio
+    try:
+        import anyio
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError("awaiting a call needs anyio: pip install 'dshtools[async]'", name="anyio") from exc
 
     cancelled = anyio.get_cancelled_exc_class()
     event = anyio.Event()

@@ -437,4 +437,19 @@ async def test_an_awaited_call_leaves_no_reference_cycle(registry: ToolRegistry)
 
 
 def test_importing_dshtools_does_not_import_anyio() -> None:
-    run_python("import sys, dshtools; assert 'anyio' not in sys.modules and 'trio' not in sys.modules")
+    """anyio is an extra: importing dshtools does not need it, and awaiting
+    a call without it says which extra to install."""
+    run_python(
+        "import asyncio, sys, dshtools\n"
+        "assert 'anyio' not in sys.modules and 'trio' not in sys.modules\n"
+        "sys.modules['anyio'] = None  # as if not installed\n"
+        "registry = dshtools.ToolRegistry()\n"
+        "call = dshtools.ToolExecutionInput('c1', 'none', {}, dshtools.AbortController().signal)\n"
+        "try:\n"
+        "    asyncio.run(registry.aexecute(call))\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    assert 'dshtools[async]' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+        "registry.close()\n"
+    )
