@@ -18,6 +18,7 @@ import contextvars
 import gc
 import random
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -30,6 +31,7 @@ from dshtools import (
     AbortController,
     AbortSignal,
     TaskCancelled,
+    TimeoutPolicy,
     ToolExecution,
     ToolExecutionResult,
     ToolFailure,
@@ -325,6 +327,33 @@ class TestQueued:
         assert results["hold"].body_invoked is True
         assert results["queued"].code == TOOL_ABORTED_BEFORE_DISPATCH
         assert ran == []
+
+    async def test_the_wait_for_a_worker_is_not_charged_to_the_timeout(self, registry: ToolRegistry) -> None:
+        """The queued call's timer starts when a worker takes it: waiting
+        longer than its timeout for the worker is not a ``TOOL_TIMEOUT``."""
+        registry.add_around_dispatch(TimeoutPolicy())
+        holder = Blocking()
+        registry.register(tool("hold", holder))
+        registry.register(tool("quick", lambda a, run: "in time", timeout=0.2))
+        holder_signal = AbortController()
+        results: dict[str, ToolExecutionResult] = {}
+        entered: list[str] = []
+
+        async def run_one(name: str, signal: AbortSignal) -> None:
+            entered.append(name)
+            results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_one, "hold", holder_signal.signal)
+            await wait_event(holder.started)
+            tg.start_soon(run_one, "quick", AbortController().signal)
+            while "quick" not in entered:
+                await anyio.lowlevel.checkpoint()
+            queued_at = time.monotonic()
+            await anyio.sleep(0.4)  # time passing in the queue, twice the timeout
+            holder_signal.abort("done holding")
+        assert time.monotonic() - queued_at >= 0.4
+        assert value_of(results["quick"]) == "in time"
 
     async def test_a_body_awaiting_a_nested_call_runs_it_inline(self, registry: ToolRegistry) -> None:
         """A body running its own loop on the only worker: the nested call
