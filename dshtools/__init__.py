@@ -17,10 +17,12 @@ from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
 from ._registry.result_limit import ResultLimit
 from ._registry.retry import RETRY_REQUESTED, RetryPolicy, RetryWithFeedback
+from ._registry.tickets import ApprovalTickets, FileTicketStore, MemoryTicketStore, TicketError, TicketStore
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._signal.deadline import Deadline, deadline, timeout_of
 from ._signal.lifecycle import SignalReason, abort_on_signals
 from ._types.calls import (
+    APPROVAL_PENDING,
     DENIED,
     INVALID_ARGS,
     INVALID_CALL,
@@ -58,12 +60,14 @@ from ._types.hooks import (
     ProgressObserver,
     ProgressUpdate,
     ResultObserver,
+    ResumeDecision,
     ToolDefinition,
 )
 from ._types.marks import tool, tools_from_module
 from ._types.tools import ToolDispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
+    "APPROVAL_PENDING",
     "DENIED",
     "INVALID_ARGS",
     "INVALID_CALL",
@@ -83,6 +87,7 @@ __all__ = [
     "Allow",
     "ApprovalDecision",
     "ApprovalRequest",
+    "ApprovalTickets",
     "Approver",
     "AroundDispatch",
     "Ask",
@@ -94,9 +99,11 @@ __all__ = [
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
+    "FileTicketStore",
     "FrozenDict",
     "Guard",
     "ListenerHandle",
+    "MemoryTicketStore",
     "PostExecuteDecision",
     "PostExecuteHook",
     "PreExecuteDecision",
@@ -108,11 +115,14 @@ __all__ = [
     "RateLimit",
     "ResultLimit",
     "ResultObserver",
+    "ResumeDecision",
     "RetryPolicy",
     "RetryWithFeedback",
     "SignalReason",
     "TaskCancelled",
     "ThreadBackend",
+    "TicketError",
+    "TicketStore",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
     "TimeoutReason",

@@ -256,16 +256,7 @@ def _execute_from_pool(registry: ToolRegistry, call: ToolExecutionInput, signal:
     """``registry.execute`` for ``call`` under ``signal``, except that a
     registry closed while the call was queued settles it
     ``ABORTED_BEFORE_DISPATCH`` (one result per call) instead of raising."""
-    run = registry._begin(attrs.evolve(call, signal=signal), allow_closed=True)
-    try:
-        registry._dispatch(run)
-    except BaseException:
-        registry._complete(run)
-        raise
-    result = registry._complete(run)
-    if run.interrupt is not None:
-        raise run.interrupt
-    return result
+    return registry._run(registry._begin(attrs.evolve(call, signal=signal), allow_closed=True))
 
 
 def _start_on_pool(registry: ToolRegistry, job: _Job[Any]) -> None:
