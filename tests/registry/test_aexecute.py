@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -366,6 +367,25 @@ class TestQueued:
 
         registry.register(tool("outer", outer))
         assert value_of(await registry.aexecute(call("outer"))) == "inner"
+
+
+class _Refusing(ThreadPoolExecutor):
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("refused")
+
+
+async def test_an_executor_that_refuses_gives_what_execute_gives() -> None:
+    """The call goes to a thread of its own; its dispatch meets the same
+    refusal ``execute``'s does (docs/contract.md#a5)."""
+    executor = _Refusing(max_workers=1)
+    with ToolRegistry(executor=executor) as registry:
+        registry.register(tool("t", lambda a, run: "ran"))
+        expected = registry.execute(call("t"))
+        result = await registry.aexecute(call("t"))
+    executor.shutdown()
+    assert result.code == expected.code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert str(result.meta["reason"]) == "refused"
+    assert result.body_invoked is False
 
 
 async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backend: str) -> None:
