@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,6 +117,41 @@ async def test_a_failure_is_a_result(registry: ToolRegistry) -> None:
     result = await registry.aexecute(call("broken"))
     assert isinstance(result, ToolFailure)
     assert error_of(result).message == "no"
+
+
+async def test_the_loop_runs_other_tasks_while_hooks_and_body_run(registry: ToolRegistry) -> None:
+    """A pre-execute hook and the body each wait for a task of the same
+    loop: they could not return if the loop were blocked by the call."""
+    hook_may_go, body_may_go = threading.Event(), threading.Event()
+    hook_waiting, body_waiting = threading.Event(), threading.Event()
+    loop_thread = threading.current_thread()
+    threads: list[threading.Thread] = []
+
+    def hook(exec: ToolExecution, next: Callable[[], object]) -> object:
+        threads.append(threading.current_thread())
+        hook_waiting.set()
+        assert hook_may_go.wait(30)
+        return next()
+
+    def body(args: Any, run: ToolRunContext) -> object:
+        threads.append(threading.current_thread())
+        body_waiting.set()
+        assert body_may_go.wait(30)
+        return "done"
+
+    registry.add_pre_execute(hook)  # type: ignore[arg-type]
+    registry.register(tool("t", body))
+
+    async def release() -> None:
+        await wait_event(hook_waiting)
+        hook_may_go.set()
+        await wait_event(body_waiting)
+        body_may_go.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(release)
+        assert value_of(await registry.aexecute(call("t"))) == "done"
+    assert len(threads) == 2 and loop_thread not in threads
 
 
 async def test_misuse_raises_as_execute_does(registry: ToolRegistry) -> None:
