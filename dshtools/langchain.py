@@ -8,8 +8,9 @@ Guarantees:
 
 * **The registry's schema.** Each tool has the registry tool's
   provider-valid name (docs/contract.md#a12), description and parameters
-  (``args_schema`` is the JSON Schema itself, so ``bind_tools`` sends it
-  unchanged); the registry validates the arguments (``INVALID_ARGS``).
+  (``args_schema`` is the tool's JSON Schema itself, which a chat model's
+  ``bind_tools`` sends without its ``title`` annotations); the registry
+  validates the arguments (``INVALID_ARGS``).
 * **Both entry points are one registry call.** ``tool.invoke`` runs
   ``func``, which calls ``registry.execute(call)`` in the calling thread;
   ``tool.ainvoke`` runs ``coroutine``, which awaits
