@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._core.freeze import thaw
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .calls import parse_arguments, provider_text, provider_tools
+from .calls import alias_names, object_schema_or_raise, parse_arguments, provider_text
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -61,21 +62,25 @@ def exposed(registry: ToolRegistry, names: tuple[str, ...]) -> list[ExposedTool]
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"tool names must be str, not {type(name).__name__}")
-    known = [str(schema["name"]) for schema in registry.schemas()]
+    schemas = [thaw(schema) for schema in registry.schemas()]  # one snapshot, fresh mutable data
+    known = [str(schema["name"]) for schema in schemas]
     missing = [name for name in names if name not in known]
     if missing:
         raise ValueError(f"the registry has no tool named {missing[0]!r}")
     wanted = set(names) if names else set(known)
+    aliases = alias_names(known)
     out: list[ExposedTool] = []
-    for (sent, description, parameters), name in zip(provider_tools(registry), known, strict=True):
+    for name, schema in zip(known, schemas, strict=True):
         definition = registry.get(name)
         if name not in wanted or definition is None:
             continue
+        parameters = schema.get("parameters", {"type": "object", "properties": {}})
+        object_schema_or_raise(name, parameters)
         out.append(
             ExposedTool(
                 name=name,
-                sent=sent,
-                description=description,
+                sent=aliases[name],
+                description=schema.get("description", ""),
                 parameters=parameters,
                 strict=definition.strict,
                 concurrency_safe=definition.is_concurrency_safe is not None,
