@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents import FunctionTool
+from agents import FunctionTool, Tool
 from agents.tool_context import ToolContext
 
 from ._interop.frameworks import ExposedTool, exposed, framework_call, model_text
@@ -45,10 +45,11 @@ if TYPE_CHECKING:
 __all__ = ["function_tools"]
 
 
-def function_tools(registry: ToolRegistry, *names: str, signal: AbortSignal | None = None) -> list[FunctionTool]:
+def function_tools(registry: ToolRegistry, *names: str, signal: AbortSignal | None = None) -> list[Tool]:
     """The tools ``names`` of ``registry`` (every tool when none is named),
     in registration order, as openai-agents ``FunctionTool``s for
-    ``Agent(tools=...)``.
+    ``Agent(tools=...)`` (annotated as the SDK's ``list[Tool]``, the type
+    that parameter takes, so the list goes there as it is).
 
     ``signal`` (optional) is the caller's signal every call carries: aborting
     it aborts the calls in flight. Without it each call gets a fresh
