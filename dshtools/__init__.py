@@ -10,6 +10,7 @@ from ._backends.thread import ThreadBackend
 from ._core.errors import AbortError, TimeoutReason
 from ._core.freeze import FrozenDict, thaw
 from ._io.process import ProcessAbortError
+from ._registry.aio import TaskCancelled, execute_batch_async
 from ._registry.batch import execute_batch
 from ._registry.limits import ConcurrencyLimit, RateLimit, not_dispatched
 from ._registry.policies import TimeoutPolicy
@@ -110,6 +111,7 @@ __all__ = [
     "RetryPolicy",
     "RetryWithFeedback",
     "SignalReason",
+    "TaskCancelled",
     "ThreadBackend",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
@@ -127,6 +129,7 @@ __all__ = [
     "abort_on_signals",
     "deadline",
     "execute_batch",
+    "execute_batch_async",
     "not_dispatched",
     "thaw",
     "timeout_of",

@@ -416,6 +416,22 @@ class ToolRegistry:
             raise run.interrupt
         return result
 
+    async def aexecute(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """``execute`` for an asyncio or trio caller (anyio, the ``async``
+        extra): the same pipeline, backend and frozen result, without
+        blocking the event loop. Steps 1-7 run on one of the registry's
+        worker threads (a call waits in its queue for one; its timeout
+        starts at dispatch). Cancelling the awaiting task aborts the call's
+        signal with ``TaskCancelled``, waits for the body to return
+        (shielded from further cancellation), then re-raises the
+        cancellation; a call still queued is settled
+        ``ABORTED_BEFORE_DISPATCH`` at once. The caller's signal is never
+        aborted. Raises ``TypeError``/``RuntimeError`` as ``execute`` does
+        (docs/contract.md#async, docs/async.md)."""
+        from .aio import aexecute
+
+        return await aexecute(self, call)
+
     # -- phase 1: steps 1-3 -------------------------------------------------
 
     def _begin(self, call: ToolExecutionInput, *, allow_closed: bool = False) -> Run:

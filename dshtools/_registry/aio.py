@@ -1,0 +1,283 @@
+"""Async callers: ``ToolRegistry.aexecute`` and ``execute_batch_async``
+(docs/contract.md#async, docs/async.md).
+
+Guarantees:
+
+* The call runs through the same pipeline and on the same backend as
+  ``execute``/``execute_batch``; only the waiting differs. The event loop is
+  never blocked: the synchronous work runs on a thread, and that thread
+  wakes the loop (``call_soon_threadsafe`` under asyncio, the trio token's
+  ``run_sync_soon`` under trio) when it is done.
+* Cancelling the awaiting task aborts the call's signal with a
+  ``TaskCancelled`` reason, waits for the call to finish shielded from any
+  further cancellation (a second ``task.cancel()``, a cancelled enclosing
+  scope), then re-raises the first cancellation. A started body has
+  returned before the cancellation reaches the caller: never abandoned.
+* Not cancelled, the awaiting task gets the call's result: it is never lost.
+* The caller's signals are never aborted: each call runs under a private
+  signal, ``AbortSignal.any_of([call.signal, private])``, closed before
+  the coroutine returns, so no listener is left on the caller's signals.
+* Threads are bounded. A call waits in the registry's thread pool queue
+  (``max_workers``, default 32) until a worker takes it; steps 1-7 then run
+  on that worker, with a thread-backend body inline on it (one thread per
+  running call). A call still queued when its signal aborts (the task
+  cancelled, the caller's signal) is withdrawn: it is settled at once, on
+  the loop's thread, ``ABORTED_BEFORE_DISPATCH`` (step 2; no hook runs,
+  the result observers see it). Its timeout, which starts at dispatch, is
+  not charged for the time it waited. A batch runs on a thread of its own
+  (the thread ``execute_batch`` blocks), its dispatches on the pool.
+
+anyio is imported when a coroutine here first runs, never at import: the
+rest of the package does not depend on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+import attrs
+
+from .._backends.thread import on_worker
+from .._signal import AbortController, AbortSignal
+from .._types.calls import ToolExecutionInput, ToolExecutionResult
+from .batch import _check_max_parallel, execute_batch
+
+if TYPE_CHECKING:
+    from .registry import ToolRegistry
+
+__all__ = ["TaskCancelled", "aexecute", "execute_batch_async"]
+
+_T = TypeVar("_T")
+_WORKER: Final = object()  # the claim's value when a thread took the job
+
+
+class TaskCancelled(Exception):
+    """The reason a call's signal aborts with when the task awaiting
+    ``aexecute`` or ``execute_batch_async`` is cancelled:
+    ``TaskCancelled(library)``, ``library`` being ``"asyncio"`` or
+    ``"trio"``. The cancellation exception itself is not the reason: it
+    belongs to the awaiting task (it is re-raised there) and is never
+    shared with a body's thread. Source: docs/contract.md#async."""
+
+    library: str
+
+    def __init__(self, library: str) -> None:
+        super().__init__(library)
+        self.library = library
+
+    def __str__(self) -> str:
+        return f"the awaiting {self.library} task was cancelled"
+
+    def __repr__(self) -> str:
+        return f"TaskCancelled({self.library!r})"
+
+
+class _Job(Generic[_T]):
+    """The synchronous work of one awaiting coroutine, handed to a thread.
+
+    The claim decides, once, who runs ``fn``: the thread (``run``) or the
+    withdrawal (``withdraw``, after an abort, while it is still queued).
+    ``finished``/``value``/``error`` are written before ``wake`` is called
+    and read by the loop only after it was woken (or saw ``finished``)."""
+
+    __slots__ = ("claim", "error", "finished", "fn", "value", "wake")
+
+    def __init__(self, fn: Callable[[], _T], wake: Callable[[], None]) -> None:
+        self.fn = fn
+        self.wake = wake
+        self.claim: dict[int, object] = {}
+        self.finished = False
+        self.value: _T | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        """The thread's work item: claim, run ``fn``, wake the loop."""
+        if self.claim.setdefault(0, _WORKER) is not _WORKER:
+            return  # withdrawn first
+        self.settle()
+
+    def settle(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            self.error = exc
+        finally:
+            self.finished = True
+            self.wake()
+
+    def withdraw(self, _signal: object = None) -> None:
+        """The abort listener: a job no thread took yet never will; the loop
+        is woken to settle it itself."""
+        mine = object()
+        if self.claim.setdefault(0, mine) is mine:
+            self.wake()
+
+    def withdrawn(self) -> bool:
+        winner = self.claim.get(0)
+        return winner is not None and winner is not _WORKER
+
+    def result(self) -> _T:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]  # set when `finished` without an error
+
+
+def _loop_waker(event_set: Callable[[], object]) -> tuple[str, Callable[[], None]]:
+    """The running loop's library name and a callable that runs
+    ``event_set`` on the loop's thread, callable from any thread, never
+    blocking it. A loop that ended meanwhile is ignored: nobody waits."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+
+        def wake_asyncio() -> None:
+            try:
+                loop.call_soon_threadsafe(event_set)
+            except RuntimeError:  # the loop is closed
+                pass
+
+        return "asyncio", wake_asyncio
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+
+    def wake_trio() -> None:
+        try:
+            token.run_sync_soon(event_set)
+        except trio.RunFinishedError:
+            pass
+
+    return "trio", wake_trio
+
+
+async def _await_job(
+    fn: Callable[[AbortSignal], _T],
+    signal: AbortSignal,
+    start: Callable[[_Job[_T]], None],
+) -> _T:
+    """Run ``fn(private)`` through ``start`` (which hands the job to a
+    thread) and await it; ``private`` is ``any_of([signal, own])``. The
+    protocol of the module docstring: cancellation aborts ``own``, the join
+    is shielded, the first cancellation is re-raised."""
+    import anyio
+
+    cancelled = anyio.get_cancelled_exc_class()
+    event = anyio.Event()
+    library, wake = _loop_waker(event.set)
+    own = AbortController()
+    private = AbortSignal.any_of([signal, own.signal])
+    try:
+        job: _Job[_T] = _Job(partial(fn, private), wake)
+        # Queued and aborted: withdrawn (the listener runs at once when the
+        # caller's signal is already aborted).
+        private.add_listener(job.withdraw)
+        if not job.withdrawn():
+            start(job)
+        try:
+            if not job.withdrawn() and not job.finished:
+                await event.wait()
+        except cancelled:
+            own.abort(TaskCancelled(library))
+            if not job.withdrawn():
+                while not job.finished:
+                    try:
+                        with anyio.CancelScope(shield=True):
+                            await event.wait()
+                    except cancelled:
+                        # Another cancellation (a native asyncio one passes
+                        # an anyio shield): the join goes on regardless.
+                        continue
+            else:
+                job.settle()  # never dispatched: a pre-aborted call, no thread needed
+            raise
+        if job.withdrawn():
+            job.settle()
+        return job.result()
+    finally:
+        private.close()
+
+
+def _execute_from_pool(registry: ToolRegistry, call: ToolExecutionInput, signal: AbortSignal) -> ToolExecutionResult:
+    """``registry.execute`` for ``call`` under ``signal``, except that a
+    registry closed while the call was queued settles it
+    ``ABORTED_BEFORE_DISPATCH`` (one result per call) instead of raising."""
+    run = registry._begin(attrs.evolve(call, signal=signal), allow_closed=True)
+    try:
+        registry._dispatch(run)
+    except BaseException:
+        registry._complete(run)
+        raise
+    result = registry._complete(run)
+    if run.interrupt is not None:
+        raise run.interrupt
+    return result
+
+
+def _start_on_pool(registry: ToolRegistry, job: _Job[Any]) -> None:
+    try:
+        registry._threads.run_marked(job.run)
+    except Exception:
+        # The pool is shut down (the registry closed meanwhile) or the
+        # supplied executor refused the work: a thread of its own.
+        _start_on_thread(job)
+
+
+def _start_on_thread(job: _Job[Any]) -> None:
+    threading.Thread(target=job.run, name="dshtools-async").start()
+
+
+async def aexecute(registry: ToolRegistry, call: ToolExecutionInput) -> ToolExecutionResult:
+    """``await registry.aexecute(call)``: see ``ToolRegistry.aexecute``."""
+    if not isinstance(call, ToolExecutionInput):
+        raise TypeError(f"aexecute() takes a ToolExecutionInput, not {type(call).__name__}")
+    registry._check_open()
+    if on_worker():
+        # A body's own event loop: queueing behind the pool its thread
+        # belongs to could deadlock a full pool; the call runs inline, as a
+        # nested ``execute`` does.
+        return registry.execute(call)
+    return await _await_job(partial(_execute_from_pool, registry, call), call.signal, partial(_start_on_pool, registry))
+
+
+async def execute_batch_async(
+    registry: ToolRegistry,
+    calls: Iterable[ToolExecutionInput],
+    *,
+    signal: AbortSignal,
+    max_parallel: int = 10,
+) -> list[ToolExecutionResult]:
+    """``execute_batch`` for an async caller; returns one result per call,
+    in model order.
+
+    The options and what is raised for them are ``execute_batch``'s
+    (``TypeError``, ``ValueError``, ``RuntimeError`` when the registry is
+    closed), raised before anything runs. The batch runs on a thread of its
+    own (its hooks run there, in model order), its dispatches on the
+    registry's workers; the event loop is not blocked. Cancelling the
+    awaiting task aborts the batch's signal with ``TaskCancelled``: started
+    bodies are signalled and joined, unstarted calls settled
+    ``ABORTED_BEFORE_DISPATCH`` and every result published to the result
+    observers; then the cancellation is re-raised. ``signal`` itself is
+    never aborted. Source: docs/contract.md#async.
+    """
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    limit = _check_max_parallel(max_parallel)
+    items = list(calls)
+    for call in items:
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    registry._check_open()
+    if on_worker():
+        return execute_batch(registry, items, signal=signal, max_parallel=limit)
+
+    def batch(private: AbortSignal) -> list[ToolExecutionResult]:
+        return execute_batch(registry, items, signal=private, max_parallel=limit)
+
+    return await _await_job(batch, signal, _start_on_thread)
