@@ -8,7 +8,8 @@
   with ``recorder`` installed.
 * ``recorder``: a ``CallEventRecorder`` of those calls (bodies, hooks and
   the results published); ``slow`` adds ``("aborted", call_id)`` when its
-  body saw its signal aborted.
+  body saw its signal aborted, and ``("aborted by <reason's class>",
+  call_id)``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def registry(registry: ToolRegistry, recorder: CallEventRecorder) -> ToolRegistr
         finally:
             if run.signal.aborted:
                 recorder.log("aborted", run.call_id)
+                recorder.log(f"aborted by {type(run.signal.reason).__name__}", run.call_id)
         return "slept"
 
     registry.register(ToolDefinition("fs.boom", "Read a file.", BOOM_PARAMETERS, boom))

@@ -122,6 +122,7 @@ async def _published(registry: ToolRegistry) -> asyncio.Event:
 
 def _assert_stopped_and_joined(registry: ToolRegistry, recorder: CallEventRecorder, pids: list[int]) -> None:
     assert recorder.counts("aborted") == {"slow-1": 1}  # the body saw its signal aborted
+    assert recorder.counts("aborted by TaskCancelled") == {"slow-1": 1}  # by the task's cancellation
     assert recorder.counts("body_end") == {"slow-1": 1}  # ... and returned
     (published,) = recorder.results["slow-1"]
     assert published.code == TOOL_ABORTED and published.body_invoked

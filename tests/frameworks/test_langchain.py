@@ -118,7 +118,7 @@ def test_cancelling_the_ainvoke_task_aborts_and_joins_the_body_before_the_cancel
     pids, ended = asyncio.run(main())
 
     assert ended == 1
-    assert len(recorder.order("aborted")) == 1
+    assert len(recorder.order("aborted by TaskCancelled")) == 1  # the body saw the task's cancellation
     ((published,),) = recorder.results.values()
     assert published.code == TOOL_ABORTED and published.body_invoked
     assert registry.statistics().bodies_in_flight == 0
@@ -141,5 +141,5 @@ def test_a_sync_invoke_stops_when_the_callers_signal_aborts(
     (message,) = box
     assert isinstance(message, ToolMessage) and message.status == "error"
     assert isinstance(message.content, str) and message.content.startswith("Error: ")
-    assert len(recorder.order("aborted")) == 1
+    assert len(recorder.order("aborted by str")) == 1  # the caller's reason
     assert alive(pids) == []

@@ -125,7 +125,7 @@ def test_cancelling_agent_runs_task_aborts_and_joins_the_body_before_the_cancell
     pids, ended = asyncio.run(main())
 
     assert ended == {"slow-1": 1}  # joined before the cancellation reached the caller
-    assert recorder.counts("aborted") == {"slow-1": 1}
+    assert recorder.counts("aborted by TaskCancelled") == {"slow-1": 1}  # the body saw the task's cancellation
     (published,) = recorder.results["slow-1"]
     assert published.code == TOOL_ABORTED and published.body_invoked
     assert registry.statistics().bodies_in_flight == 0
