@@ -32,6 +32,7 @@ GUIDE_PAGES = [
     "cooperative-tools.md",
     "policies.md",
     "batch-and-openai.md",
+    "async.md",
 ]
 
 _FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
