@@ -29,7 +29,7 @@ from dshtools import (
 )
 from dshtools.agents import function_tools
 from tests.frameworks.conftest import SLEEP
-from tests.helpers import CallEventRecorder, alive, wait_for_descendant
+from tests.helpers import CallEventRecorder, alive, tool, wait_for_descendant
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,11 +60,15 @@ def test_the_tools_carry_the_registrys_names_descriptions_schemas_and_strictness
     assert [t.name for t in _function_tools(registry, "slow", "add")] == ["add", "slow"]
 
 
-def test_a_name_the_registry_does_not_hold_is_refused(registry: ToolRegistry) -> None:
+def test_a_name_the_registry_does_not_hold_or_a_schema_no_provider_takes_is_refused(registry: ToolRegistry) -> None:
     with pytest.raises(ValueError, match="'nope'"):
         function_tools(registry, "add", "nope")
     with pytest.raises(TypeError):
         function_tools(registry, 3)  # type: ignore[arg-type]
+    registry.register(tool("scalar", lambda _a, _r: "ok", parameters={"type": "string"}))
+    with pytest.raises(ValueError, match=r"'scalar'.*object"):
+        function_tools(registry)
+    assert [t.name for t in function_tools(registry, "add")] == ["add"]  # the others are not looked at
 
 
 def test_a_run_calls_the_tool_through_the_registry_and_the_model_gets_its_output(

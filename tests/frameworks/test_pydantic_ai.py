@@ -13,10 +13,12 @@ import os
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, FunctionToolset, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.usage import RunUsage
 
 from dshtools import TOOL_ABORTED, ToolRegistry
 from dshtools.pydantic_ai import RegistryToolset, toolset
@@ -79,6 +81,18 @@ def test_the_listing_follows_the_registry_and_a_wrong_name_is_refused(registry: 
         toolset(registry, "nope")
     mine = toolset(registry, id="mine")
     assert isinstance(mine, RegistryToolset) and mine.id == "mine"
+
+
+def test_a_tool_another_toolset_listed_is_refused(registry: ToolRegistry) -> None:
+    ours, other = toolset(registry), FunctionToolset([lambda: "x"])
+
+    async def main() -> None:
+        context = RunContext(deps=None, model=TestModel(), usage=RunUsage())
+        (foreign,) = (await other.get_tools(context)).values()
+        with pytest.raises(TypeError, match="not listed by this toolset"):
+            await ours.call_tool(foreign.tool_def.name, {}, context, foreign)
+
+    asyncio.run(main())
 
 
 def test_a_run_calls_the_tool_through_the_registry_and_the_model_gets_its_output(
