@@ -13,7 +13,10 @@ framework's own test model drives it):
   tool; the task is cancelled (``task.cancel()``). Then the same with a
   streamed run stopped by the run-level ``RunResultStreaming.cancel()``.
 * pydantic-ai: ``Agent.run`` in a task, a ``FunctionModel`` calling the
-  tool; the task is cancelled.
+  tool; the task is cancelled. Then a run left to time out: pydantic-ai's
+  own tool ``timeout=1.0`` for its tool, the registry's ``TimeoutPolicy``
+  with ``timeout=1.0`` for ours; there "returned" counts from the start of
+  the ``sleep`` and "gone" from the run's end.
 * LangChain: a ``GenericFakeChatModel`` answers with the tool call, and
   ``tool.ainvoke(tool_call)`` runs in a task; the task is cancelled.
 
@@ -39,10 +42,12 @@ from typing import Any
 
 import psutil
 
-from dshtools import ToolDefinition, ToolRegistry
+from dshtools import TimeoutPolicy, ToolDefinition, ToolRegistry
 from dshtools.io import run_process
 
 SLEEP = ["sleep", "30"]
+TOOL_TIMEOUT_S = 1.0
+"""The tool timeout of the timeout scenario (seconds)."""
 PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False, "required": []}
 
 
@@ -59,6 +64,10 @@ def _ours_registry() -> ToolRegistry:
         return "slept"
 
     registry.register(ToolDefinition("slow", "Run sleep 30 in a child process.", PARAMETERS, slow))
+    registry.register(
+        ToolDefinition("slow_timed", "Run sleep 30 in a child process.", PARAMETERS, slow, timeout=TOOL_TIMEOUT_S)
+    )
+    registry.add_around_dispatch(TimeoutPolicy())
     return registry
 
 
@@ -80,14 +89,31 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _kill_sleeps() -> None:
+    """Kill every ``sleep`` left and wait until each is gone, so that the
+    next run cannot take one of them for its own."""
+    left = _sleeps()
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    deadline = time.monotonic() + 10
+    while any(_alive(proc) for proc in left):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a killed sleep is still running")
+        time.sleep(0.002)
+
+
 # ------------------------------------------------------------------ one run
 
 Start = Callable[[], Awaitable[Callable[[], Awaitable[None]]]]
 """Starts a run; returns the coroutine function that cancels it the
-framework's way and waits until the run returned to its caller."""
+framework's way (or, for a timeout, lets it time out) and waits until the
+run returned to its caller."""
 
 
-async def _measure(start: Start, wait: float) -> dict[str, Any]:
+async def _measure(start: Start, wait: float, *, timeout: bool = False) -> dict[str, Any]:
     stop = await start()
     deadline = time.monotonic() + 30
     while not (found := _sleeps()):
@@ -98,14 +124,15 @@ async def _measure(start: Start, wait: float) -> dict[str, Any]:
     t0 = time.monotonic()
     await stop()
     returned = time.monotonic() - t0
+    if timeout:  # nothing was cancelled: count from the run's end
+        t0 = time.monotonic()
     gone: float | None = None
     while time.monotonic() - t0 < wait:
         if not _alive(child):
             gone = time.monotonic() - t0
             break
         await asyncio.sleep(0.002)
-    for proc in _sleeps():
-        proc.kill()
+    _kill_sleeps()
     return {"returned_s": returned, "sleep_gone_s": gone}
 
 
@@ -169,30 +196,40 @@ def _agents_run(side: str, registry: ToolRegistry, *, streamed: bool) -> Start:
 # ------------------------------------------------------------------ pydantic-ai
 
 
-def _pydantic_ai_run(side: str, registry: ToolRegistry) -> Start:
+def _pydantic_ai_run(side: str, registry: ToolRegistry, *, timeout: bool = False) -> Start:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+    # ours times out by the registry's TimeoutPolicy, theirs by pydantic-ai's own tool timeout
+    name = "slow_timed" if timeout and side == "ours" else "slow"
+
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("slow", {}, tool_call_id="c1")])
+            return ModelResponse(parts=[ToolCallPart(name, {}, tool_call_id="c1")])
         return ModelResponse(parts=[TextPart("done")])
 
     async def start() -> Callable[[], Awaitable[None]]:
         if side == "ours":
             from dshtools.pydantic_ai import toolset
 
-            agent: Agent[None, str] = Agent(FunctionModel(model), toolsets=[toolset(registry)])
+            agent: Agent[None, str] = Agent(FunctionModel(model), toolsets=[toolset(registry, name)])
         else:
             agent = Agent(FunctionModel(model))
 
-            @agent.tool_plain
+            @agent.tool_plain(timeout=TOOL_TIMEOUT_S if timeout else None)
             def slow() -> str:
                 """Run sleep 30 in a child process."""
                 return _theirs_body()
 
-        return _task_stopper(asyncio.create_task(agent.run("go")))
+        run = asyncio.create_task(agent.run("go"))
+        if not timeout:
+            return _task_stopper(run)
+
+        async def finished() -> None:
+            await run
+
+        return finished
 
     return start
 
@@ -233,6 +270,9 @@ SCENARIOS: dict[str, Callable[[str, ToolRegistry], Start]] = {
     "openai-agents, task.cancel()": lambda side, r: _agents_run(side, r, streamed=False),
     "openai-agents, streamed run's cancel()": lambda side, r: _agents_run(side, r, streamed=True),
     "pydantic-ai, task.cancel()": _pydantic_ai_run,
+    "pydantic-ai, a 1 s tool timeout (counted from the run's end)": lambda side, r: _pydantic_ai_run(
+        side, r, timeout=True
+    ),
     "LangChain, task.cancel() of ainvoke": _langchain_run,
 }
 
@@ -249,7 +289,8 @@ async def measure(runs: int, wait: float) -> dict[str, Any]:
         for label, scenario in SCENARIOS.items():
             row: dict[str, Any] = {}
             for side in ("theirs", "ours"):
-                results = [await _measure(scenario(side, registry), wait) for _ in range(runs)]
+                timeout = "timeout" in label
+                results = [await _measure(scenario(side, registry), wait, timeout=timeout) for _ in range(runs)]
                 row[side] = {
                     "runs": results,
                     "sleep_gone_median_s": _median([r["sleep_gone_s"] for r in results]),
@@ -263,8 +304,7 @@ async def measure(runs: int, wait: float) -> dict[str, Any]:
             await asyncio.sleep(0.005)
         out["ours_bodies_in_flight_after"] = registry.statistics().bodies_in_flight
     finally:
-        for proc in _sleeps():
-            proc.kill()
+        _kill_sleeps()
         registry.close()
     return out
 
