@@ -27,15 +27,20 @@ Guarantees:
   not charged for the time it waited. A batch runs on a thread of its own
   (the thread ``execute_batch`` blocks), its dispatches on the pool.
 
-anyio is imported when a coroutine here first runs, never at import: the
-rest of the package does not depend on it.
+No event-loop library is imported here: the loop side uses the running
+loop's own primitives (``asyncio.Event``, or trio's, trio being loaded
+when its loop runs), and honours anyio's cancel scopes when anyio is in
+use (its shield keeps a cancelled scope from re-delivering during the
+join). anyio (the ``async`` extra) is not needed to await a call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
@@ -126,34 +131,79 @@ class _Job(Generic[_T]):
         return self.value  # type: ignore[return-value]  # set when `finished` without an error
 
 
-def _loop_waker(event_set: Callable[[], object]) -> tuple[str, Callable[[], None]]:
-    """The running loop's library name and a callable that runs
-    ``event_set`` on the loop's thread, callable from any thread, never
-    blocking it. A loop that ended meanwhile is ignored: nobody waits."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    if loop is not None:
+class _AsyncioWaiter:
+    """The loop side under asyncio: an ``asyncio.Event`` the worker sets
+    through ``call_soon_threadsafe``."""
 
-        def wake_asyncio() -> None:
-            try:
-                loop.call_soon_threadsafe(event_set)
-            except RuntimeError:  # the loop is closed
-                pass
+    __slots__ = ("event", "loop")
+    library: Final = "asyncio"
+    cancelled: Final = asyncio.CancelledError
 
-        return "asyncio", wake_asyncio
-    import trio
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
 
-    token = trio.lowlevel.current_trio_token()
-
-    def wake_trio() -> None:
+    def wake(self) -> None:
+        """From any thread, never blocking it; a closed loop has nobody waiting."""
         try:
-            token.run_sync_soon(event_set)
-        except trio.RunFinishedError:
+            self.loop.call_soon_threadsafe(self.event.set)
+        except RuntimeError:
             pass
 
-    return "trio", wake_trio
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    def shield(self) -> AbstractContextManager[object]:
+        # An anyio cancel scope re-delivers its cancellation at every await
+        # until its shield stops it; a native cancellation passes a shield
+        # and is caught by the caller's loop. Without anyio loaded no anyio
+        # scope exists.
+        anyio = sys.modules.get("anyio")
+        return nullcontext() if anyio is None else anyio.CancelScope(shield=True)
+
+
+class _TrioWaiter:
+    """The loop side under trio: a ``trio.Event`` the worker sets through
+    the trio token's ``run_sync_soon``."""
+
+    __slots__ = ("event", "token", "trio")
+    library: Final = "trio"
+
+    def __init__(self, trio: Any) -> None:
+        self.trio = trio
+        self.token = trio.lowlevel.current_trio_token()
+        self.event = trio.Event()
+
+    @property
+    def cancelled(self) -> type[BaseException]:
+        return self.trio.Cancelled  # type: ignore[no-any-return]
+
+    def wake(self) -> None:
+        try:
+            self.token.run_sync_soon(self.event.set)
+        except self.trio.RunFinishedError:
+            pass
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    def shield(self) -> AbstractContextManager[object]:
+        return self.trio.CancelScope(shield=True)  # type: ignore[no-any-return]
+
+
+def _waiter() -> _AsyncioWaiter | _TrioWaiter:
+    """The running loop's waiter; ``RuntimeError`` outside asyncio and trio."""
+    try:
+        return _AsyncioWaiter(asyncio.get_running_loop())
+    except RuntimeError:
+        pass
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return _TrioWaiter(trio)
+        except RuntimeError:
+            pass
+    raise RuntimeError("aexecute and execute_batch_async must be awaited in an asyncio or trio event loop")
 
 
 async def _await_job(
@@ -165,41 +215,40 @@ async def _await_job(
     thread) and await it; ``private`` is ``any_of([signal, own])``. The
     protocol of the module docstring: cancellation aborts ``own``, the join
     is shielded, the first cancellation is re-raised."""
-    import anyio
-
-    cancelled = anyio.get_cancelled_exc_class()
-    event = anyio.Event()
-    library, wake = _loop_waker(event.set)
+    waiter = _waiter()
+    cancelled = waiter.cancelled
     own = AbortController()
     private = AbortSignal.any_of([signal, own.signal])
+    job: _Job[_T] = _Job(partial(fn, private), waiter.wake)
+    # Queued and aborted: withdrawn (the listener runs at once when the
+    # caller's signal is already aborted). Removed at the end: the job
+    # refers to the signal, so the way back would be a reference cycle.
+    withdrawal = private.add_listener(job.withdraw)
     try:
-        job: _Job[_T] = _Job(partial(fn, private), wake)
-        # Queued and aborted: withdrawn (the listener runs at once when the
-        # caller's signal is already aborted).
-        private.add_listener(job.withdraw)
         if not job.withdrawn():
             start(job)
         try:
             if not job.withdrawn() and not job.finished:
-                await event.wait()
+                await waiter.wait()
         except cancelled:
-            own.abort(TaskCancelled(library))
-            if not job.withdrawn():
+            own.abort(TaskCancelled(waiter.library))
+            if job.withdrawn():
+                job.settle()  # never dispatched: settled here, no thread needed
+            else:
                 while not job.finished:
                     try:
-                        with anyio.CancelScope(shield=True):
-                            await event.wait()
+                        with waiter.shield():
+                            await waiter.wait()
                     except cancelled:
                         # Another cancellation (a native asyncio one passes
-                        # an anyio shield): the join goes on regardless.
+                        # a shield): the join goes on regardless.
                         continue
-            else:
-                job.settle()  # never dispatched: a pre-aborted call, no thread needed
             raise
         if job.withdrawn():
             job.settle()
         return job.result()
     finally:
+        withdrawal.remove()
         private.close()
 
 

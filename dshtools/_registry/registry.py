@@ -417,16 +417,17 @@ class ToolRegistry:
         return result
 
     async def aexecute(self, call: ToolExecutionInput) -> ToolExecutionResult:
-        """``execute`` for an asyncio or trio caller (anyio, the ``async``
-        extra): the same pipeline, backend and frozen result, without
-        blocking the event loop. Steps 1-7 run on one of the registry's
-        worker threads (a call waits in its queue for one; its timeout
-        starts at dispatch). Cancelling the awaiting task aborts the call's
-        signal with ``TaskCancelled``, waits for the body to return
-        (shielded from further cancellation), then re-raises the
+        """``execute`` for an asyncio or trio caller (anyio's cancel scopes
+        are honoured; anyio is not needed): the same pipeline, backend and
+        frozen result, without blocking the event loop. Steps 1-7 run on
+        one of the registry's worker threads (a call waits in its queue for
+        one; its timeout starts at dispatch). Cancelling the awaiting task
+        aborts the call's signal with ``TaskCancelled``, waits for the body
+        to return (shielded from further cancellation), then re-raises the
         cancellation; a call still queued is settled
         ``ABORTED_BEFORE_DISPATCH`` at once. The caller's signal is never
-        aborted. Raises ``TypeError``/``RuntimeError`` as ``execute`` does
+        aborted. Raises ``TypeError``/``RuntimeError`` as ``execute`` does,
+        and ``RuntimeError`` outside an asyncio or trio loop
         (docs/contract.md#async, docs/async.md)."""
         from .aio import aexecute
 

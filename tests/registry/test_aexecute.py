@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import random
 import threading
 from collections import Counter
@@ -27,6 +28,7 @@ from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     AbortController,
+    AbortSignal,
     TaskCancelled,
     ToolExecution,
     ToolExecutionResult,
@@ -35,7 +37,7 @@ from dshtools import (
     ToolRunContext,
     ToolSuccess,
 )
-from tests.helpers import call, error_of, run_python, tool, value_of
+from tests.helpers import call, error_of, run_python, tool, value_of, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -294,6 +296,36 @@ class TestQueued:
         assert result.meta["reason"] == "no longer needed"
         assert controller.signal.listener_count == 0
 
+    async def test_a_close_while_queued_settles_the_call(self, registry: ToolRegistry) -> None:
+        """``close()`` waits for the running body, then the queued call is
+        settled (one result per call), its body never run."""
+        holder = Blocking()
+        ran: list[str] = []
+        registry.register(tool("hold", holder))
+        registry.register(tool("queued", lambda a, run: ran.append("ran")))
+        holder_signal = AbortController()
+        results: dict[str, ToolExecutionResult] = {}
+        entered: list[str] = []
+
+        async def run_one(name: str, signal: AbortSignal) -> None:
+            entered.append(name)  # aexecute submits before its first checkpoint: in the same step
+            results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_one, "hold", holder_signal.signal)
+            await wait_event(holder.started)
+            tg.start_soon(run_one, "queued", AbortController().signal)
+            while "queued" not in entered:
+                await anyio.lowlevel.checkpoint()
+            closing = threading.Thread(target=registry.close)
+            closing.start()
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: registry.statistics().closed))
+            holder_signal.abort("done holding")
+            await anyio.to_thread.run_sync(closing.join, 30)
+        assert results["hold"].body_invoked is True
+        assert results["queued"].code == TOOL_ABORTED_BEFORE_DISPATCH
+        assert ran == []
+
     async def test_a_body_awaiting_a_nested_call_runs_it_inline(self, registry: ToolRegistry) -> None:
         """A body running its own loop on the only worker: the nested call
         cannot queue behind it."""
@@ -382,5 +414,71 @@ async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backe
         assert registry.statistics().bodies_in_flight == 0
 
 
-def test_importing_dshtools_does_not_import_anyio() -> None:
-    run_python("import sys, dshtools; assert 'anyio' not in sys.modules and 'trio' not in sys.modules")
+async def test_an_awaited_call_leaves_no_reference_cycle(registry: ToolRegistry) -> None:
+    """Its objects are freed by reference counting, as ``execute``'s are
+    (no event-loop task is made, so nothing of the loop's is counted)."""
+    registry.register(tool("ok", lambda a, run: 42))
+    signal = AbortController().signal
+    for _ in range(3):  # pools, caches and the loop's own one-time objects
+        await registry.aexecute(call("ok", signal=signal))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(10):
+            await registry.aexecute(call("ok", signal=signal))
+        found = gc.collect()
+        kinds = sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert found == 0, kinds
+
+
+_WITHOUT_ANYIO = """\
+import asyncio, sys, threading
+sys.modules["anyio"] = None  # as if not installed
+import dshtools
+
+started, finished = threading.Event(), threading.Event()
+
+def slow(args, run):
+    started.set()
+    try:
+        run.signal.wait(30)
+    finally:
+        finished.set()
+
+async def main():
+    with dshtools.ToolRegistry() as registry:
+        registry.register(dshtools.ToolDefinition("slow", "", {"type": "object"}, slow))
+        registry.register(dshtools.ToolDefinition("ok", "", {"type": "object"}, lambda a, run: 42))
+        signal = dshtools.AbortController().signal
+        assert (await registry.aexecute(dshtools.ToolExecutionInput("c0", "ok", {}, signal))).value == 42
+        task = asyncio.ensure_future(registry.aexecute(dshtools.ToolExecutionInput("c1", "slow", {}, signal)))
+        await asyncio.to_thread(started.wait, 30)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            assert finished.is_set()
+        else:
+            raise AssertionError("not cancelled")
+
+asyncio.run(main())
+assert "trio" not in sys.modules
+"""
+
+
+def test_awaiting_a_call_does_not_need_anyio() -> None:
+    """anyio is an extra: ``import dshtools`` does not import it (nor trio),
+    and plain asyncio awaits and cancels a call without it."""
+    run_python(_WITHOUT_ANYIO)
+
+
+def test_outside_an_event_loop_is_a_runtime_error(registry: ToolRegistry) -> None:
+    coroutine = registry.aexecute(call("anything"))
+    with pytest.raises(RuntimeError, match="asyncio or trio event loop"):
+        coroutine.send(None)
+    coroutine.close()
