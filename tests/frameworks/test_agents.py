@@ -153,6 +153,23 @@ def test_cancelling_the_runs_task_aborts_and_joins_the_body(
     _assert_stopped_and_joined(registry, recorder, pids)
 
 
+def test_a_loop_that_ends_right_after_the_cancel_still_joins_the_body(
+    registry: ToolRegistry, recorder: CallEventRecorder
+) -> None:
+    async def main() -> list[int]:
+        run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
+        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        # The tool's task is (usually) still joining here: asyncio.run cancels
+        # it once more on the way out, and the join is shielded from that.
+        return pids
+
+    pids = asyncio.run(main())
+    _assert_stopped_and_joined(registry, recorder, pids)
+
+
 def test_a_streamed_runs_cancel_aborts_and_joins_the_body(registry: ToolRegistry, recorder: CallEventRecorder) -> None:
     async def main() -> list[int]:
         published = await _published(registry)
