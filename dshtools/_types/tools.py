@@ -199,7 +199,8 @@ class ToolRunContext(_ViewBase):
         unknown; an optional ``message``). Never blocks and never raises:
         the observers run on the ``dshtools-progress`` thread, a slow one
         sees only the latest update of a call, and an update that is not a
-        number is dropped. In a process or Ray worker it does nothing
+        number is dropped. From a process or Ray worker the updates cross
+        to the caller's registry, coalesced, the last one always
         (docs/policies.md#progress)."""
         report = getattr(self._run, "report_progress", None)
         if report is not None:
