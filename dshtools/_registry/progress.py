@@ -37,7 +37,6 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.errors import report_unraisable, safe_repr
@@ -45,21 +44,21 @@ from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
 
 if TYPE_CHECKING:
-    from .._types.tools import ToolExecution
+    from .run import Run
 
 __all__ = ["flush", "post"]
 
 _log: Final = logging.getLogger("dshtools")
 
-_Entry = tuple[Callable[[], "ToolExecution"], tuple[ProgressObserver, ...], float, "float | None", "str | None"]
-"""``(view, observers, progress, total, message)``: a call's latest update."""
+_Entry = tuple[float, "float | None", "str | None"]
+"""``(progress, total, message)``: a call's latest update."""
 
-_latest: dict[object, _Entry] = {}
-"""Each call's latest update not yet delivered, by call token (lock-free:
-single dict operations)."""
-_queued: set[object] = set()
+_latest: dict[Run, _Entry] = {}
+"""Each call's latest update not yet delivered, by the call's run
+(lock-free: single dict operations; a run hashes by identity)."""
+_queued: set[Run] = set()
 """The calls in ``_queue`` (lock-free reads; changed under ``_COND``)."""
-_queue: deque[object] = deque()
+_queue: deque[Run] = deque()
 """Calls waiting for delivery, in the order they were queued; under ``_COND``."""
 _COND = threading.Condition(_lock := threading.Lock())
 _DELIVERED = threading.Condition(_lock)
@@ -102,16 +101,11 @@ def _valid(progress: object, total: object, message: object) -> bool:
     )
 
 
-def post(
-    token: object,
-    view: Callable[[], ToolExecution],
-    observers: tuple[ProgressObserver, ...],
-    progress: object,
-    total: object,
-    message: object,
-) -> None:
-    """Queue the update ``(progress, total, message)`` of the call
-    ``token`` for ``observers`` (the body's thread); dropped, with a debug
+def post(run: Run, progress: object, total: object, message: object) -> None:
+    """Queue the update ``(progress, total, message)`` of the call ``run``
+    for its progress observers (``run.hooks.progress``, snapshotted when
+    the call started; the caller checked there is one) in the body's
+    thread; dropped, with a debug
     log line, when ``progress`` or ``total`` (unless ``None``) is not a
     number or ``message`` is neither a ``str`` nor ``None``."""
     # Exact int/float/str first, inline (``x == x`` is False only for NaN);
@@ -124,15 +118,15 @@ def post(
     ) and not _valid(progress, total, message):
         _log.debug("a tool reported progress that is not a number (dropped): %s", safe_repr((progress, total, message)))
         return
-    _latest[token] = (view, observers, progress, total, message)  # type: ignore[assignment]
-    if token in _queued:
+    _latest[run] = (progress, total, message)  # type: ignore[assignment]
+    if run in _queued:
         return  # a delivery is due, and will take what was just stored
     global _thread
     with _COND:
-        if token in _queued:
+        if run in _queued:
             return
-        _queued.add(token)
-        _queue.append(token)
+        _queued.add(run)
+        _queue.append(run)
         if _thread is None:
             _thread = threading.Thread(target=_deliver, name="dshtools-progress", daemon=True)
             _thread.start()
@@ -147,12 +141,12 @@ def flush(timeout: float) -> bool:
     global _flushing
     deadline = time.monotonic() + timeout
     with _COND:
-        owed = list(_latest.items())
+        owed: list[tuple[Run | None, _Entry]] = list(_latest.items())
         if _delivering is not None:
             owed.append((None, _delivering))
         _flushing += 1
         try:
-            while any(entry is _delivering or _latest.get(token) is entry for token, entry in owed):
+            while any(entry is _delivering or (run is not None and _latest.get(run) is entry) for run, entry in owed):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -174,15 +168,16 @@ def _deliver() -> None:
                 if not _COND.wait(_IDLE_S) and not _queue:
                     _thread = None
                     return
-            token = _queue.popleft()
-            _queued.discard(token)  # first: a later post queues the call again
-            entry = _latest.pop(token, None)
+            run = _queue.popleft()
+            _queued.discard(run)  # first: a later post queues the call again
+            entry = _latest.pop(run, None)
             if entry is None:
                 continue
             _delivering = entry
-        view, observers, progress, total, message = entry
+        progress, total, message = entry
         update = ProgressUpdate(float(progress), None if total is None else float(total), message)
-        execution: Any = view()
+        execution: Any = run.view
+        observers: tuple[ProgressObserver, ...] = run.hooks.progress
         for observer in observers:
             try:
                 observer(execution, update)

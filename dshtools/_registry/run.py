@@ -554,12 +554,8 @@ class Run:
         self.tool_contexts.append(frozen_deferred_context(context, self.settled))
 
     def report_progress(self, progress: object, total: object, message: object) -> None:
-        observers = self.hooks.progress
-        if observers:
-            post(self.token, self._progress_view, observers, progress, total, message)
-
-    def _progress_view(self) -> ToolExecution:
-        return self.view
+        if self.hooks.progress:
+            post(self, progress, total, message)
 
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken

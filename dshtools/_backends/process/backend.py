@@ -500,9 +500,9 @@ class ProcessBackend:
             return
         if message[0] == "progress":
             # Sent before its call's outcome (the worker flushes the last
-            # one first), read here in order: the observers get it before
-            # the result is published. One for a call that settled (a
-            # killed worker's last words) is dropped.
+            # one first), read here in order: it is queued for the
+            # observers before the result is published. One for a call
+            # that settled (a killed worker's last words) is dropped.
             job = worker.job
             if job is not None and job.seq == message[1] and not job.done.is_set():
                 job.run.report_progress(message[2], message[3], message[4])

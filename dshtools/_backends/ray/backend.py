@@ -346,8 +346,8 @@ class _RayDispatch:
                 unreadable = RuntimeError(f"the RayBackend task's result could not be read: {safe_str(bad)}")
                 return Error(unreadable), (), True, False
             if last and last[0] is not None:
-                # Before the call settles: the observers get the last update
-                # before the result is published.
+                # Before the call settles: the last update is queued for the
+                # observers before the result is published.
                 self._progress(*last[0], last=True)
             outcome, invoked = self._decode(kind, payload)
             return outcome, (contexts if invoked else ()), invoked, False
