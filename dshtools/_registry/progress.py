@@ -102,12 +102,14 @@ def _valid(progress: object, total: object, message: object) -> bool:
 
 
 def post(run: Run, progress: object, total: object, message: object) -> None:
-    """Queue the update ``(progress, total, message)`` of the call ``run``
-    for its progress observers (``run.hooks.progress``, snapshotted when
-    the call started; the caller checked there is one) in the body's
-    thread; dropped, with a debug
+    """``Run.report_progress``: queue the update ``(progress, total,
+    message)`` of the call ``run`` for its progress observers
+    (``run.hooks.progress``, snapshotted when the call started; without one
+    it returns at once) in the body's thread; dropped, with a debug
     log line, when ``progress`` or ``total`` (unless ``None``) is not a
     number or ``message`` is neither a ``str`` nor ``None``."""
+    if not run.hooks.progress:
+        return
     # Exact int/float/str first, inline (``x == x`` is False only for NaN);
     # anything else takes the full check.
     kind = progress.__class__

@@ -67,6 +67,8 @@ class RunLike(Protocol):
 
     def defer_context(self, context: object) -> None: ...
 
+    def report_progress(self, progress: object, total: object, message: object) -> None: ...
+
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult: ...
@@ -202,9 +204,7 @@ class ToolRunContext(_ViewBase):
         number is dropped. From a process or Ray worker the updates cross
         to the caller's registry, coalesced, the last one always
         (docs/policies.md#progress)."""
-        report = getattr(self._run, "report_progress", None)
-        if report is not None:
-            report(progress, total, message)
+        self._run.report_progress(progress, total, message)
 
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
         """Run a nested tool call and return its result (blocks). The child
