@@ -95,10 +95,17 @@ def _is_number(value: object) -> bool:
 
 
 def _valid(progress: object, total: object, message: object) -> bool:
-    """The full check (subclasses of ``int``/``float``/``str`` included)."""
-    return (
-        _is_number(progress) and (total is None or _is_number(total)) and (message is None or isinstance(message, str))
-    )
+    """The full check (subclasses of ``int``/``float``/``str`` included);
+    ``False`` for anything it cannot check (an ``int`` too large for a
+    float, a subclass whose methods raise)."""
+    try:
+        return (
+            _is_number(progress)
+            and (total is None or _is_number(total))
+            and (message is None or isinstance(message, str))
+        )
+    except Exception:
+        return False
 
 
 def post(run: Run, progress: object, total: object, message: object) -> None:
@@ -177,7 +184,11 @@ def _deliver() -> None:
                 continue
             _delivering = entry
         progress, total, message = entry
-        update = ProgressUpdate(float(progress), None if total is None else float(total), message)
+        try:
+            update = ProgressUpdate(float(progress), None if total is None else float(total), message)
+        except (OverflowError, ValueError, TypeError):  # an int too large for a float: dropped
+            _log.debug("a tool reported progress that is not a float (dropped): %s", safe_repr(entry))
+            continue
         execution: Any = run.view
         observers: tuple[ProgressObserver, ...] = run.hooks.progress
         for observer in observers:

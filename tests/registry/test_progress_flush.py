@@ -79,3 +79,30 @@ def test_a_flush_does_not_wait_for_updates_posted_after_it_began(registry: ToolR
     finally:
         first_gate.set()
         later_gate.set()
+
+
+def test_a_number_too_large_for_a_float_is_dropped_and_delivery_goes_on(registry: ToolRegistry) -> None:
+    seen: list[ProgressUpdate] = []
+    last = threading.Event()
+
+    def observer(_e: ToolExecution, update: ProgressUpdate) -> None:
+        seen.append(update)
+        if update.progress == 2:
+            last.set()
+
+    class Huge(int):
+        pass
+
+    def body(_a: Any, run: ToolRunContext) -> str:
+        run.report_progress(10**400)  # an exact int: dropped by the delivery thread
+        run.report_progress(Huge(10**400))  # a subclass: dropped by the full check
+        return "done"
+
+    registry.add_progress_observer(observer)
+    registry.register(tool("huge", body))
+    registry.register(tool("t", reports))
+    assert value_of(registry.execute(call("huge"))) == "done"
+    assert flush(10)
+    assert value_of(registry.execute(call("t", {"n": 3}, call_id="after"))) == "done"
+    assert last.wait(10), "the delivery thread stopped"
+    assert seen[-1].progress == 2.0 and all(u.progress <= 2 for u in seen)  # no huge one
