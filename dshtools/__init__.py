@@ -16,10 +16,12 @@ from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry
 from ._registry.result_limit import ResultLimit
 from ._registry.retry import RETRY_REQUESTED, RetryPolicy, RetryWithFeedback
+from ._registry.tickets import ApprovalTickets, FileTicketStore, MemoryTicketStore, TicketError, TicketStore
 from ._signal import AbortController, AbortSignal, ListenerHandle
 from ._signal.deadline import Deadline, deadline, timeout_of
 from ._signal.lifecycle import SignalReason, abort_on_signals
 from ._types.calls import (
+    APPROVAL_PENDING,
     DENIED,
     INVALID_ARGS,
     INVALID_CALL,
@@ -57,12 +59,14 @@ from ._types.hooks import (
     ProgressObserver,
     ProgressUpdate,
     ResultObserver,
+    ResumeDecision,
     ToolDefinition,
 )
 from ._types.marks import tool, tools_from_module
 from ._types.tools import ToolDispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
+    "APPROVAL_PENDING",
     "DENIED",
     "INVALID_ARGS",
     "INVALID_CALL",
@@ -82,6 +86,7 @@ __all__ = [
     "Allow",
     "ApprovalDecision",
     "ApprovalRequest",
+    "ApprovalTickets",
     "Approver",
     "AroundDispatch",
     "Ask",
@@ -93,9 +98,11 @@ __all__ = [
     "ErrorDetail",
     "ErrorInfo",
     "ExecutionToken",
+    "FileTicketStore",
     "FrozenDict",
     "Guard",
     "ListenerHandle",
+    "MemoryTicketStore",
     "PostExecuteDecision",
     "PostExecuteHook",
     "PreExecuteDecision",
@@ -107,10 +114,13 @@ __all__ = [
     "RateLimit",
     "ResultLimit",
     "ResultObserver",
+    "ResumeDecision",
     "RetryPolicy",
     "RetryWithFeedback",
     "SignalReason",
     "ThreadBackend",
+    "TicketError",
+    "TicketStore",
     # policies and scheduling (docs/contract.md §4)
     "TimeoutPolicy",
     "TimeoutReason",

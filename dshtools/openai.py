@@ -1,16 +1,24 @@
-"""OpenAI Chat Completions interop, without the SDK (docs/contract.md §6,
-§8 A11, A12).
+"""OpenAI interop, without the SDK: Chat Completions (docs/contract.md §6,
+§8 A11, A12) and the Responses API (§17).
 
-Three conversions, plain JSON in and out (SDK objects accepted on input):
+Three conversions for each API, plain JSON in and out (SDK objects accepted
+on input):
 
-* ``tools_param(registry)`` -- the registry's schemas as the ``tools``
-  request parameter: ``[{"type": "function", "function": {"name",
-  "description", "parameters"}}, ...]``, every name provider-valid.
+* ``tools_param(registry)`` -- the registry's schemas as the Chat
+  Completions ``tools`` request parameter: ``[{"type": "function",
+  "function": {"name", "description", "parameters"}}, ...]``, every name
+  provider-valid; ``responses_tools_param(registry, *names)`` -- the same
+  as Responses ``function`` tools (``{"type": "function", "name",
+  "description", "parameters", "strict"}``).
 * ``calls_from_message(message, signal=..., registry=...)`` -- an assistant
   message's ``tool_calls`` as ``ToolExecutionInput``s: exactly one per model
-  tool call, in order, all carrying the given caller signal.
+  tool call, in order, all carrying the given caller signal;
+  ``calls_from_response(response_or_items, signal=..., registry=...)`` --
+  the same for a response's ``function_call`` output items.
 * ``tool_message(call_id, result)`` / ``tool_messages(calls, results)`` --
-  results as ``{"role": "tool", "tool_call_id": ..., "content": ...}``.
+  results as ``{"role": "tool", "tool_call_id": ..., "content": ...}``;
+  ``function_call_output(s)`` -- as ``{"type": "function_call_output",
+  "call_id": ..., "output": ...}`` input items.
 
 Guarantees:
 
@@ -31,8 +39,10 @@ Guarantees:
   Only what is not model output raises: ``message`` that is neither a
   mapping nor an object with ``model_dump()``, a ``role`` other than
   ``"assistant"``, ``tool_calls`` that is not a list, a non-signal.
-* **Tool messages always encode as UTF-8**: lone surrogates in a result's
-  text or in an id become U+FFFD.
+  ``calls_from_response`` follows the same rules for each ``function_call``
+  item (ids from ``call_id``) and skips every other output item.
+* **Tool messages and outputs always encode as UTF-8**: lone surrogates in
+  a result's text or in an id become U+FFFD.
 * **Names the provider accepts** (docs/contract.md §8 A12): ``tools_param``
   sends a name breaking ``^[a-zA-Z0-9_-]{1,64}$`` under an alias
   (``dshtools._interop.calls.alias_names`` states the rule; the registry keeps
@@ -41,7 +51,8 @@ Guarantees:
 * Nothing here runs a tool, blocks, or touches the signal beyond handing it
   on.
 
-Content shape: a tool message's ``content`` is a **string**, the text of
+Content shape: a tool message's ``content`` (and a
+``function_call_output``'s ``output``) is a **string**, the text of
 the result's content blocks joined with ``"\\n"``; Chat Completions takes
 only text for ``role: "tool"``, and every compatible server takes a string.
 """
@@ -61,23 +72,27 @@ from ._interop.calls import (
     as_mapping,
     assistant_fields,
     checked_call_id,
-    checked_name,
     field,
+    model_call,
     paired,
-    parse_arguments,
     provider_text,
     provider_tools,
     refuse_other_shapes,
     utf8_safe,
 )
+from ._interop.responses import function_calls, output_items
 from ._signal import AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
-    # mypy checks tools_param against the SDK's own parameter type, so it
-    # goes to client.chat.completions.create(tools=...) with no cast
+    # mypy checks what tools_param, responses_tools_param and
+    # function_call_output(s) build against the SDK's own parameter types,
+    # so each goes to client.chat.completions.create(tools=...) or
+    # client.responses.create(tools=..., input=...) with no cast
     # (docs/contract.md#a18); nothing imports the SDK at run time.
     from openai.types.chat import ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam, ResponseInputParam
+    from openai.types.responses.response_input_param import FunctionCallOutput
 
 __all__ = [
     "INVALID_CALL",
@@ -86,6 +101,10 @@ __all__ = [
     "ToolMessage",
     "alias_names",
     "calls_from_message",
+    "calls_from_response",
+    "function_call_output",
+    "function_call_outputs",
+    "responses_tools_param",
     "tool_message",
     "tool_messages",
     "tools_param",
@@ -127,12 +146,18 @@ def tools_param(registry: _HasSchemas) -> list[ChatCompletionToolParam]:
     ]
     # A tool defined with strict=True (its parameters follow strict mode's
     # rules) is marked so: OpenAI then guarantees arguments matching them.
-    get = getattr(registry, "get", None)
-    if get is not None:
-        for tool, schema in zip(tools, registry.schemas(), strict=False):
-            if getattr(get(schema["name"]), "strict", False) is True:
-                tool["function"]["strict"] = True
+    for tool, (_, strict) in zip(tools, _registered(registry), strict=False):
+        if strict:
+            tool["function"]["strict"] = True
     return tools
+
+
+def _registered(registry: _HasSchemas) -> list[tuple[str, bool]]:
+    """``(registered name, defined with strict=True)`` for every tool, in
+    ``registry.schemas()`` order (``False`` for a registry without ``get``)."""
+    get = getattr(registry, "get", None)
+    names = [str(schema["name"]) for schema in registry.schemas()]
+    return [(name, get is not None and getattr(get(name), "strict", False) is True) for name in names]
 
 
 def calls_from_message(
@@ -189,14 +214,11 @@ def calls_from_message(
         if problem is None and kind not in ("function", None):
             problem = f'{where}: unsupported call type {utf8_safe(str(kind))!r} (only "function" tool calls run)'
         raw_name = field(function, "name") if function is not None else None
-        name, problem = checked_name(raw_name, problem, f"{where}: the call has no function name", aliases)
         # A custom tool call carries "input" text where a function call has "arguments".
         raw_arguments = field(function, "arguments", field(function, "input", "")) if function is not None else ""
-        if problem is not None:
-            arguments: object = InvalidCall(problem, raw_arguments)
-        else:
-            arguments = parse_arguments(raw_arguments)
-        out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent))
+        out.append(
+            model_call(call_id, problem, raw_name, raw_arguments, where, signal=signal, agent=agent, aliases=aliases)
+        )
     return out
 
 
@@ -223,3 +245,99 @@ def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExe
     when ``calls`` holds something else (the arguments swapped). Source:
     docs/contract.md §6, §8 A11."""
     return [tool_message(call.call_id, result) for call, result in paired(calls, results)]
+
+
+# ---------------------------------------------------------------------------
+# The Responses API (docs/contract.md §17)
+
+
+def responses_tools_param(registry: _HasSchemas, *names: str) -> list[FunctionToolParam]:
+    """The Responses API ``tools`` parameter: ``{"type": "function",
+    "name": ..., "description": ..., "parameters": <JSON Schema object>,
+    "strict": <bool>}`` for every tool in ``registry`` (a ``ToolRegistry``),
+    in ``registry.schemas()`` order, or for the tools ``names`` (registered
+    names) in that order, each once.
+
+    ``strict`` is always present: ``True`` for a tool defined with
+    ``strict=True`` (docs/contract.md#typed-tools), else ``False``. The
+    Responses API reads a missing ``strict`` as "make the schema strict
+    where it can" (every property required, no other properties), which
+    would make the model fill in optional arguments (docs/batch-and-openai.md). Names
+    follow ``tools_param``'s alias rule, computed over the whole registry
+    whatever ``names`` selects, so ``calls_from_response(...,
+    registry=registry)`` maps them back. Raises ``ValueError`` for a name
+    not in the registry and, as ``tools_param``, for a tool whose
+    ``parameters`` is not an object schema. The result is fresh, plain,
+    mutable JSON. Source: docs/contract.md §8 A12, §17."""
+    tools: list[FunctionToolParam] = [
+        {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": strict}
+        for (name, description, parameters), (_, strict) in zip(
+            provider_tools(registry), _registered(registry), strict=True
+        )
+    ]
+    if not names:
+        return tools
+    index = {name: i for i, (name, _) in enumerate(_registered(registry))}
+    for name in names:
+        if name not in index:
+            raise ValueError(f"no tool named {name!r} in the registry")
+    return [tools[index[name]] for name in dict.fromkeys(names)]
+
+
+def calls_from_response(
+    response_or_items: object,
+    *,
+    signal: AbortSignal,
+    agent: str | None = None,
+    registry: _HasSchemas | None = None,
+) -> list[ToolExecutionInput]:
+    """The ``function_call`` items of a Responses API response as
+    ``ToolExecutionInput``s: one per item, in output order, each with
+    ``call_id`` = the item's ``call_id`` (``""`` when it has none),
+    ``name`` = its ``name`` (an alias mapped back to its registered name
+    when ``registry`` is given), the caller's ``signal`` and ``agent``.
+
+    ``response_or_items`` is the SDK's ``Response`` (or its JSON), its
+    ``output`` list, or a list of items (dicts or SDK objects). Other items
+    (``message``, ``reasoning``, ``web_search_call``, a custom tool's
+    call, ...) are skipped. ``arguments`` is parsed as ``calls_from_message``
+    parses ``function.arguments``, and model output never raises: a call
+    whose arguments are not JSON, too deep or hold a lone surrogate
+    executes to ``INVALID_ARGS``; one whose ``call_id`` is missing, empty
+    or repeats an earlier one, or that has no ``name``, to ``INVALID_CALL``,
+    with the texts of the Chat Completions reader (docs/contract.md §8 A11).
+
+    Raises ``TypeError`` for a non-``AbortSignal``, for an argument that is
+    neither a response nor a list, and for an ``output`` that is not a
+    list; ``ValueError`` for a mapping without ``output`` (a Chat
+    Completions response or message, an Anthropic message: the error names
+    the reader to use). Source: docs/contract.md §17."""
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    items = output_items(response_or_items)
+    aliases = Aliases.of(registry) if registry is not None else None
+    return function_calls(items, signal=signal, agent=agent, aliases=aliases)
+
+
+def function_call_output(call_id: str, result: ToolExecutionResult) -> FunctionCallOutput:
+    """``{"type": "function_call_output", "call_id": call_id, "output":
+    <str>}`` for one result: ``output`` is the text ``tool_message`` gives
+    as ``content`` (text blocks joined with ``"\\n"``, other blocks as
+    JSON, a failure's ``Error: <message>``, never empty for a failure,
+    always UTF-8). Raises ``TypeError`` for a non-``str`` ``call_id``.
+    Source: docs/contract.md §17, §13 A18."""
+    return {"type": "function_call_output", "call_id": checked_call_id(call_id), "output": provider_text(result)}
+
+
+def function_call_outputs(
+    calls: Sequence[ToolExecutionInput], results: Iterable[ToolExecutionResult]
+) -> ResponseInputParam:
+    """``function_call_output`` for each ``(call, result)`` pair, in order:
+    the input items of the next ``client.responses.create(input=...)``
+    (after the response's output items, or alone with
+    ``previous_response_id``). Typed as the SDK's ``ResponseInputParam``
+    (a list of ``ResponseInputItemParam``), so it is accepted as ``input=``
+    as it is. Raises ``ValueError`` when the two lengths differ,
+    ``TypeError`` when ``calls`` holds something else. Source:
+    docs/contract.md §17."""
+    return [function_call_output(call.call_id, result) for call, result in paired(calls, results)]

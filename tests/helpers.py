@@ -19,6 +19,8 @@
   ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
+* Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
+  the official SDK clients with canned JSON and keeps the request bodies.
 * Ray: ``Events`` (a named actor the remote bodies report to),
   ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported
   only when one of these runs: it is an optional extra.
@@ -620,6 +622,51 @@ def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry,
     assert error_of(plain).message == "the index is 3 days old"
     assert coded.code == "QUOTA_EXCEEDED", coded
     assert error_of(coded).message == "3 of 3 calls used"
+
+
+# ------------------------------------------------------------------ providers
+
+
+class FakeProvider:
+    """A provider API on ``127.0.0.1`` for the official SDK clients (offline):
+    each POST is answered with the next of ``responses`` (JSON, status 200)
+    and its body kept, decoded, in ``requests``. ``url`` is the base URL;
+    ``close()`` stops the server and joins its thread."""
+
+    def __init__(self, responses: list[dict[str, Any]]) -> None:
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.responses = list(responses)
+        self.requests: list[dict[str, Any]] = []
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                provider.requests.append(json.loads(body.decode("utf-8")))
+                payload = json.dumps(provider.responses.pop(0)).encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
 
 
 # ------------------------------------------------------------------ Ray

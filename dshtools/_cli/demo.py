@@ -29,9 +29,11 @@ threads; the bookkeeping is guarded by one lock.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import select
 import shlex
+import sys
 import tempfile
 import threading
 import time
@@ -50,8 +52,9 @@ from .._registry.registry import ToolRegistry
 from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
 from .._types.tools import ToolRunContext
+from .demo_remote_tools import LOG_ENV
 
-__all__ = ["DemoServer", "DemoTools", "group_alive"]
+__all__ = ["DemoServer", "DemoTools", "RemoteTool", "group_alive"]
 
 # Tool timeouts (seconds) enforced by TimeoutPolicy. The transcript is
 # built around them: a GET of /stall outlives HTTP_TIMEOUT (TOOL_TIMEOUT);
@@ -62,6 +65,11 @@ SHELL_TIMEOUT = 3.0
 SLEEP_TIMEOUT = 2.0
 READ_TIMEOUT = 2.0
 STUBBORN_TIMEOUT = 2.0
+REMOTE_TIMEOUT = 3.0
+# How long a cancelled remote call waits for the server's answer (seconds):
+# our server sends none for a cancelled request, so this is how long the
+# call's result waits after the cancel went out.
+REMOTE_GRACE = 0.5
 # SIGTERM -> SIGKILL grace of the shell tool (seconds).
 SHELL_GRACE = 1.0
 # kill_after of the stubborn tool's ProcessBackend (seconds).
@@ -69,6 +77,8 @@ FORCED_STOP_AFTER = 1.0
 # How long a stalling handler waits for its client at most (seconds).
 _STALL_LIMIT = 60.0
 _POLL_SLICE = 0.05
+# How often the sleep tool reports its progress (seconds slept).
+_PROGRESS_STEP = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -282,8 +292,13 @@ class DemoTools:
         return {"path": path, "text": data.decode(errors="replace")}
 
     def _sleep(self, seconds: Annotated[float, Field(ge=0)], *, run: ToolRunContext) -> dict[str, float]:
-        """Sleep for some seconds (cancellable)."""
-        dio.sleep(seconds, run.signal)
+        """Sleep for some seconds (cancellable), reporting progress every quarter of a second."""
+        slept = 0.0
+        while slept < seconds:
+            step = min(_PROGRESS_STEP, seconds - slept)
+            dio.sleep(step, run.signal)
+            slept += step
+            run.report_progress(round(slept, 2), seconds, "sleeping")
         return {"slept": seconds}
 
     def _definitions(self) -> Iterator[ToolDefinition]:
@@ -312,6 +327,120 @@ class DemoTools:
         self.process_backend.close()
 
     def __enter__(self) -> DemoTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# The remote tool: our own MCP server over stdio
+
+
+REMOTE_MODULE = "dshtools._cli.demo_remote_tools"
+REMOTE_TOOL = "remote_sleep"
+
+
+class RemoteTool:
+    """The demo's remote tool: ``remote_sleep`` of our own MCP server
+    (``python -m dshtools mcp --tools dshtools._cli.demo_remote_tools``),
+    started over stdio by ``MCPClient.stdio`` and registered as a registry
+    tool whose calls are sent to that server.
+
+    The server starts (and the MCP SDK is imported) on a thread of its own
+    from the constructor on, so it overlaps the rest of the demo's setup;
+    ``register(registry)`` waits for it. The server writes what happened to
+    each call's body on its side to ``log_path``
+    (``dshtools._cli.demo_remote_tools``); ``check()`` reads it after
+    ``close()``, which stops the server and confirms its process group gone.
+    Without the MCP SDK (the ``mcp`` extra), or when the server cannot be
+    started, ``register`` registers nothing and ``unavailable`` says why."""
+
+    def __init__(self, workdir: str) -> None:
+        self.log_path = os.path.join(workdir, "remote.log")
+        self.unavailable: str | None = None
+        self.server_pid: int | None = None
+        self._client: Any = None
+        self._thread: threading.Thread | None = threading.Thread(target=self._connect, name="dshtools-demo-mcp")
+        self._thread.start()
+
+    def _connect(self) -> None:
+        try:
+            from ..mcp import MCPClient
+        except ImportError as exc:
+            self.unavailable = f"the MCP SDK is not installed: pip install 'dshtools[mcp]' ({exc})"
+            return
+        # The server imports this very dshtools, whatever the interpreter's
+        # own path says.
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        try:
+            self._client = MCPClient.stdio(
+                [sys.executable, "-m", "dshtools", "mcp", "--tools", REMOTE_MODULE, "--name", "dshtools-demo"],
+                env={"PYTHONPATH": path, LOG_ENV: self.log_path},
+                cancel_grace=REMOTE_GRACE,
+            )
+            self.server_pid = self._client.server_pid
+        except Exception as exc:
+            self.unavailable = f"the MCP server did not start: {exc}"
+
+    def _join(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def register(self, registry: ToolRegistry) -> bool:
+        """Wait for the server, then register its ``remote_sleep`` on
+        ``registry`` (parallel-safe, ``REMOTE_TIMEOUT``). Whether it did."""
+        self._join()
+        if self._client is None:
+            return False
+        self._client.register_tools(
+            registry, include=[REMOTE_TOOL], timeout=REMOTE_TIMEOUT, is_concurrency_safe=lambda args: True
+        )
+        return True
+
+    def events(self) -> list[dict[str, Any]]:
+        """What the server wrote about its bodies, in order."""
+        try:
+            with open(self.log_path, encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def check(self) -> tuple[str, bool] | None:
+        """The quiescence check of the remote call, once ``close()`` ran:
+        every body the server started returned there. ``None`` when no
+        remote call was made."""
+        events = self.events()
+        started = [e for e in events if e.get("event") == "started"]
+        if not started:
+            return None
+        returned = [e for e in events if e.get("event") == "returned"]
+        aborted = [e for e in events if e.get("event") == "aborted"]
+        server = f"MCP server pid {self.server_pid}, stopped" if self.server_pid is not None else "MCP server stopped"
+        if aborted and returned:
+            what = (
+                f"aborted on the server after {aborted[0]['after_ms']:.0f} ms, body returned "
+                f"{max(0.0, returned[0]['after_ms'] - aborted[0]['after_ms']):.0f} ms later"
+            )
+        elif returned:
+            what = f"body returned on the server after {returned[0]['after_ms']:.0f} ms"
+        else:
+            what = "body did not return on the server"
+        label = f"remote: {REMOTE_TOOL} {what} ({len(returned)} of {len(started)} bodies returned; {server})"
+        return label, len(returned) == len(started)
+
+    def close(self) -> None:
+        """Stop the server (the client's ``close()``: calls in flight are
+        cancelled, its process group is stopped and confirmed gone).
+        Idempotent."""
+        self._join()
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> RemoteTool:
         return self
 
     def __exit__(self, *exc: object) -> None:

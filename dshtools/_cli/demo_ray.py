@@ -43,7 +43,17 @@ from .._registry.registry import ToolRegistry
 from .._types.calls import ToolError
 from .._types.hooks import ToolDefinition
 from .._types.tools import ToolRunContext
-from .demo import HTTP_TIMEOUT, READ_TIMEOUT, SHELL_GRACE, SHELL_TIMEOUT, SLEEP_TIMEOUT, DemoServer, group_alive
+from .demo import (
+    HTTP_TIMEOUT,
+    READ_TIMEOUT,
+    SHELL_GRACE,
+    SHELL_TIMEOUT,
+    SLEEP_TIMEOUT,
+    DemoServer,
+    RemoteTool,
+    group_alive,
+)
+from .trace import tracing
 
 __all__ = ["KILL_AFTER", "cmd_demo_ray"]
 
@@ -220,6 +230,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
             return dispatch
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
+    trace = tracing(ns.trace)
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath(source).read_text("utf-8"))
     batches = _numbered_batches(data, source)
@@ -235,6 +246,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
         workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="dshtools-demo-"))
         with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
             f.write("TODO: ship the cancellable registry\n")
+        remote = stack.enter_context(RemoteTool(workdir))  # our own MCP server, started in the background
         server = stack.enter_context(DemoServer())
         backend = _Recording(kill_after=KILL_AFTER)
         registry = stack.enter_context(ToolRegistry(backend=backend))
@@ -242,6 +254,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
         for definition in _definitions(server.base_url, workdir):
             registry.register(definition)
         _warm_up(registry, backend)
+        remote.register(registry)
         warm_killed = backend.tasks_killed
         ncalls = sum(len(batch.calls) for batch in batches)
         print(
@@ -253,9 +266,12 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
-        run = _run_batches(
-            registry, batches, source=source, cancel_after=cancel_after, max_parallel=ns.max_parallel, meter=meter
-        )
+        trace.start(registry, "dshtools demo")
+        with trace.span():
+            run = _run_batches(
+                registry, batches, source=source, cancel_after=cancel_after, max_parallel=ns.max_parallel, meter=meter
+            )
+        remote.close()  # stops the MCP server and confirms it gone
         tasks = list(backend.tasks)
         _ready, pending = ray.wait(tasks, num_returns=len(tasks), timeout=0, fetch_local=False) if tasks else ([], [])
         killed = backend.tasks_killed - warm_killed
@@ -281,5 +297,10 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
                 not alive,
             ),
         ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        remote_check = remote.check()
+        if remote_check is not None:
+            checks.append(remote_check)
+        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        trace.report(out)
+        return status
     raise AssertionError("unreachable")  # pragma: no cover

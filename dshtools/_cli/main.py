@@ -16,7 +16,9 @@ Guarantees:
 * Before exiting, quiescence is checked and printed: no live descendant
   process (every non-zombie process below this one in the parent tree,
   via psutil or ``/proc``; on Linux the run is a child subreaper, so a
-  grandchild whose parent exited is re-parented here and still counts),
+  grandchild whose parent exited is re-parented here and still counts;
+  ``replay`` names, and does not count, a process alive since before the
+  run, such as an MCP server its ``--tools`` module started while loading),
   no dispatch (demo: no tool body) in flight, and no listener left on the
   caller's signal. A failed check exits 1.
 * BODY (was the tool body invoked) is observed, not guessed: the demo's
@@ -35,9 +37,9 @@ Guarantees:
 Command line::
 
     dshtools [demo] [--cancel-after S | --no-cancel] [--max-parallel N] [--json] [--wide]
-                    [--backend thread|ray]
+                    [--backend thread|ray] [--trace [FILE]]
     dshtools replay TRANSCRIPT.json|- --tools MODULE:ATTRIBUTE [--format openai|anthropic]
-                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback]
+                    [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback] [--trace [FILE]]
     dshtools mcp --tools MODULE:ATTRIBUTE [--name N] [--traceback]   (see dshtools.mcp; exits 0 at
                     end of input, 128 + signum after SIGTERM/SIGINT)
 
@@ -65,6 +67,13 @@ stdout was closed early; 2 usage error (one line on stderr); 128 + signum
 when a signal stopped the run: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129
 SIGHUP. SIGTERM and SIGHUP are handled exactly like Ctrl-C (cancel, join,
 print the table and the quiescence report; docs/contract.md §8 A13).
+``--trace`` (``dshtools._cli.trace``) makes every call an OpenTelemetry
+``execute_tool`` span under one span for the run and prints the span tree
+after the quiescence report (on the table's stream); ``--trace FILE``
+writes the spans to FILE as OTLP JSON instead. ``FILE`` is the word after
+``--trace``: give the transcript before it. Without the OpenTelemetry SDK it
+is a usage error naming what to install.
+
 ``--version`` prints the version.
 """
 
@@ -85,13 +94,14 @@ from importlib import resources
 from typing import NoReturn
 
 from .. import __version__
-from .._os.descendants import _descendant_check, _left_behind_check, _subreaper
+from .._os.descendants import _descendant_check, _left_behind_check, _subreaper, descendants_now
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry, around_dispatch_hooks, registered
 from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
 from .report import EXIT_BROKEN_PIPE, EXIT_USAGE, _report
 from .run import _Meter, _Row, _run_batches
 from .signals import _interrupts
+from .trace import tracing
 
 # This module holds the commands, their argument parsing and exit statuses.
 # The transcript and --tools loading live in dshtools._cli.inputs, the
@@ -134,15 +144,18 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         FORCED_STOP_AFTER,
         HTTP_TIMEOUT,
         READ_TIMEOUT,
+        REMOTE_TIMEOUT,
         SHELL_TIMEOUT,
         SLEEP_TIMEOUT,
         STUBBORN_TIMEOUT,
         DemoServer,
         DemoTools,
+        RemoteTool,
         group_alive,
     )
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
+    trace = tracing(ns.trace)
     source = "demo_transcript.json"
     data = json.loads(resources.files("dshtools").joinpath("data").joinpath("demo_transcript.json").read_text("utf-8"))
     batches = _numbered_batches(data, source)
@@ -152,8 +165,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="dshtools-demo-"))
         with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
             f.write("TODO: ship the cancellable registry\n")
+        remote = stack.enter_context(RemoteTool(workdir))  # starts the MCP server now, in the background
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
+        remote_ready = remote.register(tools.registry)
         out = sys.stderr if ns.json else sys.stdout
         ncalls = sum(len(batch.calls) for batch in batches)
         print(
@@ -166,19 +181,26 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             f"tools: shell (exclusive unless read_only, timeout {SHELL_TIMEOUT:g}s), "
             f"http_get (parallel, timeout {HTTP_TIMEOUT:g}s), read_file (parallel, timeout {READ_TIMEOUT:g}s), "
             f"sleep (parallel, timeout {SLEEP_TIMEOUT:g}s), stubborn (parallel, timeout {STUBBORN_TIMEOUT:g}s, "
-            f"ignores its signal; worker process, stopped by force {FORCED_STOP_AFTER:g}s after an abort); "
-            "TimeoutPolicy installed",
+            f"ignores its signal; worker process, stopped by force {FORCED_STOP_AFTER:g}s after an abort), "
+            + (
+                f"remote_sleep (our own MCP server over stdio, pid {remote.server_pid}, timeout {REMOTE_TIMEOUT:g}s); "
+                if remote_ready
+                else f"no remote_sleep ({remote.unavailable}); "
+            )
+            + "TimeoutPolicy installed",
             file=out,
             flush=True,
         )
-        run = _run_batches(
-            tools.registry,
-            batches,
-            source=source,
-            cancel_after=cancel_after,
-            max_parallel=ns.max_parallel,
-            meter=meter,
-        )
+        trace.start(tools.registry, "dshtools demo")
+        with trace.span():
+            run = _run_batches(
+                tools.registry,
+                batches,
+                source=source,
+                cancel_after=cancel_after,
+                max_parallel=ns.max_parallel,
+                meter=meter,
+            )
         # Quiescence is checked right after the batches returned, before the
         # registry is closed: execute_batch itself must have joined every body.
         pgids = tools.process_groups
@@ -206,17 +228,25 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         )
         checks.append(_left_behind_check(left))
         backend.close()
+        # The MCP server is stopped (and confirmed gone) before the
+        # descendant check; what its body did is read from its own record.
+        remote.close()
+        remote_check = remote.check()
+        if remote_check is not None:
+            checks.append(remote_check)
         checks += [
             _descendant_check(reaper),
             (f"no tool body running (bodies in flight: {tools.bodies_in_flight})", tools.bodies_in_flight == 0),
         ]
 
         def invoked(row: _Row) -> str:
-            if row.name in tools.process_tools:  # its body runs elsewhere: observed by the meter
+            if row.name in tools.process_tools or row.name == "remote_sleep":  # its body runs elsewhere: the meter
                 return meter.body_invoked(row.token, row.result)
             return "yes" if tools.body_invoked(row.call_id) else "no"
 
-        return _report(run, invoked, checks, ns.json, ns.wide)
+        status = _report(run, invoked, checks, ns.json, ns.wide)
+        trace.report(out)
+        return status
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -236,9 +266,11 @@ def timeout_warning(registry: ToolRegistry) -> str | None:
 
 def cmd_replay(ns: argparse.Namespace) -> int:
     source = "<stdin>" if ns.transcript == STDIN else ns.transcript
+    trace = tracing(ns.trace)
     batches = load_transcript(ns.transcript, ns.format)
     registry = load_registry(ns.tools)
     try:
+        trace.start(registry, "dshtools replay")
         warning = timeout_warning(registry)
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
@@ -246,20 +278,26 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         # innermost around-dispatch wrapper, as body_invoked requires.
         meter = _Meter()
         with _subreaper() as reaper:
-            run = _run_batches(
-                registry,
-                batches,
-                source=source,
-                cancel_after=ns.cancel_after,
-                max_parallel=ns.max_parallel,
-                meter=meter,
-            )
+            # Processes the tools module started while it was loaded (an
+            # MCP server its registry's tools talk to) are not the run's.
+            before = descendants_now()
+            with trace.span():
+                run = _run_batches(
+                    registry,
+                    batches,
+                    source=source,
+                    cancel_after=ns.cancel_after,
+                    max_parallel=ns.max_parallel,
+                    meter=meter,
+                )
             in_flight = len(meter.in_flight())
             checks = [
-                _descendant_check(reaper),
+                _descendant_check(reaper, before),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
-        return _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        trace.report(sys.stderr if ns.json else sys.stdout)
+        return status
     finally:
         registry.close()
 
@@ -326,12 +364,23 @@ def build_parser() -> argparse.ArgumentParser:
             'role "tool" messages (OpenAI) or role "user" messages of tool_result blocks (Anthropic)',
         )
         p.add_argument("--wide", action="store_true", help="print ARGS and DETAIL whole instead of shortening them")
+        p.add_argument(
+            "--trace",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="FILE",
+            help="trace the run with OpenTelemetry: print the span tree at the end (one execute_tool span per "
+            "call under the run's span: outcome, duration, body_invoked, killed, overrun), or with FILE write "
+            "the spans there as OTLP JSON; needs the SDK: pip install 'dshtools[otel]' opentelemetry-sdk",
+        )
 
     demo = sub.add_parser(
         "demo",
         help="replay the bundled transcript against real blocking tools and a local HTTP server",
         description="Replay the bundled transcript (shell, http_get, read_file, sleep against a local "
-        "server) with TimeoutPolicy and a mid-run cancellation, then prove quiescence.",
+        "server; stubborn in a worker process; remote_sleep on our own MCP server over stdio) with "
+        "TimeoutPolicy and a mid-run cancellation, then prove quiescence, the remote call's on the server's side.",
     )
     common(demo, DEFAULT_CANCEL_AFTER)
     demo.add_argument(

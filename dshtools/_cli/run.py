@@ -47,6 +47,7 @@ from .._types.calls import (
     ToolExecutionResult,
     ToolFailure,
 )
+from .._types.hooks import ProgressUpdate
 from .._types.tools import ToolDispatchExecution, ToolExecution
 from .inputs import ANTHROPIC, Batch, _to_inputs
 from .signals import current as _current_interrupts
@@ -71,6 +72,7 @@ class _Row:
     token: ExecutionToken | None = None
     started: float | None = None
     ended: float | None = None
+    progress: ProgressUpdate | None = None
 
 
 def _registry_not_invoked(result: object) -> bool:
@@ -194,6 +196,23 @@ class _Collector:
         with self._lock:
             out, self.published = self.published, []
             return out
+
+
+class _Progress:
+    """A progress observer that keeps each call's last update, by token
+    (docs/policies.md#progress); runs on the ``dshtools-progress`` thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[ExecutionToken, ProgressUpdate] = {}
+
+    def __call__(self, execution: ToolExecution, update: ProgressUpdate) -> None:
+        with self._lock:
+            self._last[execution.token] = update
+
+    def last(self, token: ExecutionToken | None) -> ProgressUpdate | None:
+        with self._lock:
+            return None if token is None else self._last.get(token)
 
 
 def _cancelling_text(items: list[tuple[str, str, float]]) -> str:
@@ -334,6 +353,7 @@ def _run_batches(
     controller = AbortController() if timer is None else budget_controller(timer.deadline or time.monotonic())
     inputs = _to_inputs(batches, controller.signal, source, registry)
     collector = _Collector()
+    progress = _Progress()
     cancelled_at: list[float] = []
     interrupted = False
     paired: list[list[tuple[ToolExecutionResult | None, ExecutionToken | None]]] = []
@@ -341,6 +361,7 @@ def _run_batches(
     with ExitStack() as stack:
         stack.callback(registry.add_around_dispatch(meter))
         stack.callback(registry.add_result_observer(collector))
+        stack.callback(registry.add_progress_observer(progress))
         if timer is not None:
             stack.callback(timer.close)
 
@@ -380,6 +401,9 @@ def _run_batches(
         for call, (result, token) in zip(calls, pairs, strict=True):
             row = _Row(number, call.call_id, call.name, result, arguments=call.arguments)
             row.token = token
+            # The last update delivered by now: a body reports before it
+            # returns, and the delivery thread hands each update on at once.
+            row.progress = progress.last(token)
             # The dispatch view and the observer's view of one execution
             # carry the same token.
             span = meter.spans.get(token) if token is not None else None

@@ -17,6 +17,7 @@ from typing import IO
 from .._core.freeze import thaw
 from .._interop.calls import InvalidCall, MalformedArguments, utf8_safe
 from .._types.calls import ToolExecutionResult
+from .._types.hooks import ProgressUpdate
 from .run import _Row
 
 ARGS_WIDTH = 40
@@ -93,10 +94,23 @@ def arguments_text(arguments: object, width: int | None = None) -> str:
     return _shorten(text, width)
 
 
-def _detail(result: ToolExecutionResult | None, width: int | None) -> str:
+def progress_text(update: ProgressUpdate) -> str:
+    """``3/10 "downloading"``: the progress, ``/total`` when known, the
+    message quoted when there is one."""
+    text = f"{update.progress:g}" + ("" if update.total is None else f"/{update.total:g}")
+    if update.message is not None:
+        text += " " + json.dumps(_one_line(update.message, DETAIL_WIDTH)[:DETAIL_WIDTH], ensure_ascii=False)
+    return text
+
+
+def _detail(result: ToolExecutionResult | None, width: int | None, progress: ProgressUpdate | None = None) -> str:
+    """The model text of the result; for a failure (a call that was stopped
+    or failed) after it reported progress, ``[progress <last>]`` first."""
     if result is None:
         return ""
     texts = [str(block.get("text", "")) for block in result.content if block.get("type") == "text"]
+    if result.is_error and progress is not None:
+        texts.insert(0, f"[progress {progress_text(progress)}]")
     return _shorten(_one_line(" ".join(texts), width), width)
 
 
@@ -122,7 +136,7 @@ def print_table(rows: Sequence[_Row], invoked: Callable[[_Row], str], out: IO[st
                 invoked(row),
                 duration,
                 arguments_text(row.arguments, args_width),
-                _detail(row.result, detail_width),
+                _detail(row.result, detail_width, row.progress),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
@@ -143,6 +157,7 @@ _PLAIN = (
         "no program started during the run (by a tool, or by a program a tool started) is still running",
     ),
     ("no tool body running", "every tool function has returned; none goes on in the background"),
+    ("remote: ", "the remote tool's body stopped on the MCP server, not only here"),
     ("no dispatch in flight", "every tool call has finished; none goes on in the background"),
     (
         "caller signal listener_count",

@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from .._types.calls import INVALID_CALL, InvalidCall
+from .._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput
 
 __all__ = [
     "INVALID_CALL",
@@ -500,6 +500,26 @@ def checked_name(name: object, problem: str | None, missing: str, aliases: Alias
     if aliases is not None and name:
         name = aliases.name_of(name)
     return name, problem
+
+
+def model_call(
+    call_id: str,
+    problem: str | None,
+    name: object,
+    arguments: object,
+    where: str,
+    *,
+    signal: Any,
+    agent: str | None,
+    aliases: Aliases | None,
+) -> ToolExecutionInput:
+    """One model function call under ``call_id`` with the caller's ``signal``
+    (an ``AbortSignal``): ``arguments`` parsed, or an ``InvalidCall`` when
+    the call has a ``problem`` or no name (``where`` locates it). Never
+    raises on model output (docs/contract.md §8 A11)."""
+    name, problem = checked_name(name, problem, f"{where}: the call has no function name", aliases)
+    parsed = InvalidCall(problem, arguments) if problem is not None else parse_arguments(arguments)
+    return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
 
 
 def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:

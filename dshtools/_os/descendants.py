@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from . import procfs as _procfs
@@ -211,10 +212,21 @@ class _subreaper:
         self.deeper = seen | {key for key in self.deeper if _start_time(key[0]) == key[1]}
 
 
-def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
+def descendants_now() -> dict[int, int | None]:
+    """Every live descendant now, by pid, with its start time (``None``
+    where ``/proc`` does not say): what ``_descendant_check(before=...)``
+    leaves out."""
+    return {pid: _start_time(pid) for pid in live_descendants()[0]}
+
+
+def _descendant_check(reaper: _subreaper, before: Mapping[int, int | None] | None = None) -> tuple[str, bool]:
     """The quiescence line for processes: no live descendant of this
-    process, saying exactly what was looked at."""
+    process, saying exactly what was looked at. ``before``
+    (``descendants_now()`` taken before the run): a process alive then,
+    the same pid with the same start time, is named but not counted."""
     alive, how = live_descendants()
+    earlier = [pid for pid in alive if before is not None and pid in before and before[pid] == _start_time(pid)]
+    alive = [pid for pid in alive if pid not in earlier]
     me = os.getpid()
     if how == "none":
         return (f"no live descendant process: NOT CHECKED (no psutil and no /proc; pid {me})", True)
@@ -223,6 +235,8 @@ def _descendant_check(reaper: _subreaper) -> tuple[str, bool]:
         if reaper.active
         else "not a child subreaper here, so a grandchild orphaned to init is not seen"
     )
+    if earlier:
+        scope += f"; not counted, alive since before the run: {', '.join(map(str, earlier))}"
     if alive:
         return (f"no live descendant process ({scope}; alive: {', '.join(map(str, alive))})", False)
     return (f"no live descendant process ({scope})", True)

@@ -11,6 +11,11 @@ calling thread. Guarantees:
   Cancellation observed between the phases (and an approval answered
   ``"cancelled"`` after the caller aborted, or an ``AbortError`` from a
   hook while the caller is aborted) settles ``ABORTED_BEFORE_DISPATCH``.
+* An approver's ``"deferred"`` settles the call ``APPROVAL_PENDING`` with a
+  ticket from the registry's ``ApprovalTickets`` (docs/policies.md#deferred-approval);
+  a ticket that cannot be issued denies the call (fail closed). A resumed
+  call (``admit_resumed``) skips the pre-execute waterfall and the approver,
+  which decided already, and goes on with the guards.
 * An unknown tool is not this step's decision: the registry settles it
   ``UNKNOWN_TOOL`` after the hooks ran (they see ``definition is None`` and
   may deny first). Every outcome of this step still passes through
@@ -25,12 +30,13 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 from .._core.errors import AbortError, safe_repr, safe_str, safe_type_name
 from .._types.calls import aborted
-from .._types.hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision
+from .._types.hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision, ResumeDecision
 from .._types.tools import ToolExecution
-from .outcome import denied
+from .outcome import denied, unknown_tool
 from .run import Run
+from .tickets import ApprovalTickets, pending
 
-__all__ = ["ALLOW", "HookReturnError", "Waterfall", "admit", "describe"]
+__all__ = ["ALLOW", "HookReturnError", "Waterfall", "admit", "admit_resumed", "describe"]
 
 ALLOW: Final = Allow()
 _D = TypeVar("_D")
@@ -122,7 +128,7 @@ def _hook_fault(run: Run, what: str, exc: Exception) -> None:
     run.settle(denied(f"{what} failed: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False)
 
 
-def admit(run: Run, approver: Approver | None) -> None:
+def admit(run: Run, approver: Approver | None, tickets: ApprovalTickets) -> None:
     """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread),
     called only when the registry has a pre-execute hook or a guard; leaves
     ``run.result`` unset when the call may go on."""
@@ -146,13 +152,33 @@ def admit(run: Run, approver: Approver | None) -> None:
     if _cancelled(run):
         return
     if isinstance(decision, Ask):
-        if not _approve(run, approver, view, decision):
+        if not _approve(run, approver, tickets, view, decision):
             return
         if _cancelled(run):
             return
-    for guard in hooks.guards:
+    _guard(run)
+
+
+def admit_resumed(decision: ResumeDecision, reason: str | None, run: Run) -> None:
+    """Step 3 of a call resumed from its ticket: the approver's answer is
+    ``decision``; ``"rejected"`` denies it as the approver would have,
+    ``"allowed-once"`` goes on with the guards."""
+    if decision == "rejected":
+        run.settle(denied(_rejection(reason)), skip_post=False)
+        return
+    if not _cancelled(run):
+        _guard(run)
+
+
+def _rejection(reason: str | None) -> str:
+    return "tool call was rejected" + (f": {reason}" if reason else "")
+
+
+def _guard(run: Run) -> None:
+    """The guards, then the last cancellation check of step 3."""
+    for guard in run.hooks.guards:
         try:
-            verdict = guard(view)
+            verdict = guard(run.view)
         except Exception as exc:
             _hook_fault(run, f"guard {describe(guard)}", exc)
             return
@@ -169,7 +195,7 @@ def admit(run: Run, approver: Approver | None) -> None:
     _cancelled(run)
 
 
-def _approve(run: Run, approver: Approver | None, view: ToolExecution, ask: Ask) -> bool:
+def _approve(run: Run, approver: Approver | None, tickets: ApprovalTickets, view: ToolExecution, ask: Ask) -> bool:
     """Ask the approver; True to proceed, else the run is settled."""
     if approver is None:
         run.settle(
@@ -191,15 +217,36 @@ def _approve(run: Run, approver: Approver | None, view: ToolExecution, ask: Ask)
                 run.settle(denied("approval was cancelled"), skip_post=False)
             return False
         if answer == "rejected":
-            run.settle(denied("tool call was rejected" + (f": {ask.reason}" if ask.reason else "")), skip_post=False)
+            run.settle(denied(_rejection(ask.reason)), skip_post=False)
+            return False
+        if answer == "deferred":
+            if not _cancelled(run):
+                _defer(run, tickets, ask.reason)
             return False
         if answer == "unavailable":
             run.settle(denied("approval is unavailable"), skip_post=False)
             return False
     run.settle(
         denied(
-            f"approver returned {safe_repr(answer)}, expected one of allowed-once, rejected, cancelled, unavailable"
+            f"approver returned {safe_repr(answer)}, expected one of allowed-once, rejected, cancelled, unavailable, deferred"
         ),
         skip_post=False,
     )
     return False
+
+
+def _defer(run: Run, tickets: ApprovalTickets, reason: str | None) -> None:
+    """Settle ``APPROVAL_PENDING`` with a new ticket for the call."""
+    call = run.call
+    definition = run.definition
+    if definition is None:  # nothing to resume: an unknown tool stays one
+        run.settle(unknown_tool(call.name), skip_post=False)
+        return
+    try:
+        ticket = tickets.issue(definition, call.call_id, run.arguments, call.agent, call.root_call_id, reason)
+    except Exception as exc:
+        run.settle(
+            denied(f"approval ticket could not be issued: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False
+        )
+        return
+    run.settle(pending(call.name, reason, ticket), skip_post=False)

@@ -21,6 +21,9 @@ Guarantees:
   force in that phase: the dispatch signal for the body's own time (so
   wrappers see it), then the dispatch or the caller's signal once the
   waterfall settled, then the caller's over post-execute.
+* ``resume`` runs a call its approver deferred, once per ticket
+  (``tickets``): from step 1, with step 3 reduced to the resume's decision
+  (``admission.admit_resumed``), then as ``execute``.
 * The result says whether the body ran: its ``body_invoked`` is the run's
   one record of it (docs/contract.md#a16).
 * A call observer (``observer.set_call_observer``, used by
@@ -60,7 +63,7 @@ from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
 from .._core.interrupts import INTERRUPT_SLICE
-from .._signal import abort_owned
+from .._signal import AbortSignal, abort_owned
 from .._types.calls import (
     ANY_OBJECT,
     INVALID_ARGS,
@@ -89,11 +92,12 @@ from .._types.hooks import (
     PreExecuteHook,
     ProgressObserver,
     ResultObserver,
+    ResumeDecision,
     ToolDefinition,
 )
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
-from .admission import HookReturnError, Waterfall, admit
+from .admission import HookReturnError, Waterfall, admit, admit_resumed
 from .lifecycle import RegistryStatistics, adopt, check_hook, release, track, with_hook, without_hook
 from .observer import CallObserver, enter_watch, exit_watch
 from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
@@ -109,6 +113,7 @@ from .run import (
     on_worker_of,
     prepare_body_arguments,
 )
+from .tickets import ApprovalTickets
 from .trusted import trusted_dispatch_view
 
 if TYPE_CHECKING:
@@ -149,7 +154,7 @@ class ToolRegistry:
     """Registered tools, their policies, and the backend their bodies run on.
 
     ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
-    backend=None)``: bodies run on ``backend`` (any ``Backend``,
+    backend=None, tickets=None)``: bodies run on ``backend`` (any ``Backend``,
     docs/backends.md) unless their ``ToolDefinition`` names its own. Without
     ``backend`` the registry owns a ``ThreadBackend``: a
     ``ThreadPoolExecutor`` of ``max_workers`` (default
@@ -158,8 +163,10 @@ class ToolRegistry:
     then waits for this registry's in-flight bodies only). Giving
     ``max_workers``/``executor`` together, or either with ``backend``,
     raises ``ValueError``. Hook registration and ``execute`` are
-    thread-safe; each call snapshots the hooks at its start. Source:
-    docs/contract.md §3, §9.
+    thread-safe; each call snapshots the hooks at its start. ``tickets``
+    (an ``ApprovalTickets``; default: one with an in-memory store) issues
+    the tickets of calls the approver defers and redeems them in
+    ``resume``. Source: docs/contract.md §3, §9.
 
     ``_lock`` guards registration and waiting on ``_idle`` (``close()`` and
     a wrapper's stray dispatch attempts wait there); ``_definitions`` and
@@ -176,6 +183,7 @@ class ToolRegistry:
         executor: Executor | None = None,
         approver: Approver | None = None,
         backend: Backend | None = None,
+        tickets: ApprovalTickets | None = None,
     ) -> None:
         if approver is not None and not callable(approver):
             raise TypeError(f"approver must be callable, not {type(approver).__name__}")
@@ -193,6 +201,9 @@ class ToolRegistry:
         # (decided once; a tool's own backend is asked per call).
         self._listening = isinstance(self._backend, ListeningBackend)
         self._approver = approver
+        if tickets is not None and not isinstance(tickets, ApprovalTickets):
+            raise TypeError(f"tickets must be an ApprovalTickets, not {type(tickets).__name__}")
+        self._tickets = ApprovalTickets() if tickets is None else tickets
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._bodies: set[object] = set()
@@ -404,7 +415,60 @@ class ToolRegistry:
         non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
         ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
         the body, publishes the ``ABORTED`` result, then is re-raised."""
+        # `_run`'s body, written out here: one call frame less on every call.
         run = self._begin(call)
+        try:
+            self._dispatch(run)
+        except BaseException:
+            # The run holds its cancellation result; publish it, then re-raise.
+            self._complete(run)
+            raise
+        result = self._complete(run)
+        if run.interrupt is not None:  # arrived during post-execute/observers
+            raise run.interrupt
+        return result
+
+    def resume(
+        self,
+        ticket: object,
+        decision: ResumeDecision,
+        *,
+        arguments: object = None,
+        signal: AbortSignal,
+    ) -> ToolExecutionResult:
+        """Run a call its approver deferred (an ``APPROVAL_PENDING`` result's
+        ``meta["ticket"]``, or its JSON text), in the calling thread as
+        ``execute`` does: ``"allowed-once"`` runs it through the rest of the
+        pipeline (guards, dispatch, post-execute, observers) on ``signal``,
+        with ``arguments`` in place of the ticket's when given (validated
+        again: ``INVALID_ARGS``); ``"rejected"`` returns its ``DENIED``
+        result. The ticket is used up by the first resume that accepts it,
+        whatever the result. Raises ``TicketError`` for a ticket that is
+        refused (not one, forged or altered, already resumed, expired, for
+        an unknown or changed tool: no call ran, no result was published),
+        ``ValueError`` for another decision or ``arguments`` with
+        ``"rejected"``, ``TypeError`` for a non-``AbortSignal``, and what
+        ``execute`` raises (docs/policies.md#deferred-approval)."""
+        if type(decision) is not str or decision not in ("allowed-once", "rejected"):
+            raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
+        if arguments is not None and decision == "rejected":
+            raise ValueError("arguments apply to an 'allowed-once' resume only")
+        if not isinstance(signal, AbortSignal):
+            raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+        self._check_open()
+        named = self._tickets.redeem(ticket, self._definitions.get)
+        call = ToolExecutionInput(
+            named.call_id,
+            named.tool,
+            named.arguments if arguments is None else arguments,
+            signal,
+            agent=named.agent,
+            root_call_id=named.root_call_id,
+        )
+        return self._run(self._begin(call, admission=partial(admit_resumed, decision, named.reason)))
+
+    def _run(self, run: Run) -> ToolExecutionResult:
+        """Steps 4-7 of a run that ``_begin`` made, as ``execute`` runs them."""
         try:
             self._dispatch(run)
         except BaseException:
@@ -418,13 +482,20 @@ class ToolRegistry:
 
     # -- phase 1: steps 1-3 -------------------------------------------------
 
-    def _begin(self, call: ToolExecutionInput, *, allow_closed: bool = False) -> Run:
+    def _begin(
+        self,
+        call: ToolExecutionInput,
+        *,
+        allow_closed: bool = False,
+        admission: Callable[[Run], None] | None = None,
+    ) -> Run:
         """Steps 1-3. Never raises for faults; a ``KeyboardInterrupt`` during
         step 3 is recorded on ``run.interrupt`` (with an
         ``ABORTED_BEFORE_DISPATCH`` result) and re-raised by ``_dispatch``.
         With ``allow_closed`` (a batch that started before ``close()``), a
         closed registry settles the call ``ABORTED_BEFORE_DISPATCH`` instead
-        of raising, so the batch still publishes one result per call."""
+        of raising, so the batch still publishes one result per call.
+        ``admission`` replaces step 3 (a resumed call's)."""
         if not isinstance(call, ToolExecutionInput):
             raise TypeError(f"execute() takes a ToolExecutionInput, not {type(call).__name__}")
         if self._closed and not allow_closed:
@@ -474,9 +545,12 @@ class ToolRegistry:
             return run
         # Step 3: admission, when there is anything to ask (else the hot path).
         hooks = run.hooks
-        if hooks.pre_execute or hooks.guards:
+        if hooks.pre_execute or hooks.guards or admission is not None:
             try:
-                admit(run, self._approver)
+                if admission is None:
+                    admit(run, self._approver, self._tickets)
+                else:
+                    admission(run)
             except BaseException as exc:
                 # admit() turns every Exception into a result; what escapes
                 # is a KeyboardInterrupt/SystemExit/GeneratorExit from a

@@ -35,6 +35,7 @@ from .._signal.deadline import timeout_of
 
 __all__ = [
     "ANY_OBJECT",
+    "APPROVAL_PENDING",
     "DENIED",
     "EMPTY_META",
     "INVALID_ARGS",
@@ -72,6 +73,10 @@ UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 INVALID_ARGS: Final = "INVALID_ARGS"
 INVALID_TOOL_OUTPUT: Final = "INVALID_TOOL_OUTPUT"
 DENIED: Final = "DENIED"
+APPROVAL_PENDING: Final = "APPROVAL_PENDING"
+"""The code of a call whose approver answered ``"deferred"``: the body was
+not invoked, and ``meta["ticket"]`` lets ``registry.resume`` run it later
+(docs/contract.md#deferred-approval)."""
 TOOL_ERROR: Final = "TOOL_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
 INVALID_CALL: Final = "INVALID_CALL"

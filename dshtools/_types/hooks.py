@@ -39,6 +39,7 @@ __all__ = [
     "ProgressObserver",
     "ProgressUpdate",
     "ResultObserver",
+    "ResumeDecision",
     "ToolBody",
     "ToolDefinition",
 ]
@@ -68,14 +69,21 @@ class Ask:
 
 
 PreExecuteDecision: TypeAlias = Allow | Deny | Ask
-ApprovalDecision = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
+ApprovalDecision = Literal["allowed-once", "rejected", "cancelled", "unavailable", "deferred"]
+"""An approver's answer. ``"deferred"`` decides later: the call returns at
+once ``APPROVAL_PENDING`` with ``meta["ticket"]``, and ``registry.resume``
+runs it with a ``ResumeDecision`` (docs/policies.md#deferred-approval)."""
+ResumeDecision = Literal["allowed-once", "rejected"]
+"""The decision ``registry.resume`` applies to a deferred call."""
 
 
 @attrs.frozen(eq=False)
 class ApprovalRequest:
     """What an approver is asked: the call (``execution``), the ``Ask``
     reason, and the call's ``signal`` (an approver that waits on a human
-    should also wait on it and answer ``"cancelled"`` when it aborts)."""
+    should also wait on it and answer ``"cancelled"`` when it aborts, or
+    answer ``"deferred"`` and not wait at all,
+    docs/policies.md#deferred-approval)."""
 
     execution: ToolExecution
     reason: str | None

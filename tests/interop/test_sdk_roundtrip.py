@@ -12,54 +12,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from dshtools import INVALID_ARGS, INVALID_CALL, AbortController, ToolDefinition, ToolRegistry, execute_batch
+from tests.helpers import FakeProvider
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 OBJ = {"type": "object", "properties": {"n": {"type": "integer"}}}
-
-
-class _Provider:
-    """Answers each POST with the next canned JSON response and keeps the
-    request bodies."""
-
-    def __init__(self, responses: list[dict[str, Any]]) -> None:
-        self.responses = list(responses)
-        self.requests: list[dict[str, Any]] = []
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                provider.requests.append(json.loads(body.decode("utf-8")))
-                payload = json.dumps(provider.responses.pop(0)).encode("utf-8")
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 @pytest.fixture
@@ -95,7 +57,7 @@ def test_an_openai_turn_through_the_sdk_client(registry: ToolRegistry) -> None:
         {"id": "call_1", "type": "function", "function": {"name": aliases[0], "arguments": '{"n": 1}'}},
         {"id": "call_4", "type": "custom", "custom": {"name": aliases[0], "input": "5"}},
     ]
-    provider = _Provider(
+    provider = FakeProvider(
         [
             completion({"role": "assistant", "content": None, "tool_calls": tool_calls}),
             completion({"role": "assistant", "content": "done"}),
@@ -160,7 +122,7 @@ def test_an_anthropic_turn_through_the_sdk_client(registry: ToolRegistry) -> Non
         {"type": "tool_use", "id": "toolu_1", "name": aliases[0], "input": {"n": 1}},
         {"type": "tool_use", "id": "", "name": aliases[0], "input": {"n": 2}},
     ]
-    provider = _Provider([reply(content, "tool_use"), reply([{"type": "text", "text": "done"}], "end_turn")])
+    provider = FakeProvider([reply(content, "tool_use"), reply([{"type": "text", "text": "done"}], "end_turn")])
     try:
         client = anthropic.Anthropic(api_key="test", base_url=provider.url, max_retries=0)
         messages: list[Any] = [{"role": "user", "content": "go"}]

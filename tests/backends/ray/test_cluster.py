@@ -660,7 +660,7 @@ def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
     # Every call of the bundled transcript runs under its own id: none is
     # refused as a repeated id, and the transcript's last call still runs.
     assert "INVALID_CALL" not in out
-    assert "call_11  http_get" in out
+    assert "call_12  http_get" in out
     # The shared Ray is still up for the other tests (the demo did not start it).
     assert ray.is_initialized()
 
