@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import batch, dispatch, floors, instructions, latency, leaks, peers, policies, process, report, signals, typed
+from . import progress as progress_bench
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -33,6 +34,7 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "batch": batch.run,
     "process": process.run,
     "policies": policies.run,
+    "progress": progress_bench.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -29,6 +29,10 @@ Guarantees:
   cancellation reaches only the request it names (``_interop.jsonrpc``).
 * **End of input aborts every call in flight** (reason: the connection
   closed), joins them, and only then does ``serve_stdio`` return.
+* **Progress**: a call whose request carries ``_meta.progressToken``
+  gets ``notifications/progress`` (that token, ``progress``, ``total``,
+  ``message``) for what its body reports with ``run.report_progress``,
+  coalesced, the last update before the response (``_mcp.progress``).
 * **Results**: each content block of the result becomes an MCP text block
   (a non-text block is rendered as its JSON text); ``isError`` is ``True``
   exactly when the result is a ``ToolFailure``. An unknown tool, invalid
@@ -88,6 +92,7 @@ from ._core.freeze import thaw
 from ._interop.calls import check_decoded, provider_text, result_text
 from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
 from ._mcp.client import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, MCPClient
+from ._mcp.progress import FLUSH_S, ProgressRelay, flush
 from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
@@ -269,6 +274,7 @@ class _StdioServer:
         self._out_fd = out_fd
         self._gate = _Gate()
         self._ids = RequestIds()
+        self._progress = ProgressRelay(registry)
         self.stop_reason: str | None = None
         self.signum: int | None = None
 
@@ -304,6 +310,7 @@ class _StdioServer:
             signal=controller.signal,
         )
         ticket = self._gate.enqueue(self._registry.execution_mode(call) == "exclusive")
+        forward = self._progress.track(ctx, controller.signal)
         done = anyio.Event()
         token = anyio.lowlevel.current_token()
         outcome: list[ToolExecutionResult | BaseException] = []
@@ -318,6 +325,8 @@ class _StdioServer:
                 finally:
                     if admitted:
                         self._gate.leave(ticket)
+                if forward is not None:
+                    flush(FLUSH_S)  # its last update reaches the relay before the answer
             except BaseException as exc:
                 outcome.append(exc)
             finally:
@@ -340,7 +349,11 @@ class _StdioServer:
             controller.abort(self.stop_reason or CLIENT_CANCELLED)
             with anyio.CancelScope(shield=True):
                 await done.wait()
+                if forward is not None:
+                    await self._progress.finish(forward, controller.signal, answered=False)
             raise
+        if forward is not None:
+            await self._progress.finish(forward, controller.signal, answered=True)
         return _tool_result(outcome[0])
 
     # ------------------------------------------------------------ transport
@@ -471,6 +484,7 @@ class _StdioServer:
             # The writer is outside the serving scope: the SDK's last
             # writes (errors for requests cut short) still reach stdout.
             outer.start_soon(self._write_loop, receive_out)
+            self._progress.start(outer)
             with anyio.CancelScope() as serving:
                 watching = anyio.CancelScope()
                 if handle_signals:
@@ -480,6 +494,7 @@ class _StdioServer:
             # server.run returned (or was cancelled) only after every call
             # handler finished its shielded join.
             watching.cancel()
+            self._progress.close()
             send_out.close()
             receive_in.close()
         return 0 if self.signum is None else 128 + self.signum

@@ -12,6 +12,11 @@
   body settled it raises ``RuntimeError``.
 * ``run.dispatch(...)`` raises ``RuntimeError``: nested calls need the
   registry, which lives in the caller's process (the thread backend).
+* ``run.report_progress(...)`` hands an update whose values are numbers
+  (and a ``str`` or ``None`` message) to the backend's ``ProgressSink``,
+  which carries it to the caller's registry; without a sink, or after the
+  body settled, it does nothing. It never blocks and never raises
+  (docs/policies.md#progress).
 * An exception a body raised travels with its description
   (``describe_error``: class name, message, code, timeout reason, the
   worker's traceback). Where the caller cannot unpickle it (its class
@@ -37,7 +42,7 @@ import contextlib
 import importlib
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from .._core.errors import AbortError, TimeoutReason, safe_str
 from .._core.freeze import thaw
@@ -48,6 +53,7 @@ from .._types.tools import ToolRunContext, frozen_deferred_context
 
 __all__ = [
     "ErrorDetail",
+    "ProgressSink",
     "RemoteRun",
     "RemoteTraceback",
     "call_controller",
@@ -58,10 +64,16 @@ __all__ = [
     "set_context_carrier",
 ]
 
+ProgressSink = Callable[[float, float | None, str | None], None]
+"""Where a remote body's progress goes: ``sink(progress, total, message)``,
+called in the body's thread; it must not block (it stores the update for a
+thread of the backend to send)."""
+
 Carried = tuple[str, Any]
 """``(module name, picklable data)``: a tracing context on its way to a worker."""
 
 _carrier: Callable[[], Carried | None] | None = None
+_NUMBER: Final = (int, float)
 
 
 def set_context_carrier(carrier: Callable[[], Carried | None] | None) -> None:
@@ -212,13 +224,15 @@ class RemoteRun:
     """What ``ToolRunContext`` needs from its run, out of process.
     ``where`` names the place in the ``run.dispatch`` refusal;
     ``thaw_contexts`` keeps contexts as plain ``dict`` (for a wire that
-    pickles with the standard library) instead of frozen mappings."""
+    pickles with the standard library) instead of frozen mappings;
+    ``progress`` receives the body's progress reports (``None``: dropped)."""
 
-    __slots__ = ("_thaw", "_where", "contexts", "settled")
+    __slots__ = ("_progress", "_thaw", "_where", "contexts", "settled")
 
-    def __init__(self, where: str, *, thaw_contexts: bool) -> None:
+    def __init__(self, where: str, *, thaw_contexts: bool, progress: ProgressSink | None = None) -> None:
         self._where = where
         self._thaw = thaw_contexts
+        self._progress = progress
         self.contexts: list[Mapping[str, Any]] = []
         self.settled = False
 
@@ -243,6 +257,20 @@ class RemoteRun:
     def defer_context(self, context: object) -> None:
         frozen = frozen_deferred_context(context, self.settled)
         self.contexts.append(thaw(frozen) if self._thaw else frozen)
+
+    def report_progress(self, progress: object, total: object, message: object) -> None:
+        # Only plain numbers cross: the caller's registry checks them again
+        # (NaN, say) and drops what it refuses, as for a body in a thread.
+        sink = self._progress
+        if (
+            sink is None
+            or self.settled
+            or type(progress) not in _NUMBER
+            or (total is not None and type(total) not in _NUMBER)
+            or (message is not None and type(message) is not str)
+        ):
+            return
+        sink(progress, total, message)  # type: ignore[arg-type]
 
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken

@@ -32,6 +32,10 @@ Guarantees:
   stdio server closes its stdin, sends SIGTERM to its process group and
   SIGKILL 2 s later (``transport._STOP_GRACE``), and waits until no process of its
   session is left; then it joins the client's event-loop thread.
+* **Progress.** Every ``tools/call`` asks for progress
+  (``_meta.progressToken``); the server's ``notifications/progress`` for it
+  are reported as the call's progress (``run.report_progress``: the
+  registry's progress observers see them, coalesced).
 * **HTTP.** ``MCPClient.http`` speaks streamable HTTP through the SDK's
   transport with the same claim and cancel; an HTTP error status the
   transport saw is named in the error (``HTTP 401 Unauthorized``).
@@ -126,6 +130,21 @@ class _RemoteBody:
 
     def __call__(self, args: Any, run: ToolRunContext) -> object:
         raise RuntimeError(f"remote tool {self.name!r} runs only through a ToolRegistry (its backend is the MCPClient)")
+
+
+_Progress = Callable[[float, "float | None", "str | None"], None]
+"""``run.report_progress`` of a remote call: never blocks, never raises."""
+
+
+def _progress_callback(report: _Progress) -> Callable[[float, float | None, str | None], Coroutine[Any, Any, None]]:
+    """The SDK's progress callback for a call whose body reports to
+    ``report``: a server's ``notifications/progress`` become the call's own
+    progress (the registry's progress observers see them)."""
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        report(progress, total, message)
+
+    return on_progress
 
 
 def _reason_text(reason: object) -> str:
@@ -385,13 +404,13 @@ class MCPClient:
             future: Future[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result()
 
-    def _submit(self, name: str, arguments: Any, signal: AbortSignal) -> RemoteCall:
+    def _submit(self, name: str, arguments: Any, signal: AbortSignal, progress: _Progress | None = None) -> RemoteCall:
         call = RemoteCall(name, thaw(arguments), f"dshtools-{next(self._ids)}")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the MCPClient is closed")
             self._calls.add(call)
-            self._loop.call_soon_threadsafe(self._start_call, call)
+            self._loop.call_soon_threadsafe(self._start_call, call, progress)
         # After the loop has it: a listener that runs now (already aborted)
         # withdraws the queued call, and the loop sees it withdrawn.
         signal.add_listener(lambda s: call.on_abort(s.reason))
@@ -399,8 +418,8 @@ class MCPClient:
 
     # ---------------------------------------------------------- the loop
 
-    def _start_call(self, call: RemoteCall) -> None:
-        task = self._loop.create_task(self._perform(call))
+    def _start_call(self, call: RemoteCall, progress: _Progress | None) -> None:
+        task = self._loop.create_task(self._perform(call, progress))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -439,9 +458,9 @@ class MCPClient:
             if not cursor:
                 return tools
 
-    async def _perform(self, call: RemoteCall) -> None:
+    async def _perform(self, call: RemoteCall, progress: _Progress | None) -> None:
         try:
-            await self._perform_inner(call)
+            await self._perform_inner(call, progress)
         except BaseException as exc:  # never leave the registry waiting
             call.settle(BodyReport(outcome=NotInvoked(exc) if not call.claimed else Error(exc)))
             if not isinstance(exc, Exception):
@@ -450,7 +469,7 @@ class MCPClient:
             with self._lock:
                 self._calls.discard(call)
 
-    async def _perform_inner(self, call: RemoteCall) -> None:
+    async def _perform_inner(self, call: RemoteCall, progress: _Progress | None) -> None:
         loop = self._loop
         conn = self._conn
         if conn is None or not conn.alive or conn.dispatcher is None:
@@ -499,12 +518,17 @@ class MCPClient:
         conn.unwritten[call.request_id] = call
         answer: object = None
         answered = False
+        options: dict[str, Any] = {"request_id": call.request_id, "cancel_on_abandon": False}
+        if progress is not None:
+            # The SDK then asks for progress (_meta.progressToken) and hands
+            # this request's notifications to it, on the loop.
+            options["on_progress"] = _progress_callback(progress)
         try:
             with scope:
                 answer = await dispatcher.send_raw_request(
                     "tools/call",
                     {"name": call.name, "arguments": call.arguments},
-                    {"request_id": call.request_id, "cancel_on_abandon": False},
+                    options,  # type: ignore[arg-type]
                 )
                 answered = True
         except Exception as exc:
@@ -614,7 +638,7 @@ class _ClientBackend:
 
     def submit(self, body: object, args: object, run: ToolRunContext) -> RemoteCall:
         assert isinstance(body, _RemoteBody)
-        return self._client._submit(body.name, args, run.signal)
+        return self._client._submit(body.name, args, run.signal, run.report_progress)
 
     def close(self) -> None:
         pass

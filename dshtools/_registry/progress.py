@@ -7,21 +7,36 @@ observers; the body never waits for them.
 
 Guarantees:
 
-* ``post`` never blocks on an observer and never raises: it stores the
-  update under the call's token (replacing an update not yet delivered:
-  a slow observer sees coalesced updates, always the latest) and wakes
-  the delivery thread. It takes one module lock for a dict store.
+* ``post`` never blocks on an observer and never raises. It checks the
+  values (an update that is not a number is dropped), stores them as the
+  call's latest update (replacing one not yet delivered: a slow observer
+  sees coalesced updates, always the latest) and, only when the call is
+  not already queued for delivery, queues it and wakes the delivery
+  thread. The common case, a call already queued, is one dict store and
+  one set lookup, no lock: the delivery thread takes a call off the queue
+  (``_queued``) *before* it takes the call's latest values (``_latest``),
+  and the body stores its values *before* it looks at the queue, so an
+  update is either taken by a delivery that is under way or queues the
+  call again: never lost, never delivered twice. (Each of those steps is
+  one atomic dict or set operation.)
 * Each call's updates reach the observers in the order they were
   reported, the last one included; updates of one call are delivered one
-  at a time, by the delivery thread.
+  at a time, by the delivery thread, as a ``ProgressUpdate`` built there.
 * An observer's exception goes to ``sys.unraisablehook``; the other
   observers still run.
+* ``flush(timeout)`` waits (at most ``timeout`` seconds) until every update
+  posted before it was handed to the observers: a caller that must not let
+  a call's last update come after its result (an MCP server answering the
+  request) flushes once the call returned.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
-from collections.abc import Callable
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core.errors import report_unraisable, safe_repr
@@ -29,15 +44,30 @@ from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
 
 if TYPE_CHECKING:
-    from .._types.tools import ToolExecution
+    from .run import Run
 
-__all__ = ["post"]
+__all__ = ["flush", "post"]
 
-# The updates not yet delivered, by call token, in first-reported order;
-# guarded by _COND's lock.
-_COND = threading.Condition(threading.Lock())
-_pending: dict[object, tuple[Callable[[], ToolExecution], tuple[ProgressObserver, ...], ProgressUpdate]] = {}
+_log: Final = logging.getLogger("dshtools")
+
+_Entry = tuple[float, "float | None", "str | None"]
+"""``(progress, total, message)``: a call's latest update."""
+
+_latest: dict[Run, _Entry] = {}
+"""Each call's latest update not yet delivered, by the call's run
+(lock-free: single dict operations; a run hashes by identity)."""
+_queued: set[Run] = set()
+"""The calls in ``_queue`` (lock-free reads; changed under ``_COND``)."""
+_queue: deque[Run] = deque()
+"""Calls waiting for delivery, in the order they were queued; under ``_COND``."""
+_COND = threading.Condition(_lock := threading.Lock())
+_DELIVERED = threading.Condition(_lock)
+"""Wakes the flushers after a delivery (same lock as ``_COND``)."""
 _thread: threading.Thread | None = None
+_delivering: _Entry | None = None
+"""The update the delivery thread is handing out (under ``_COND``)."""
+_flushing = 0
+"""How many threads wait in ``flush`` (under ``_COND``)."""
 _IDLE_S: Final = 30.0
 """Seconds the delivery thread stays with nothing to deliver before it ends."""
 
@@ -45,22 +75,67 @@ _IDLE_S: Final = 30.0
 def _after_fork_in_child() -> None:
     # The delivery thread does not exist in the child, and its lock may
     # have been held (docs/contract.md#a10).
-    global _COND, _thread
-    _COND = threading.Condition(threading.Lock())
-    _pending.clear()
+    global _COND, _DELIVERED, _thread, _delivering, _flushing
+    lock = threading.Lock()
+    _COND = threading.Condition(lock)
+    _DELIVERED = threading.Condition(lock)
+    _latest.clear()
+    _queued.clear()
+    _queue.clear()
     _thread = None
+    _delivering = None
+    _flushing = 0
 
 
 after_fork_in_child(_after_fork_in_child)
 
 
-def post(
-    token: object, view: Callable[[], ToolExecution], observers: tuple[ProgressObserver, ...], update: ProgressUpdate
-) -> None:
-    """Queue ``update`` of the call ``token`` for ``observers``."""
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _valid(progress: object, total: object, message: object) -> bool:
+    """The full check (subclasses of ``int``/``float``/``str`` included);
+    ``False`` for anything it cannot check (an ``int`` too large for a
+    float, a subclass whose methods raise)."""
+    try:
+        return (
+            _is_number(progress)
+            and (total is None or _is_number(total))
+            and (message is None or isinstance(message, str))
+        )
+    except Exception:
+        return False
+
+
+def post(run: Run, progress: object, total: object, message: object) -> None:
+    """``Run.report_progress``: queue the update ``(progress, total,
+    message)`` of the call ``run`` for its progress observers
+    (``run.hooks.progress``, snapshotted when the call started; without one
+    it returns at once) in the body's thread; dropped, with a debug
+    log line, when ``progress`` or ``total`` (unless ``None``) is not a
+    number or ``message`` is neither a ``str`` nor ``None``."""
+    if not run.hooks.progress:
+        return
+    # Exact int/float/str first, inline (``x == x`` is False only for NaN);
+    # anything else takes the full check.
+    kind = progress.__class__
+    if not (
+        (kind is int or (kind is float and progress == progress))  # noqa: PLR0124
+        and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
+        and (message is None or message.__class__ is str)
+    ) and not _valid(progress, total, message):
+        _log.debug("a tool reported progress that is not a number (dropped): %s", safe_repr((progress, total, message)))
+        return
+    _latest[run] = (progress, total, message)  # type: ignore[assignment]
+    if run in _queued:
+        return  # a delivery is due, and will take what was just stored
     global _thread
     with _COND:
-        _pending[token] = (view, observers, update)
+        if run in _queued:
+            return
+        _queued.add(run)
+        _queue.append(run)
         if _thread is None:
             _thread = threading.Thread(target=_deliver, name="dshtools-progress", daemon=True)
             _thread.start()
@@ -68,17 +143,54 @@ def post(
             _COND.notify()
 
 
+def flush(timeout: float) -> bool:
+    """Wait until every update posted before this call has been handed to
+    its observers, at most ``timeout`` seconds; ``True`` when it was. Never
+    call it from an observer (the delivery thread would wait for itself)."""
+    global _flushing
+    deadline = time.monotonic() + timeout
+    with _COND:
+        owed: list[tuple[Run | None, _Entry]] = list(_latest.items())
+        if _delivering is not None:
+            owed.append((None, _delivering))
+        _flushing += 1
+        try:
+            while any(entry is _delivering or (run is not None and _latest.get(run) is entry) for run, entry in owed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                _DELIVERED.wait(left)
+        finally:
+            _flushing -= 1
+    return True
+
+
 def _deliver() -> None:
-    global _thread
+    global _thread, _delivering
     while True:
         with _COND:
-            while not _pending:
-                if not _COND.wait(_IDLE_S) and not _pending:
+            if _delivering is not None:
+                _delivering = None
+                if _flushing:
+                    _DELIVERED.notify_all()
+            while not _queue:
+                if not _COND.wait(_IDLE_S) and not _queue:
                     _thread = None
                     return
-            token = next(iter(_pending))
-            view, observers, update = _pending.pop(token)
-        execution: Any = view()
+            run = _queue.popleft()
+            _queued.discard(run)  # first: a later post queues the call again
+            entry = _latest.pop(run, None)
+            if entry is None:
+                continue
+            _delivering = entry
+        progress, total, message = entry
+        try:
+            update = ProgressUpdate(float(progress), None if total is None else float(total), message)
+        except (OverflowError, ValueError, TypeError):  # an int too large for a float: dropped
+            _log.debug("a tool reported progress that is not a float (dropped): %s", safe_repr(entry))
+            continue
+        execution: Any = run.view
+        observers: tuple[ProgressObserver, ...] = run.hooks.progress
         for observer in observers:
             try:
                 observer(execution, update)

@@ -67,6 +67,8 @@ class RunLike(Protocol):
 
     def defer_context(self, context: object) -> None: ...
 
+    def report_progress(self, progress: object, total: object, message: object) -> None: ...
+
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult: ...
@@ -199,11 +201,10 @@ class ToolRunContext(_ViewBase):
         unknown; an optional ``message``). Never blocks and never raises:
         the observers run on the ``dshtools-progress`` thread, a slow one
         sees only the latest update of a call, and an update that is not a
-        number is dropped. In a process or Ray worker it does nothing
+        number is dropped. From a process or Ray worker the updates cross
+        to the caller's registry, coalesced, the last one always
         (docs/policies.md#progress)."""
-        report = getattr(self._run, "report_progress", None)
-        if report is not None:
-            report(progress, total, message)
+        self._run.report_progress(progress, total, message)
 
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
         """Run a nested tool call and return its result (blocks). The child

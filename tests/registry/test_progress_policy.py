@@ -152,9 +152,13 @@ def _reports(_a: Any, run: ToolRunContext) -> str:
 
 
 @pytest.mark.timeout(60)
-def test_in_a_process_worker_progress_is_a_no_op_that_never_raises() -> None:
+def test_in_a_process_worker_progress_reaches_the_parents_observer() -> None:
+    """More in tests/backends/process/test_progress.py."""
+    seen = Seen(final=1)
     with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
-        registry.add_progress_observer(lambda _e, _u: None)
+        registry.add_progress_observer(seen)
         registry.register(tool("t", _reports))
         result = registry.execute(ToolExecutionInput("c1", "t", {}, AbortController().signal))
+        assert seen.last.wait(10)
     assert value_of(result) == "done"
+    assert seen.updates == [ProgressUpdate(1.0, 2.0, None)]

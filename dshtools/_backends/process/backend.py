@@ -93,7 +93,9 @@ class ProcessBackend:
     aborted when the caller-side signal aborts (same reason when it
     pickles) whose ``deadline``/``time_left()`` give the caller's remaining
     budget on the worker's clock (``None`` when no timer can abort the
-    call), ``run.defer_context`` works, ``run.dispatch`` raises
+    call), ``run.defer_context`` works, ``run.report_progress`` reaches
+    the registry's progress observers (coalesced: at most one update per
+    20 ms crosses, the last one always), ``run.dispatch`` raises
     ``RuntimeError``, ``run.token`` is fresh and ``run.parent`` is ``None``.
     ``close()`` stops every worker and everything they started; also a
     context manager.
@@ -495,6 +497,15 @@ class ProcessBackend:
             with self._lock:
                 if not worker.dead:
                     self._idle.append(worker)
+            return
+        if message[0] == "progress":
+            # Sent before its call's outcome (the worker flushes the last
+            # one first), read here in order: it is queued for the
+            # observers before the result is published. One for a call
+            # that settled (a killed worker's last words) is dropped.
+            job = worker.job
+            if job is not None and job.seq == message[1] and not job.done.is_set():
+                job.run.report_progress(message[2], message[3], message[4])
             return
         _, seq, kind, payload, contexts, detail = message
         job = worker.job

@@ -21,6 +21,11 @@ Guarantees:
   with the outcome; ``dispatch`` raises ``RuntimeError``.
 * Every outcome travels back: a value that does not pickle, or an
   exception that does not, is described (type name, message) instead.
+* ``run.report_progress`` never blocks the body: it stores the update
+  (replacing one not yet sent) for the ``dshtools-worker-progress``
+  thread, which sends the latest one at most every ``_PROGRESS_EVERY_S``.
+  The last update a body reported is sent before its outcome (both under
+  the connection's send lock, so they never swap places).
 * When the parent goes away (end of file on the connection), the current
   call's signal aborts and the worker exits; after ``kill_after`` seconds
   (5 s without one) it kills its own process group first.
@@ -28,8 +33,9 @@ Guarantees:
 Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
 parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
 call_id, root_call_id, name, agent, seconds_left | None, carried | None)``, ``("abort", seq, reason_bytes)``;
-worker → parent ``("ready",)`` once it listens, then ``("done", seq, kind, payload, contexts, detail)`` with
-``kind`` one of ``"value"``, ``"error"``, ``"bad_value"``.
+worker → parent ``("ready",)`` once it listens, then ``("progress", seq, progress, total, message)`` any
+number of times while a call runs and ``("done", seq, kind, payload, contexts, detail)`` with ``kind`` one of
+``"value"``, ``"error"``, ``"bad_value"``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,78 @@ cloudpickle: Any = None  # imported by main(): only workers need it here
 __all__ = ["main"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_PROGRESS_EVERY_S = 0.02
+"""The shortest time between two progress frames of this worker: a body
+reporting in a tight loop costs the parent a frame per period, not one per
+report (the observers see the latest; the last one is always sent)."""
+
+
+class _Progress:
+    """The worker's outgoing progress: the latest unsent update per call
+    (``pending``, under ``cond``) and the thread that sends it. Every frame
+    to the parent goes out under ``send_lock``, and an update leaves
+    ``pending`` only under it, so ``flush`` (the main thread, before the
+    outcome) never lets the outcome overtake an update taken for sending."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.cond = threading.Condition(threading.Lock())
+        self.pending: dict[int, tuple[float, float | None, str | None]] = {}
+        self.thread: threading.Thread | None = None
+
+    def sink(self, seq: int) -> Callable[[float, float | None, str | None], None]:
+        """``run.report_progress``'s destination for call ``seq`` (the
+        body's thread): a dict store and a wake-up, never a send."""
+        pending = self.pending
+        cond = self.cond
+
+        def post(progress: float, total: float | None, message: str | None) -> None:
+            with cond:
+                fresh = not pending
+                pending[seq] = (progress, total, message)
+                if self.thread is None:
+                    self.thread = threading.Thread(target=self._run, name="dshtools-worker-progress", daemon=True)
+                    self.thread.start()
+                elif fresh:
+                    cond.notify()
+
+        return post
+
+    def _take_locked(self, seq: int | None) -> bytes | None:
+        # Under send_lock; takes cond for the store.
+        with self.cond:
+            if not self.pending:
+                return None
+            if seq is None:
+                seq = next(iter(self.pending))
+            update = self.pending.pop(seq, None)
+        if update is None:
+            return None
+        return pickle.dumps(("progress", seq, *update), _PROTOCOL)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+            with self.send_lock:
+                data = self._take_locked(None)
+                if data is not None:
+                    try:
+                        self.conn.send_bytes(data)
+                    except OSError:
+                        return
+            time.sleep(_PROGRESS_EVERY_S)  # a rate bound, not a hand-off: updates meanwhile coalesce
+
+    def send_after_flush(self, seq: int, data: bytes) -> None:
+        """Send call ``seq``'s last unsent update, then ``data`` (its
+        outcome), with nothing in between (main thread)."""
+        with self.send_lock:
+            last = self._take_locked(seq)
+            if last is not None:
+                self.conn.send_bytes(last)
+            self.conn.send_bytes(data)
 
 
 class _Reader:
@@ -136,10 +214,13 @@ def _abort(target: AbortController, reason: object) -> None:
 
 
 def _run_one(
-    bodies: dict[int, Callable[[Any, Any], object]], message: tuple[Any, ...], controller: AbortController
+    bodies: dict[int, Callable[[Any, Any], object]],
+    message: tuple[Any, ...],
+    controller: AbortController,
+    progress: _Progress,
 ) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
-    _, _seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left, carried = message
-    worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True)
+    _, seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left, carried = message
+    worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True, progress=progress.sink(seq))
     try:
         body = bodies.get(key)
         if body is None:
@@ -182,20 +263,21 @@ def main(fd: int) -> None:
     thread.start()
     conn.send_bytes(pickle.dumps(("ready",), _PROTOCOL))
     bodies: dict[int, Callable[[Any, Any], object]] = {}
+    progress = _Progress(conn)
     while True:
         item = inbox.get()
         if item is None:
             break
         message, controller = item
         seq = message[1]
-        kind, payload, contexts, detail = _run_one(bodies, message, controller)
+        kind, payload, contexts, detail = _run_one(bodies, message, controller, progress)
         reader.finished(seq)
         try:
             data = pickle.dumps(("done", seq, kind, payload, contexts, detail), _PROTOCOL)
         except Exception:  # a context that does not pickle: it was frozen JSON, so never
             data = pickle.dumps(("done", seq, kind, payload, [], detail), _PROTOCOL)
         try:
-            conn.send_bytes(data)
+            progress.send_after_flush(seq, data)
         except OSError:
             break
     os._exit(0)

@@ -15,7 +15,7 @@ import pickle
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import ray
@@ -32,6 +32,7 @@ from .remote import (
     _CONTAINED,
     WITHDRAWN,
     ProcessId,
+    Progress,
     Where,
     _dumps,
     _loads,
@@ -134,9 +135,29 @@ class _RayDispatch:
         self._report: BodyReport | None = None
         self._pending: BaseException | None = None  # a Ctrl-C held back in submit()
         self._signal = signal
+        # Progress: the run's report_progress, the number of the last update
+        # reported (under _lock: the progress thread and the settling
+        # thread both report), and whether the call settled.
+        self._report_progress: Callable[[float, float | None, str | None], None] | None = None
+        self._progress_seq = 0
+        self._progress_closed = False
         # The listener goes first: an abort from here on withdraws the call
         # even if the task is never started (a Ctrl-C inside submit()).
         self._handle: ListenerHandle | None = signal.add_listener(self._on_abort)
+
+    def _progress(self, seq: int, update: Progress, *, last: bool = False) -> None:
+        """Report update ``seq`` of this call to the registry unless a newer
+        one was reported already or the call settled; ``last`` (the one
+        that came with the result) also closes it. Never blocks."""
+        with self._lock:
+            if self._progress_closed:
+                return
+            if last:
+                self._progress_closed = True
+            if seq <= self._progress_seq or self._report_progress is None:
+                return
+            self._progress_seq = seq
+            self._report_progress(*update)
 
     def _handle_remove(self) -> None:
         handle = self._handle
@@ -303,6 +324,7 @@ class _RayDispatch:
             _ray_reap.wait_gone(([worker] if worker is not None else []) + descendants, _CONFIRM_S)
         with self._lock:
             self._closed = True
+            self._progress_closed = True
             aborted_at = self._abort_at
         overrun = None
         if invoked and aborted_at is not None:
@@ -318,11 +340,15 @@ class _RayDispatch:
         ended without the wrapper returning (Ray reports it failed)."""
         if exc is None:
             try:
-                kind, payload, contexts = pickle.loads(result)
+                kind, payload, contexts, *last = pickle.loads(result)
             except _CONTAINED as bad:
                 # Only this module's own envelope: not expected to fail.
                 unreadable = RuntimeError(f"the RayBackend task's result could not be read: {safe_str(bad)}")
                 return Error(unreadable), (), True, False
+            if last and last[0] is not None:
+                # Before the call settles: the last update is queued for the
+                # observers before the result is published.
+                self._progress(*last[0], last=True)
             outcome, invoked = self._decode(kind, payload)
             return outcome, (contexts if invoked else ()), invoked, False
         if self._kill is not None:
@@ -428,6 +454,8 @@ class RayBackend:
         self._counter = itertools.count(1)
         self._bodies: dict[int, tuple[Body, str, Any]] = {}
         self._in_flight: set[_RayDispatch] = set()
+        self._by_key: dict[str, _RayDispatch] = {}
+        self._progress_thread: threading.Thread | None = None
         self.tasks_started = 0
         self.tasks_killed = 0
 
@@ -460,12 +488,19 @@ class RayBackend:
         head = _pack((*self._actor_name, key, body_key, body_data if inline else None, args, fields))
         packed: Any = head if inline else (head, body_data)
         dispatch = _RayDispatch(self, key, actor, run.signal)
+        dispatch._report_progress = run.report_progress
         with self._lock:
             if self._closed:
                 dispatch._handle_remove()
                 raise RuntimeError("RayBackend is closed")
             # In flight before the task exists: close() waits for it.
             self._in_flight.add(dispatch)
+            self._by_key[key] = dispatch
+            if self._progress_thread is None:
+                self._progress_thread = threading.Thread(
+                    target=self._take_progress, args=(actor,), name="dshtools-ray-progress", daemon=True
+                )
+                self._progress_thread.start()
             self.tasks_started += 1
         # A Ctrl-C is held back while Ray takes the task and the dispatch
         # keeps its ObjectRef: landing after Ray accepted the task, it would
@@ -584,9 +619,24 @@ class RayBackend:
             except Exception as exc:
                 logger.warning("the settled call could not be forgotten by the signal actor: %s", safe_str(exc))
 
+    def _take_progress(self, actor: Any) -> None:
+        """The ``dshtools-ray-progress`` thread: the workers' progress
+        updates, taken from the signal actor as they come, go to their
+        calls. Ends when the actor is gone (``close()`` kills it)."""
+        while True:
+            try:
+                taken = actor.take_progress.remote().future().result()
+            except BaseException:
+                return
+            for key, (seq, update) in taken.items():
+                dispatch = self._by_key.get(key)
+                if dispatch is not None:
+                    dispatch._progress(seq, update)
+
     def _settled(self, dispatch: _RayDispatch, killed: bool) -> None:
         with self._idle:
             self._in_flight.discard(dispatch)
+            self._by_key.pop(dispatch._key, None)
             self.tasks_killed += killed
             if not self._in_flight:
                 self._idle.notify_all()

@@ -26,6 +26,13 @@
   (a ``__reduce__``), so every fault it raises, ``SystemExit`` included,
   fails only its own call (``_CONTAINED``).
 
+* Progress: ``run.report_progress`` stores the update for the worker's
+  ``dshtools-ray-progress`` thread, which sends each call's latest to the
+  actor (``progress``) at most every ``_PROGRESS_EVERY_S``; the caller's
+  backend takes them (``take_progress``). Each update is numbered per
+  call, and the body's last travels with its result, so the caller reports
+  it even when the actor's copy comes late (a stale number is dropped).
+
 Threads: in a worker, the task runs on the process's main thread (where Ray
 runs tasks and delivers its interrupt) and one watcher thread per worker
 process waits on the actor for abort reasons; the abort of a running body
@@ -37,6 +44,7 @@ its own thread pools (``control``, ``watch``). The caller side is
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
@@ -53,7 +61,7 @@ from ray import cloudpickle
 from ..._core.errors import report_unraisable, safe_str
 from ..._signal import AbortController
 from ..base import Body
-from ..remote import RemoteRun, call_controller, describe_error, incoming_context
+from ..remote import ProgressSink, RemoteRun, call_controller, describe_error, incoming_context
 from . import reap as _ray_reap
 
 __all__: list[str] = []
@@ -97,6 +105,9 @@ WITHDRAWN: Final = "withdrawn"
 """A worker's report on an aborted call: its task runs in that process and
 has not claimed the call, and never will (the abort came first, under the
 lock the claim takes): the body never runs."""
+
+Progress = tuple[float, "float | None", "str | None"]
+"""``(progress, total, message)`` of a body's ``run.report_progress``."""
 
 Report = tuple[str, str]
 """``(call key, RUNNING or WITHDRAWN)``: what a worker tells the actor about
@@ -163,6 +174,8 @@ class _SignalActor:
         self._mailboxes: dict[str, _Mailbox] = {}
         self._where: dict[str, Where] = {}
         self._forgotten: dict[str, None] = {}
+        self._progress: dict[str, tuple[int, Progress]] = {}
+        self._progress_news = threading.Condition(self._lock)
 
     @ray.method(concurrency_group="control")
     def subscribe(self, worker: str, pid: WorkerId) -> list[Abort]:
@@ -202,6 +215,25 @@ class _SignalActor:
                 self._forgotten[key] = None
             self._where.pop(key, None)
             self._news.notify_all()
+
+    @ray.method(concurrency_group="control")
+    def progress(self, key: str, seq: int, update: Progress) -> None:
+        """A worker's latest progress update ``seq`` of call ``key``;
+        replaces an older one the caller has not taken yet."""
+        with self._lock:
+            known = self._progress.get(key)
+            if known is None or known[0] < seq:
+                self._progress[key] = (seq, update)
+                self._progress_news.notify_all()
+
+    @ray.method(concurrency_group="watch")
+    def take_progress(self) -> dict[str, tuple[int, Progress]]:
+        """The caller's side: every update not taken yet, by call key,
+        blocking until there is one (or ``_WATCH_IDLE_S``: then empty)."""
+        with self._lock:
+            self._progress_news.wait_for(lambda: bool(self._progress), _WATCH_IDLE_S)
+            taken, self._progress = self._progress, {}
+            return taken
 
     @ray.method(concurrency_group="watch")
     def watch(self, worker: str, pid: WorkerId, reports: list[Report]) -> list[Abort]:
@@ -321,6 +353,11 @@ def _load_reason(data: bytes) -> object:
         return f"<abort reason that did not unpickle here: {safe_str(exc)}>"
 
 
+_PROGRESS_EVERY_S: Final = 0.02
+"""The shortest time between two rounds of progress a worker sends to the
+actor: a body reporting in a tight loop costs an actor call per round, not
+one per report (the last update travels with the result)."""
+
 _WITHDRAWN_KEPT: Final = 65536
 """How many aborted calls a worker remembers that did not run there (the
 oldest are forgotten first). Only a call whose task is still on its way to
@@ -359,6 +396,12 @@ class _Channel:
         self.running: dict[str, AbortController] = {}
         self.starting: dict[str, bool] = {}  # True once withdrawn before its claim
         self.withdrawn: dict[str, None] = {}
+        # Progress: each running call's last update and the ones not sent
+        # yet (under progress_cond), and the thread that sends them.
+        self.progress_cond = threading.Condition(threading.Lock())
+        self.progress_last: dict[str, tuple[int, Progress]] = {}
+        self.progress_unsent: dict[str, tuple[int, Progress]] = {}
+        self.progress_thread: threading.Thread | None = None
 
     @classmethod
     def connect(cls, actor_name: str, namespace: str) -> _Channel:
@@ -412,6 +455,56 @@ class _Channel:
     def release(self, key: str) -> None:
         with self.lock:
             self.running.pop(key, None)
+
+    def progress_sink(self, key: str) -> ProgressSink:
+        """``run.report_progress``'s destination for call ``key`` (the
+        body's thread): numbers the update, keeps it as the call's last and
+        as unsent (replacing an older unsent one), wakes the sender. Never
+        sends, never waits for the actor."""
+        numbers = itertools.count(1)
+        cond = self.progress_cond
+
+        def post(progress: float, total: float | None, message: str | None) -> None:
+            entry = (next(numbers), (progress, total, message))
+            with cond:
+                self.progress_last[key] = entry
+                fresh = not self.progress_unsent
+                self.progress_unsent[key] = entry
+                if self.progress_thread is None:
+                    self.progress_thread = threading.Thread(
+                        target=self._send_progress, name="dshtools-ray-progress", daemon=True
+                    )
+                    self.progress_thread.start()
+                elif fresh:
+                    cond.notify()
+
+        return post
+
+    def last_progress(self, key: str) -> tuple[int, Progress] | None:
+        """The body of ``key`` returned: its last update (it travels with
+        the result, so it is never lost), and nothing more to send."""
+        with self.progress_cond:
+            self.progress_unsent.pop(key, None)
+            return self.progress_last.pop(key, None)
+
+    def _send_progress(self) -> None:
+        """The sender: the latest unsent update of each call to the actor,
+        one at a time (each waits for the actor's answer), then a pause of
+        ``_PROGRESS_EVERY_S`` in which new updates coalesce."""
+        cond = self.progress_cond
+        while True:
+            with cond:
+                while not self.progress_unsent:
+                    cond.wait()
+                taken, self.progress_unsent = self.progress_unsent, {}
+            for key, (seq, update) in taken.items():
+                try:
+                    self.actor.progress.remote(key, seq, update).future().result()
+                except BaseException:  # the actor is gone: the watcher stops the bodies
+                    with cond:
+                        self.progress_thread = None
+                    return
+            time.sleep(_PROGRESS_EVERY_S)  # a rate bound, not a hand-off
 
     def _watch(self) -> None:
         reports: list[Report] = []
@@ -526,7 +619,9 @@ def _not_invoked(exc: BaseException) -> bytes:
 
 
 def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
-    """The task. Returns ``_pack((kind, payload, contexts))``: ``kind`` is
+    """The task. Returns ``_pack((kind, payload, contexts[, last progress]))``
+    (the last is ``(seq, (progress, total, message))`` or ``None``, present
+    once the body ran): ``kind`` is
     ``withdrawn``, ``not_invoked`` (pickled error and its description),
     ``not_invoked_stub`` (its description), ``value`` (pickled value),
     ``bad_value`` (problem text), ``error`` (pickled exception and its
@@ -571,7 +666,7 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     controller = channel.claim(key, task_id, left, received)
     if controller is None:
         return _pack(("withdrawn", None, ()))
-    run = RemoteRun("a RayBackend worker", thaw_contexts=False)
+    run = RemoteRun("a RayBackend worker", thaw_contexts=False, progress=channel.progress_sink(key))
     ctx = run.context(call_id, root_call_id, name, agent, args, controller.signal)
     try:
         with incoming_context(carried):
@@ -580,14 +675,15 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
         run.settled = True
         channel.release(key)
         kind, payload = _pack_error(exc)
-        return _pack((kind, payload, tuple(run.contexts)))
+        return _pack((kind, payload, tuple(run.contexts), channel.last_progress(key)))
     run.settled = True
     channel.release(key)
+    last = channel.last_progress(key)
     try:
-        return _pack(("value", _dumps(value), tuple(run.contexts)))
+        return _pack(("value", _dumps(value), tuple(run.contexts), last))
     except BaseException as exc:  # foreign code (a __reduce__): see _pack_error
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
-        return _pack(("bad_value", problem, tuple(run.contexts)))
+        return _pack(("bad_value", problem, tuple(run.contexts), last))
 
 
 _run_remote_task = ray.remote(_run_remote)

@@ -38,6 +38,9 @@ class _CallerRun:
     def defer_context(self, context: object) -> None:  # pragma: no cover - never called caller-side
         raise AssertionError("contexts of a process body come back in the report")
 
+    def report_progress(self, progress: object, total: object, message: object) -> None:
+        pass  # caller-side progress is the registry's; these bodies report none
+
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult:  # pragma: no cover
