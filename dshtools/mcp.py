@@ -61,6 +61,7 @@ registry's executor as usual.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -666,18 +667,21 @@ class _HttpServer(_StdioServer):
         manager = _http.SessionManager(server, security_settings=settings, session_idle_timeout=idle_timeout)
         web = _http.web_server(_http.asgi_app(manager, token))
         stopping = anyio.Event()
-        loop = anyio.lowlevel.current_token()
+
+        loop = asyncio.get_running_loop()
 
         def stop_now(_signal: AbortSignal) -> None:
-            try:
-                anyio.from_thread.run_sync(stopping.set, token=loop)
-            except RuntimeError:  # aborted from the event loop's own thread, or after it ended
-                stopping.set()
+            # From whichever thread aborts ``stop``, the loop's own included.
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stopping.set)
+
+        served = anyio.Event()
 
         async def run_web() -> None:
             try:
                 await web.serve([listener])
             finally:
+                served.set()
                 stopping.set()
 
         with contextlib.ExitStack() as listening:
@@ -700,7 +704,11 @@ class _HttpServer(_StdioServer):
                     else:
                         reason = SERVER_STOPPING
                     await self._end_calls(reason)
-                # Every session closed (its streams ended): uvicorn can finish.
-                web.should_exit = True
+                    # uvicorn stops accepting, lets the answers of the calls
+                    # just ended reach their clients (the sessions are still
+                    # open), then cuts what stays open past its grace.
+                    web.should_exit = True
+                    await served.wait()
+                # Every session is closed now.
                 watching.cancel()
         return 0 if self.signum is None else 128 + self.signum

@@ -9,7 +9,7 @@ Guarantees:
   ``ResourceLink`` (MCP's own field names: ``mimeType``, ``data`` in
   base64, ``resource``, ``uri``) is sent as that block; a text block as
   text; any other block as its JSON text (it has no MCP form). Strings
-  are made encodable as UTF-8 (a lone surrogate becomes ``U+FFFD``).
+  are made encodable as UTF-8 (a lone surrogate becomes ``?``).
 * **Structured results.** A tool with an ``output_schema`` declares it as
   ``outputSchema`` when the schema's root is an object (MCP requires one);
   any other schema is declared wrapped, ``{"type": "object", "properties":

@@ -4,12 +4,14 @@ conformance_tools:registry`` (``tests/mcp`` on the path). Each tool is the one
 a server scenario calls by name, written as a user would write it with
 dshtools: content blocks in MCP's own shape through ``render``, a failure as
 a ``ToolError``, a hand-written JSON Schema 2020-12 input schema, progress
-through ``run.report_progress``. Also imported by ``tests/mcp/test_content.py``.
+through ``run.report_progress``. The ``structured_*`` and ``not_an_image``
+tools are for ``tests/mcp/test_content.py``.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from typing import Any
 
 from dshtools import ToolDefinition, ToolError, ToolRegistry, ToolRunContext
@@ -109,5 +111,48 @@ registry.register(
         "Tool with JSON Schema 2020-12 features",
         JSON_SCHEMA_2020_12,
         _returning("Hello"),
+    )
+)
+
+
+# Tools with an output schema (tests/mcp/test_content.py; no scenario calls
+# them): an object-rooted one answers its value as structuredContent, any
+# other root is wrapped as {"result": value}.
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+@registry.tool(output_schema=True)
+def structured_point(x: int, y: int) -> Point:
+    """The point (x, y) as an object."""
+    return Point(x, y)
+
+
+@registry.tool(output_schema=True)
+def structured_count(n: int) -> int:
+    """n + 1 (a schema whose root is not an object)."""
+    return n + 1
+
+
+registry.register(
+    ToolDefinition(
+        "structured_hand",
+        "A hand-written output schema",
+        NO_ARGS,
+        _returning({"ok": True}),
+        output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    )
+)
+registry.register(
+    ToolDefinition(
+        "not_an_image",
+        "An image block without data, and a block MCP has no type for",
+        NO_ARGS,
+        _returning([{"type": "image", "mimeType": "image/png"}, {"type": "thinking", "text": "hm"}]),
+        render=_blocks,
     )
 )
