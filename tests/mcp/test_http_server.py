@@ -11,6 +11,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools.mcp import MCPClient, serve_http
+from tests.helpers import run_cli
 from tests.mcp.client_support import call, client_threads, eventually, value_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -318,3 +320,12 @@ def test_the_signal_stops_a_server_that_never_served() -> None:
     stopped.abort("at once")
     with ToolRegistry() as registry:
         assert serve_http(registry, "127.0.0.1", 0, signal=stopped.signal) == 0
+
+
+def test_the_command_line_refuses_a_remote_host_and_a_bad_address(tmp_path: Path) -> None:
+    (tmp_path / "few_tools.py").write_text("from dshtools import ToolRegistry\nregistry = ToolRegistry()\n")
+    remote = run_cli(tmp_path, "mcp", "--http", "0.0.0.0:0", "--tools", "few_tools:registry")
+    assert remote.returncode == 2
+    assert "not a loopback address" in remote.stderr and "--allow-remote" in remote.stderr
+    bad = run_cli(tmp_path, "mcp", "--http", "localhost", "--tools", "few_tools:registry")
+    assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
