@@ -1,10 +1,14 @@
 """A ``ToolRegistry`` served as a Model Context Protocol server over stdio
-(docs/contract.md §11), built on the official ``mcp`` SDK (extra ``mcp``).
+(docs/contract.md §11) or streamable HTTP (docs/mcp.md#the-server-over-http),
+built on the official ``mcp`` SDK (extra ``mcp``).
 
 ``serve_stdio(registry, *, name="dshtools")`` answers ``tools/list`` from
 ``registry.schemas()`` and runs each ``tools/call`` through
 ``registry.execute`` -- every hook, guard, approver and policy of the
 registry applies -- and returns when the client closes the connection.
+``serve_http(registry, host, port, ...)`` does the same for HTTP clients
+with the same handlers; its own guarantees are in its docstring and in
+``dshtools._mcp.http_server``.
 
 Guarantees:
 
@@ -29,8 +33,11 @@ Guarantees:
   cancellation reaches only the request it names (``_interop.jsonrpc``).
 * **End of input aborts every call in flight** (reason: the connection
   closed), joins them, and only then does ``serve_stdio`` return.
-* **Results**: each content block of the result becomes an MCP text block
-  (a non-text block is rendered as its JSON text); ``isError`` is ``True``
+* **Results**: each content block of the result becomes the MCP block of
+  its type, or a text block holding its JSON when it has no valid MCP form;
+  a tool with an output schema declares it as ``outputSchema`` and its
+  successes carry ``structuredContent`` (``dshtools._mcp.content``,
+  docs/mcp.md#content-and-structured-results); ``isError`` is ``True``
   exactly when the result is a ``ToolFailure``. An unknown tool, invalid
   arguments or a denial are ``isError`` results (the registry's
   ``UNKNOWN_TOOL``, ``INVALID_ARGS``, ``DENIED``), never JSON-RPC errors.
