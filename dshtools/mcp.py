@@ -612,6 +612,9 @@ class _HttpServer(_StdioServer):
 
     def __init__(self, registry: ToolRegistry, name: str) -> None:
         super().__init__(registry, name, -1, -1)
+        from ._mcp.http_server import SessionIds
+
+        self._ids = self._http_ids = SessionIds()
         self._calls: set[anyio.CancelScope] = set()
         self._drained: anyio.Event | None = None
 
@@ -672,7 +675,7 @@ class _HttpServer(_StdioServer):
             self._name, version=_version(), on_list_tools=self._list_tools, on_call_tool=self._tracked_call
         )
         manager = _http.SessionManager(server, security_settings=settings, session_idle_timeout=idle_timeout)
-        web = _http.web_server(_http.asgi_app(manager, token))
+        web = _http.web_server(_http.asgi_app(manager, token, self._http_ids))
         stopping = anyio.Event()
 
         loop = asyncio.get_running_loop()

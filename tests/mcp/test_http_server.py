@@ -329,3 +329,82 @@ def test_the_command_line_refuses_a_remote_host_and_a_bad_address(tmp_path: Path
     assert "not a loopback address" in remote.stderr and "--allow-remote" in remote.stderr
     bad = run_cli(tmp_path, "mcp", "--http", "localhost", "--tools", "few_tools:registry")
     assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
+
+
+class Named:
+    """``wait`` bodies by call id: which started, and each one's abort reason."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.started: list[str] = []
+        self.aborted: list[str] = []
+
+    def wait(self, _args: Any, run: ToolRunContext) -> str:
+        with self.lock:
+            self.started.append(run.call_id)
+            self.lock.notify_all()
+        run.signal.wait()
+        with self.lock:
+            self.aborted.append(run.call_id)
+            self.lock.notify_all()
+        return "stopped"
+
+    def until(self, check: Any) -> None:
+        with self.lock:
+            assert self.lock.wait_for(lambda: check(self), timeout=10)
+
+
+def test_ids_are_matched_exactly_as_sent_over_http() -> None:
+    """A19: the SDK folds 10 and "1_0" (and 1 and "1") into one id; over
+    HTTP as over stdio they stay four requests, each cancelled only by its
+    own id, each answered under its own id; a reused id in flight is -32600,
+    and another session's id 10 is another request."""
+    named = Named()
+    registry = ToolRegistry()
+    registry.register(
+        ToolDefinition("wait", "Wait", {"type": "object"}, named.wait, is_concurrency_safe=lambda _a: True)
+    )
+    with registry, serving(registry) as (url, _), httpx.Client(timeout=20) as raw:
+        session = open_session(raw, url)
+        other = open_session(raw, url)
+        answers: dict[str, list[dict[str, Any]]] = {}
+
+        def post(rid: int | str, headers: dict[str, str], key: str) -> None:
+            request = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
+            with httpx.Client(timeout=20) as own:
+                answers[key] = events(own.post(url, json=request, headers=headers))
+
+        posters = [threading.Thread(target=post, args=(rid, session, repr(rid))) for rid in (10, "1_0", 1, "1")] + [
+            threading.Thread(target=post, args=(10, other, "other 10"))
+        ]
+        for poster in posters:
+            poster.start()
+        named.until(lambda n: len(n.started) == 5)
+        # Call ids name the client's ids (the text of 1 and "1" alike).
+        assert sorted(named.started) == ["mcp:1", "mcp:1", "mcp:10", "mcp:10", "mcp:1_0"]
+        (duplicate,) = events(raw.post(url, json={"jsonrpc": "2.0", "id": 10, "method": "ping"}, headers=session))
+        assert duplicate == {
+            "jsonrpc": "2.0",
+            "id": 10,
+            "error": {"code": -32600, "message": "Invalid Request: a request with this id is still in flight"},
+        }
+
+        def cancel(rid: object, headers: dict[str, str]) -> None:
+            note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}}
+            assert raw.post(url, json=note, headers=headers).status_code == 202
+
+        cancel(10, session)
+        named.until(lambda n: len(n.aborted) == 1)
+        cancel("1", session)
+        named.until(lambda n: len(n.aborted) == 2)
+        posters[0].join(10)
+        posters[3].join(10)
+        assert answers["10"] == [] and answers["'1'"] == []  # cancelled: unanswered
+        assert "'1_0'" not in answers and "1" not in answers and "other 10" not in answers  # still running
+        cancel("1_0", session)
+        cancel(1, session)
+        cancel(10, other)
+        for poster in posters:
+            poster.join(10)
+        assert all(answers[key] == [] for key in ("'1_0'", "1", "other 10"))
+        assert len(named.aborted) == 5
