@@ -38,6 +38,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import itertools
@@ -355,8 +356,6 @@ class WebServer(uvicorn.Server):
     stop (``should_exit``)."""
 
     def capture_signals(self) -> Any:
-        import contextlib
-
         return contextlib.nullcontext()
 
 
