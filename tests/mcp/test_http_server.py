@@ -8,6 +8,10 @@ joins the calls in flight."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +33,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
+from dshtools._cli.main import main
 from dshtools.mcp import MCPClient, serve_http
 from tests.helpers import run_cli
 from tests.mcp.client_support import call, client_threads, eventually, value_of
@@ -322,13 +327,16 @@ def test_the_signal_stops_a_server_that_never_served() -> None:
         assert serve_http(registry, "127.0.0.1", 0, signal=stopped.signal) == 0
 
 
-def test_the_command_line_refuses_a_remote_host_and_a_bad_address(tmp_path: Path) -> None:
+def test_the_command_line_refuses_a_remote_host(tmp_path: Path) -> None:
     (tmp_path / "few_tools.py").write_text("from dshtools import ToolRegistry\nregistry = ToolRegistry()\n")
     remote = run_cli(tmp_path, "mcp", "--http", "0.0.0.0:0", "--tools", "few_tools:registry")
     assert remote.returncode == 2
     assert "not a loopback address" in remote.stderr and "--allow-remote" in remote.stderr
-    bad = run_cli(tmp_path, "mcp", "--http", "localhost", "--tools", "few_tools:registry")
-    assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
+
+
+def test_the_command_line_refuses_an_address_without_a_port(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mcp", "--http", "localhost", "--tools", "few_tools:registry"]) == 2  # refused while parsing
+    assert "expected HOST:PORT" in capsys.readouterr().err
 
 
 class Named:
@@ -408,3 +416,26 @@ def test_ids_are_matched_exactly_as_sent_over_http() -> None:
             poster.join(10)
         assert all(answers[key] == [] for key in ("'1_0'", "1", "other 10"))
         assert len(named.aborted) == 5
+
+
+def test_the_command_line_takes_its_token_from_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "few_tools.py").write_text("from dshtools import ToolRegistry\nregistry = ToolRegistry()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dshtools", "mcp", "--http", "127.0.0.1:0", "--tools", "few_tools:registry"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "DSHTOOLS_MCP_TOKEN": "from-env"},
+        cwd=tmp_path,
+    )
+    try:
+        assert server.stderr is not None
+        ready = server.stderr.readline()
+        assert "(a bearer token required)" in ready, ready
+        url = ready.split(" on ", 1)[1].split(" ", 1)[0]
+        with httpx.Client(timeout=10) as raw:
+            assert initialize(raw, url).status_code == 401
+            assert initialize(raw, url, Authorization="Bearer from-env").status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(20) == 128 + signal.SIGTERM
