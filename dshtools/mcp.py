@@ -1,10 +1,14 @@
 """A ``ToolRegistry`` served as a Model Context Protocol server over stdio
-(docs/contract.md §11), built on the official ``mcp`` SDK (extra ``mcp``).
+(docs/contract.md §11) or streamable HTTP (docs/mcp.md#the-server-over-http),
+built on the official ``mcp`` SDK (extra ``mcp``).
 
 ``serve_stdio(registry, *, name="dshtools")`` answers ``tools/list`` from
 ``registry.schemas()`` and runs each ``tools/call`` through
 ``registry.execute`` -- every hook, guard, approver and policy of the
 registry applies -- and returns when the client closes the connection.
+``serve_http(registry, host, port, ...)`` does the same for HTTP clients
+with the same handlers; its own guarantees are in its docstring and in
+``dshtools._mcp.http_server``.
 
 Guarantees:
 
@@ -33,8 +37,11 @@ Guarantees:
   gets ``notifications/progress`` (that token, ``progress``, ``total``,
   ``message``) for what its body reports with ``run.report_progress``,
   coalesced, the last update before the response (``_mcp.progress``).
-* **Results**: each content block of the result becomes an MCP text block
-  (a non-text block is rendered as its JSON text); ``isError`` is ``True``
+* **Results**: each content block of the result becomes the MCP block of
+  its type, or a text block holding its JSON when it has no valid MCP form;
+  a tool with an output schema declares it as ``outputSchema`` and its
+  successes carry ``structuredContent`` (``dshtools._mcp.content``,
+  docs/mcp.md#content-and-structured-results); ``isError`` is ``True``
   exactly when the result is a ``ToolFailure``. An unknown tool, invalid
   arguments or a denial are ``isError`` results (the registry's
   ``UNKNOWN_TOOL``, ``INVALID_ARGS``, ``DENIED``), never JSON-RPC errors.
@@ -65,16 +72,19 @@ registry's executor as usual.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
 import json
 import os
 import signal as _signals
+import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -92,12 +102,17 @@ from ._core.freeze import thaw
 from ._interop.calls import check_decoded, provider_text, result_text
 from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
 from ._mcp.client import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, MCPClient
+from ._mcp.content import OutputShape, mcp_blocks, output_shape, text_block
 from ._mcp.progress import FLUSH_S, ProgressRelay, flush
 from ._registry.registry import ToolRegistry
 from ._signal import AbortController, AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
-__all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient", "serve_stdio"]
+__all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient", "serve_http", "serve_stdio"]
+
+DEFAULT_SESSION_IDLE_TIMEOUT: Final = 600.0
+"""Seconds an HTTP session may go without any request in flight before it
+expires (10 minutes; ``serve_http``)."""
 
 _STOP_SIGNALS = (_signals.SIGTERM, _signals.SIGINT)
 
@@ -239,25 +254,20 @@ class _Gate:
             self._admit_locked()
 
 
-def _text(block: Mapping[str, Any]) -> str:
-    if block.get("type") == "text" and isinstance(block.get("text"), str):
-        text: str = block["text"]
-    else:
-        text = json.dumps(thaw(block), ensure_ascii=False, default=repr)
-    # Lone surrogates cannot be encoded as UTF-8 on the wire.
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _tool_result(outcome: ToolExecutionResult | BaseException) -> types.CallToolResult:
+def _tool_result(
+    outcome: ToolExecutionResult | BaseException, shape: OutputShape | None = None
+) -> types.CallToolResult:
+    """The MCP result for ``outcome`` (docs/mcp.md#content-and-structured-results);
+    ``shape``: the tool's output schema as MCP declares it."""
     if isinstance(outcome, BaseException):
         text = f"Error: the server could not run the call: {type(outcome).__name__}: {safe_str(outcome)}"
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=_text({"type": "text", "text": text}))], is_error=True
-        )
-    content: list[types.ContentBlock] = [types.TextContent(type="text", text=_text(b)) for b in outcome.content]
+        return types.CallToolResult(content=[text_block({"type": "text", "text": text})], is_error=True)
+    content = mcp_blocks(outcome.content)
     if outcome.is_error and (said := provider_text(outcome)) != result_text(outcome.content):
         # A failure whose text says nothing (docs/contract.md#a18).
         content = [types.TextContent(type="text", text=said)]
+    if shape is not None and not outcome.is_error:
+        return types.CallToolResult(content=content, structured_content=shape.structured(outcome.value))
     return types.CallToolResult(content=content, is_error=outcome.is_error)
 
 
@@ -280,6 +290,11 @@ class _StdioServer:
 
     # ------------------------------------------------------------- handlers
 
+    def _shape(self, tool: str) -> OutputShape | None:
+        """How ``tool``'s output schema goes over MCP (``None``: it has none)."""
+        definition = self._registry.get(tool)
+        return None if definition is None else output_shape(definition.output_schema)
+
     async def _list_tools(
         self, _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -291,6 +306,7 @@ class _StdioServer:
                     name=plain["name"],
                     description=plain.get("description") or None,
                     input_schema=plain.get("parameters") or {"type": "object", "properties": {}},
+                    output_schema=None if (shape := self._shape(plain["name"])) is None else shape.schema,
                 )
             )
         return types.ListToolsResult(tools=tools)
@@ -354,7 +370,7 @@ class _StdioServer:
             raise
         if forward is not None:
             await self._progress.finish(forward, controller.signal, answered=True)
-        return _tool_result(outcome[0])
+        return _tool_result(outcome[0], self._shape(params.name))
 
     # ------------------------------------------------------------ transport
 
@@ -522,3 +538,204 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+def serve_http(
+    registry: ToolRegistry,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    token: str | None = None,
+    name: str = "dshtools",
+    allow_remote: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+    signal: AbortSignal | None = None,
+    on_ready: Callable[[str], object] | None = None,
+) -> int:
+    """Serve ``registry``'s tools as an MCP server named ``name`` over
+    streamable HTTP at ``http://host:port/mcp``; block until stopped
+    (docs/mcp.md#the-server-over-http).
+
+    Tool calls take the same path as over stdio: each its own
+    ``AbortController``, ``notifications/cancelled`` aborts it and joins the
+    body, and a cancelled request gets no response (docs/contract.md#a19).
+
+    * ``host`` must be a loopback address or ``localhost`` unless
+      ``allow_remote`` (else ``ValueError``); ``port`` 0 picks a free port.
+    * ``token``: every request must carry ``Authorization: Bearer <token>``
+      (compared in constant time), else ``401``.
+    * DNS-rebinding protection is always on: a ``Host`` or ``Origin`` that
+      is not this machine (or the bound host, or in ``allowed_hosts`` /
+      ``allowed_origins``; ``name:*`` allows any port) is refused (``421`` /
+      ``403``).
+    * ``session_idle_timeout``: seconds a session may go without a request
+      in flight before it expires (default 600; ``None``: never).
+    * ``on_ready(url)`` is called from the calling thread once the socket
+      listens, before the first request is served.
+
+    Stops when ``signal`` is aborted (returns ``0``) or, when called from
+    the main thread, on SIGTERM or SIGINT (returns ``128 + signum``).
+    Either way every call in flight was aborted (its client gets the
+    registry's ``ABORTED`` result) and joined, and every session closed,
+    before this returns. The registry is not closed (it is the caller's).
+
+    Threads: the asyncio event loop (``anyio.run``) runs uvicorn and the
+    protocol in the calling thread; each call runs ``registry.execute`` on
+    a thread of its own, as over stdio. Raises ``OSError`` when the address
+    cannot be bound, ``RuntimeError`` when called from a running event loop.
+    """
+    if session_idle_timeout is not None and not session_idle_timeout > 0:
+        raise ValueError(
+            f"session_idle_timeout must be a positive number of seconds or None, not {session_idle_timeout!r}"
+        )
+    from ._mcp import http_server as _http  # uvicorn and starlette: imported only to serve HTTP
+
+    listener = _http.bind(host, port, allow_remote=allow_remote)
+    try:
+        bound_host, bound_port = listener.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        server = _HttpServer(registry, name)
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound_port}{_http.PATH}")
+        status: int = anyio.run(
+            server.serve_http,
+            listener,
+            _http.security(host, allowed_hosts, allowed_origins),
+            session_idle_timeout,
+            token,
+            threading.current_thread() is threading.main_thread(),
+            signal,
+        )
+        return status
+    finally:
+        listener.close()
+
+
+SERVER_STOPPING = "the MCP server is stopping"
+
+
+class _HttpServer(_StdioServer):
+    """The stdio server's call and list handlers (transport-neutral: they
+    use neither descriptor) behind the SDK's streamable HTTP session
+    manager. Calls in flight are tracked so that stopping the server can
+    abort and join every one of them before the sessions close."""
+
+    def __init__(self, registry: ToolRegistry, name: str) -> None:
+        super().__init__(registry, name, -1, -1)
+        from ._mcp.http_server import SessionIds
+
+        self._ids = self._http_ids = SessionIds()
+        self._calls: set[anyio.CancelScope] = set()
+        self._drained: anyio.Event | None = None
+
+    async def _tracked_call(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if self.stop_reason is None:
+            with anyio.CancelScope() as scope:
+                self._calls.add(scope)
+                try:
+                    return await self._call_tool(ctx, params)
+                finally:
+                    self._calls.discard(scope)
+                    if not self._calls and self._drained is not None:
+                        self._drained.set()
+        # The server is stopping: the call was aborted and joined (or never
+        # started); its client still gets an answer.
+        text = f"Error: tool call aborted: {self.stop_reason or SERVER_STOPPING}"
+        return types.CallToolResult(content=[text_block({"type": "text", "text": text})], is_error=True)
+
+    async def _end_calls(self, reason: str) -> None:
+        """Abort every call in flight with ``reason`` and wait until each
+        was joined; calls that arrive from now on do not run."""
+        self.stop_reason = reason
+        self._drained = anyio.Event()
+        for scope in list(self._calls):
+            scope.cancel()
+        if self._calls:
+            await self._drained.wait()
+
+    async def _watch_http_signals(
+        self,
+        stopping: anyio.Event,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        # Listening until the server stopped: a second signal during the
+        # join is swallowed here instead of raising KeyboardInterrupt into it.
+        with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
+            task_status.started()
+            async for signum in received:
+                if self.signum is None:
+                    self.signum = int(signum)
+                    stopping.set()
+
+    async def serve_http(
+        self,
+        listener: socket.socket,
+        settings: Any,
+        idle_timeout: float | None,
+        token: str | None,
+        handle_signals: bool,
+        stop: AbortSignal | None,
+    ) -> int:
+        from ._mcp import http_server as _http
+
+        server: Server[Any] = Server(
+            self._name, version=_version(), on_list_tools=self._list_tools, on_call_tool=self._tracked_call
+        )
+        manager = _http.SessionManager(server, security_settings=settings, session_idle_timeout=idle_timeout)
+        web = _http.web_server(_http.asgi_app(manager, token, self._http_ids))
+        stopping = anyio.Event()
+
+        loop = asyncio.get_running_loop()
+
+        def stop_now(_signal: AbortSignal) -> None:
+            # From whichever thread aborts ``stop``, the loop's own included.
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stopping.set)
+
+        served = anyio.Event()
+
+        async def run_web() -> None:
+            try:
+                await web.serve([listener])
+            finally:
+                served.set()
+                stopping.set()
+
+        with contextlib.ExitStack() as listening:
+            if stop is not None:
+                listening.enter_context(stop.add_listener(stop_now))
+            async with anyio.create_task_group() as tasks:
+                watching = anyio.CancelScope()
+                if handle_signals:
+
+                    async def watch(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+                        with watching:
+                            await self._watch_http_signals(stopping, task_status=task_status)
+
+                    await tasks.start(watch)
+                self._progress.start(tasks)
+                async with manager.run():
+                    tasks.start_soon(run_web)
+                    await stopping.wait()
+                    if self.signum is not None:
+                        reason = f"{SERVER_STOPPING} ({_signals.Signals(self.signum).name})"
+                    else:
+                        reason = SERVER_STOPPING
+                    await self._end_calls(reason)
+                    # uvicorn stops accepting, lets the answers of the calls
+                    # just ended reach their clients (the sessions are still
+                    # open), then cuts what stays open past its grace.
+                    web.should_exit = True
+                    await served.wait()
+                # Every session is closed now.
+                watching.cancel()
+                self._progress.close()
+        return 0 if self.signum is None else 128 + self.signum

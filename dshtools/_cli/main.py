@@ -42,6 +42,9 @@ Command line::
                     [--cancel-after S] [--max-parallel N] [--json] [--wide] [--traceback] [--trace [FILE]]
     dshtools mcp --tools MODULE:ATTRIBUTE [--name N] [--traceback]   (see dshtools.mcp; exits 0 at
                     end of input, 128 + signum after SIGTERM/SIGINT)
+                 [--http HOST:PORT [--token TOKEN] [--allow-remote] [--allow-host H]...
+                    [--allow-origin O]... [--session-idle-timeout S]]   (streamable HTTP
+                    instead of stdio; the token may come from $DSHTOOLS_MCP_TOKEN)
 
 ``--tools`` names a ``ToolRegistry`` or a zero-argument callable returning
 one, or (``--tools MODULE``) a module whose ``@dshtools.tool`` functions
@@ -315,9 +318,56 @@ def cmd_mcp(ns: argparse.Namespace) -> int:
             if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types", "anyio"):
                 raise
             raise UsageError(f"the mcp command needs the MCP SDK: pip install 'dshtools[mcp]' ({exc})") from None
-        return serve_stdio(registry, name=ns.name)
+        if ns.http is None:
+            return serve_stdio(registry, name=ns.name)
+        return _serve_http(registry, ns)
     finally:
         registry.close()
+
+
+TOKEN_ENV = "DSHTOOLS_MCP_TOKEN"
+"""The environment variable ``mcp --http`` reads its bearer token from when
+``--token`` is not given (a token on the command line is visible to every
+user of the machine in the process list)."""
+
+
+def _http_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:8000), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _serve_http(registry: ToolRegistry, ns: argparse.Namespace) -> int:
+    from ..mcp import serve_http
+
+    host, port = ns.http
+    token = ns.token if ns.token is not None else os.environ.get(TOKEN_ENV) or None
+    if ns.session_idle_timeout is not None and not ns.session_idle_timeout > 0:
+        raise UsageError(f"--session-idle-timeout must be a positive number of seconds, got {ns.session_idle_timeout}")
+
+    def ready(url: str) -> None:
+        auth = "a bearer token required" if token is not None else "no token: any local process may call its tools"
+        print(f"dshtools: serving MCP on {url} ({auth})", file=sys.stderr, flush=True)
+
+    try:
+        return serve_http(
+            registry,
+            host,
+            port,
+            token=token,
+            name=ns.name,
+            allow_remote=ns.allow_remote,
+            allowed_hosts=ns.allow_host,
+            allowed_origins=ns.allow_origin,
+            session_idle_timeout=ns.session_idle_timeout,
+            on_ready=ready,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -439,8 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.set_defaults(func=cmd_replay, subparser=replay)
     mcp = sub.add_parser(
         "mcp",
-        help="serve your registry's tools as a Model Context Protocol server over stdio",
-        description="Serve the registry named by --tools as an MCP server on stdin/stdout (needs the mcp extra). "
+        help="serve your registry's tools as a Model Context Protocol server over stdio or HTTP",
+        description="Serve the registry named by --tools as an MCP server on stdin/stdout, or over streamable "
+        "HTTP with --http (needs the mcp extra). "
         "Each tools/call runs through the registry with its own signal; notifications/cancelled aborts it and "
         "joins the body. Exit status: 0 at end of input; 128 + signum after SIGTERM or SIGINT, once every "
         "call in flight was aborted and joined.",
@@ -453,6 +504,41 @@ def build_parser() -> argparse.ArgumentParser:
         "functions become the tools (the current directory is importable)",
     )
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
+    mcp.add_argument(
+        "--http",
+        type=_http_address,
+        metavar="HOST:PORT",
+        help="serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST must be a loopback "
+        "address unless --allow-remote; PORT 0 picks a free one); stops on SIGTERM/SIGINT",
+    )
+    mcp.add_argument(
+        "--token",
+        help=f"with --http: require 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV} when set)",
+    )
+    mcp.add_argument(
+        "--allow-remote", action="store_true", help="with --http: allow a HOST that is not a loopback address"
+    )
+    mcp.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="with --http: also accept this Host header (NAME or NAME:* for any port; repeatable); others get 421",
+    )
+    mcp.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="with --http: also accept this Origin (e.g. https://app.example; repeatable); others get 403",
+    )
+    mcp.add_argument(
+        "--session-idle-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --http: close a session after this long without a request in flight (default 600)",
+    )
     mcp.add_argument(
         "--traceback",
         action="store_true",

@@ -548,9 +548,16 @@ class MCPClient:
             )
             call.settle(BodyReport(outcome=Error(stopped), meta={"remote": remote}))
             return
-        if remote is not None and isinstance(answer, MCPError) and answer.error.code != CONNECTION_CLOSED:
+        if (
+            remote is not None
+            and isinstance(answer, MCPError)
+            and (answer.error.code != CONNECTION_CLOSED or self._url is not None)
+        ):
             # A JSON-RPC error after our cancel answers the cancel (the SDK's
-            # HTTP server sends -32800): the call was aborted, not faulty.
+            # HTTP server sends -32800), and over HTTP so does the request's
+            # stream ending without a response (a server that follows
+            # JSON-RPC and answers a cancelled request with nothing): the
+            # call was aborted, not faulty.
             answer = AbortError(call.reason)
         report = report_of(answer, remote, conn.http_status)
         if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):

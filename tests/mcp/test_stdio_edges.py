@@ -24,7 +24,8 @@ import mcp_types as types
 import pytest
 
 from dshtools._core.freeze import freeze
-from dshtools.mcp import _text, _tool_result
+from dshtools._mcp.content import mcp_blocks, text_block
+from dshtools.mcp import _tool_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,10 +110,18 @@ def test_without_stderr_or_stdout_object_the_server_serves_a_clean_stream_and_re
         proc.stdout.close()
 
 
-def test_a_non_text_block_is_sent_as_its_json_text() -> None:
-    block = freeze({"type": "image", "data": "aGk=", "mimeType": "image/png"})
-    assert json.loads(_text(block)) == {"type": "image", "data": "aGk=", "mimeType": "image/png"}
-    assert _text(freeze({"type": "text", "text": "lone \ud800"})) == "lone ?"
+def test_a_block_without_an_mcp_form_is_sent_as_its_json_text() -> None:
+    """An image goes out as an image (tests/mcp/test_content.py); a block
+    type MCP does not have, as its JSON text."""
+    (image,) = mcp_blocks([freeze({"type": "image", "data": "aGk=", "mimeType": "image/png"})])
+    assert image.model_dump(by_alias=True, exclude_none=True) == {
+        "type": "image",
+        "data": "aGk=",
+        "mimeType": "image/png",
+    }
+    (other,) = mcp_blocks([freeze({"type": "thinking", "thought": "hm"})])
+    assert other.type == "text" and json.loads(other.text) == {"type": "thinking", "thought": "hm"}
+    assert text_block(freeze({"type": "text", "text": "lone \ud800"})).text == "lone ?"
 
 
 def test_a_call_the_server_could_not_run_is_an_error_result_naming_the_exception() -> None:
