@@ -70,6 +70,7 @@ from .._types.hooks import (
     ToolDefinition,
 )
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
+from .observer import watch_aborted, watch_progress
 from .outcome import NULL_SUCCESS, check_success
 from .progress import post
 from .trusted import trusted_view
@@ -186,9 +187,13 @@ class _Attempt:
         withdrawal = self.withdrawal
         if withdrawal is not None:
             withdrawal(signal)
-        if self.run is not None:
+        run = self.run
+        if run is not None:
             watch = AbortSignal.timeout(OVERRUN_WARNING_S)
             self.watch = (watch, watch.add_listener(self._overdue))
+            observed = run.watch  # a call observer's: the abort this body sees
+            if observed is not None:
+                watch_aborted(observed, signal, run.call)
 
     def _overdue(self, _signal: AbortSignal) -> None:
         run = self.run  # None once the attempt settled
@@ -557,14 +562,18 @@ class Run:
 
     def report_progress(self, progress: object, total: object, message: object) -> None:
         observers = self.hooks.progress
-        if not observers:
+        observed = self.watch  # a call observer's, which sees every update in this thread
+        if not observers and observed is None:
             return
         try:
             update = _progress_update(progress, total, message)
         except (TypeError, ValueError):
             _log.debug("tool %r (call %r) reported progress that is not a number", self.call.name, self.call.call_id)
             return
-        post(self.token, self._progress_view, observers, update)
+        if observed is not None:
+            watch_progress(observed, update, self.call)
+        if observers:
+            post(self.token, self._progress_view, observers, update)
 
     def _progress_view(self) -> ToolExecution:
         return self.view
