@@ -297,19 +297,25 @@ class _Watch:
         attempts = meta.get("attempts")
         if isinstance(attempts, int) and not isinstance(attempts, bool):
             span.set_attribute(ATTEMPTS, attempts)
-        abort = self._abort_seen(result, error_type)
-        if abort is not None:
-            span.add_event(ABORT_EVENT, {ABORT_REASON: type(abort[1]).__name__}, timestamp=abort[0])
-        if killed:
-            # The body stopped when its dispatch settled, maybe long before
-            # its result's model-order turn.
-            span.add_event(FORCED_STOP_EVENT, {} if overrun is None else {OVERRUN_S: float(overrun)}, self.settled_at)
+        # (time_ns or None for now, name, attributes), added in time order.
+        events: list[tuple[int | None, str, dict[str, Any]]] = []
         kept = self._progress
         if kept:
             updates = sorted(kept)
             span.set_attribute(PROGRESS_COUNT, updates[-1][0])
-            for _, at, update in updates:
-                span.add_event(PROGRESS_EVENT, _progress_attributes(update), timestamp=at)
+            events.extend((at, PROGRESS_EVENT, _progress_attributes(update)) for _, at, update in updates)
+        abort = self._abort_seen(result, error_type)
+        if abort is not None:
+            events.append((abort[0], ABORT_EVENT, {ABORT_REASON: type(abort[1]).__name__}))
+        if killed:
+            # The body stopped when its dispatch settled, maybe long before
+            # its result's model-order turn.
+            events.append((self.settled_at, FORCED_STOP_EVENT, {} if overrun is None else {OVERRUN_S: float(overrun)}))
+        if len(events) > 1:
+            now = time.time_ns()
+            events.sort(key=lambda e: now if e[0] is None else e[0])
+        for at, name, attributes in events:
+            span.add_event(name, attributes, timestamp=at)
         if self.instrumentation.capture_content:
             span.set_attribute(GEN_AI_TOOL_CALL_RESULT, _bounded(_json(result.content)))
         if error_type is not None:
