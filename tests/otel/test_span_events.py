@@ -22,6 +22,7 @@ from dshtools import (
     WORKER_LOST,
     AbortController,
     Ask,
+    RetryPolicy,
     TimeoutPolicy,
     ToolDefinition,
     ToolRegistry,
@@ -330,3 +331,30 @@ def test_a_lost_worker_and_a_deferred_approval_and_its_resume_each_get_their_spa
     assert [(s.attributes or {})[otel.GEN_AI_TOOL_CALL_ID] for s in spans] == ["l1", "r1", "r1"]
     assert [(s.attributes or {})[otel.BODY_INVOKED] for s in spans] == [True, False, True]
     assert [s.status.status_code.name for s in spans] == ["ERROR", "ERROR", "UNSET"]
+
+
+@pytest.mark.timeout(20)
+def test_a_retried_call_keeps_the_timeout_its_first_attempt_saw(
+    registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
+) -> None:
+    """A deadline per attempt (the retry outside the timeout): the span of
+    the call that succeeded on its second attempt says the first one's
+    body saw a timeout, and how many attempts there were."""
+    attempts: list[int] = []
+
+    def flaky(_a: Any, run: ToolRunContext) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            run.signal.wait()
+            return "too late"
+        return "done"
+
+    registry.add_around_dispatch(RetryPolicy(attempts=2, backoff=0, retry_on=[TOOL_TIMEOUT], jitter=0))
+    registry.add_around_dispatch(TimeoutPolicy())
+    registry.register(tool("flaky", flaky, timeout=0.05, idempotent=True))
+    result = registry.execute(call("flaky"))
+    assert result.is_error is False and result.meta["attempts"] == 2
+    span = traced.span()
+    assert (span.attributes or {})[otel.ATTEMPTS] == 2 and otel.ERROR_TYPE not in (span.attributes or {})
+    (abort,) = _events(span, otel.ABORT_EVENT)
+    assert (abort.attributes or {})[otel.ABORT_REASON] == "TimeoutReason"
