@@ -175,15 +175,22 @@ def _carrying_changed(delta: int) -> None:
         set_context_carrier(_carry if _carrying > 0 else None)
 
 
+# Where a recorded abort came from: a dispatch signal of the call (what its
+# body sees), the caller's signal before the call's dispatch settled, after.
+_BODY: Final = 0
+_CALLER: Final = 1
+_LATE: Final = 2
+
+
 class _Watch:
     """One call's span and timing (``observer.CallWatch``). Made and
     finished by the registry's call path.
 
     What it records while the call is in flight, lock-free (list and deque
     appends; a count from ``itertools.count``): each abort that reaches the
-    call, as ``(time_ns, reason, before_settled)`` (``_on_abort`` in the
-    thread that aborted the caller's signal, ``aborted`` in the thread that
-    aborted the body's dispatch signal); ``settled_at``, the time its
+    call, as ``(time_ns, reason, source)`` (``_on_abort`` in the thread that
+    aborted the caller's signal, ``aborted`` in the thread that aborted the
+    body's dispatch signal); ``settled_at``, the time its
     dispatch settled (``exit``); the last ``MAX_PROGRESS_EVENTS`` progress
     updates and how many were reported (``progress``, the body's thread).
     ``finished`` turns them into events once, in the publishing thread."""
@@ -206,26 +213,33 @@ class _Watch:
         self.span = span
         self.start = time.perf_counter()
         self.settled_at: int | None = None
-        self._aborts: list[tuple[int, object, bool]] = []
+        self._aborts: list[tuple[int, object, int]] = []
         self._listener: ListenerHandle | None = None
         self._progress: deque[tuple[int, int, ProgressUpdate]] | None = None
         self._reported: itertools.count[int] | None = None
         if span is not None and span.is_recording():
-            self._progress = deque(maxlen=MAX_PROGRESS_EVENTS)
-            self._reported = itertools.count(1)
+            self._reported = itertools.count(1)  # the buffer is made by the first report
             self._listener = call.signal.add_listener(self._on_abort)
 
     def _on_abort(self, signal: AbortSignal) -> None:
-        self._aborts.append((time.time_ns(), signal.reason, self.settled_at is None))
+        self._aborts.append((time.time_ns(), signal.reason, _CALLER if self.settled_at is None else _LATE))
 
     def aborted(self, signal: AbortSignal) -> None:
         if self._listener is not None:  # recording
-            self._aborts.append((time.time_ns(), signal.reason, True))
+            self._aborts.append((time.time_ns(), signal.reason, _BODY))
 
     def progress(self, update: ProgressUpdate) -> None:
-        kept, reported = self._progress, self._reported
-        if kept is not None and reported is not None:
-            kept.append((next(reported), time.time_ns(), update))
+        reported = self._reported
+        if reported is None:  # not recording
+            return
+        entry = (next(reported), time.time_ns(), update)
+        kept = self._progress
+        if kept is None:
+            # Two threads of one body reporting their very first updates at
+            # once may each make a buffer: one of those updates is then not
+            # kept as an event (the count still has it).
+            kept = self._progress = deque(maxlen=MAX_PROGRESS_EVENTS)
+        kept.append(entry)
 
     def enter(self) -> object:
         span = self.span
@@ -265,24 +279,32 @@ class _Watch:
             span.end()
 
     def _abort_seen(self, result: ToolExecutionResult, error_type: str | None) -> tuple[int | None, object] | None:
-        """The call's one abort event, ``(time_ns or None for now, reason)``:
-        the first abort that reached a dispatched call before its dispatch
-        settled (what its body saw); else, for a cancellation result, its
-        ``meta["reason"]`` at the time that reason aborted the caller's
-        signal, or when the dispatch settled (a wrapper's own signal). An
-        abort that arrived only while a settled call waited for its
-        model-order turn is not the call's (docs/contract.md#a1)."""
+        """The call's one abort event, ``(time_ns or None for now, reason)``.
+        A dispatch signal aborts once, with the first reason that reached
+        it, so when one aborted its reason is what the body saw (the first
+        attempt's, timed when the caller's signal aborted with that reason,
+        if it did, else when it was heard); else the first abort of the
+        caller's signal before the dispatch settled (a wrapper waiting
+        before ``next()``); else, for a cancellation result, its
+        ``meta["reason"]`` when that aborted the caller's signal or when
+        the dispatch settled. An abort that arrived only while a settled
+        call waited for its model-order turn is not the call's
+        (docs/contract.md#a1)."""
         aborts = self._aborts
-        if self.settled_at is not None:
-            seen = [(at, reason) for at, reason, before in aborts if before]
-            if seen:
-                return min(seen, key=lambda a: a[0])
+        seen = [(at, reason) for at, reason, source in aborts if source == _BODY]
+        if not seen and self.settled_at is not None:
+            seen = [(at, reason) for at, reason, source in aborts if source == _CALLER]
+        if seen:
+            at, reason = min(seen, key=lambda a: a[0])
+            at = min((a for a, r, source in aborts if r is reason and source != _LATE), default=at)
+            settled = self.settled_at
+            # A listener heard late still heard an abort from before the settle.
+            return (at if settled is None else min(at, settled)), reason
         meta = result.meta
         if error_type is None or "reason" not in meta:
             return None
         reason = meta["reason"]
-        at = min((a for a, r, _ in aborts if r is reason), default=self.settled_at)
-        return at, reason
+        return min((a for a, r, _ in aborts if r is reason), default=self.settled_at), reason
 
     def _describe(self, span: trace.Span, result: ToolExecutionResult, error_type: str | None) -> None:
         meta = result.meta
@@ -304,7 +326,7 @@ class _Watch:
             updates = sorted(kept)
             span.set_attribute(PROGRESS_COUNT, updates[-1][0])
             events.extend((at, PROGRESS_EVENT, _progress_attributes(update)) for _, at, update in updates)
-        abort = self._abort_seen(result, error_type)
+        abort = self._abort_seen(result, error_type) if self._aborts or error_type is not None else None
         if abort is not None:
             events.append((abort[0], ABORT_EVENT, {ABORT_REASON: type(abort[1]).__name__}))
         if killed:
