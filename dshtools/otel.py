@@ -413,7 +413,9 @@ class Instrumentation:
             arguments = call.arguments
             text = str(arguments) if isinstance(arguments, InvalidCall) else _json(arguments)
             attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = _bounded(text)
-        span = tracer.start_span(f"{EXECUTE_TOOL} {call.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        # A call with no tool name (an invalid model call) is "execute_tool".
+        name = f"{EXECUTE_TOOL} {call.name}" if call.name else EXECUTE_TOOL
+        span = tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
         return _Watch(self, call, span)
 
     def uninstrument(self) -> None:

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 import dshtools
 from dshtools import (
     APPROVAL_PENDING,
+    INVALID_CALL,
     TOOL_ABORTED,
     TOOL_TIMEOUT,
     WORKER_LOST,
@@ -31,6 +32,7 @@ from dshtools import (
     otel,
 )
 from dshtools._backends.base import BodyReport, Error, WorkerLost
+from dshtools._types.calls import InvalidCall
 from tests.helpers import call, tool
 from tests.otel.conftest import Traced
 
@@ -360,3 +362,13 @@ def test_a_retried_call_keeps_the_timeout_its_first_attempt_saw(
     assert (span.attributes or {})[otel.ATTEMPTS] == 2 and otel.ERROR_TYPE not in (span.attributes or {})
     (abort,) = _events(span, otel.ABORT_EVENT)
     assert (abort.attributes or {})[otel.ABORT_REASON] == "TimeoutReason"
+
+
+def test_an_invalid_model_call_with_no_tool_name_is_named_execute_tool(
+    registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
+) -> None:
+    result = registry.execute(call("", InvalidCall("the model named no tool")))
+    assert result.code == INVALID_CALL
+    span = traced.span()
+    assert span.name == "execute_tool"  # no trailing blank
+    assert (span.attributes or {})[otel.ERROR_TYPE] == INVALID_CALL
