@@ -19,6 +19,14 @@ Guarantees:
 * While the body is dispatched the span is the current span of the context
   the body runs in (thread backend bodies, and nested calls they make, are
   its children).
+* A span has at most one abort event: the abort its body saw (its dispatch
+  signal's reason), else the caller's abort that cancelled the call; an
+  abort that arrived only while a settled call waited for its model-order
+  turn is not on it (docs/contract.md#a1). A forced stop is timed when the
+  dispatch settled. Events are in time order.
+* Progress the body reports is kept while it runs, in its thread, without
+  a lock: the last ``MAX_PROGRESS_EVENTS`` updates become events and the
+  span counts them all. An uninstrumented call pays nothing for it.
 * Arguments and results are recorded only on opt-in, each cut to
   ``MAX_CONTENT_CHARS`` characters with a marker.
 * While any instrumentation is installed, the W3C trace context crosses
