@@ -19,6 +19,14 @@ Guarantees:
 * While the body is dispatched the span is the current span of the context
   the body runs in (thread backend bodies, and nested calls they make, are
   its children).
+* A span has at most one abort event: the abort its body saw (its dispatch
+  signal's reason), else the caller's abort that cancelled the call; an
+  abort that arrived only while a settled call waited for its model-order
+  turn is not on it (docs/contract.md#a1). A forced stop is timed when the
+  dispatch settled. Events are in time order.
+* Progress the body reports is kept while it runs, in its thread, without
+  a lock: the last ``MAX_PROGRESS_EVENTS`` updates become events and the
+  span counts them all. An uninstrumented call pays nothing for it.
 * Arguments and results are recorded only on opt-in, each cut to
   ``MAX_CONTENT_CHARS`` characters with a marker.
 * While any instrumentation is installed, the W3C trace context crosses
@@ -33,10 +41,13 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import itertools
 import json
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -49,13 +60,14 @@ from ._backends.remote import Carried, set_context_carrier
 from ._core.freeze import thaw
 from ._registry.observer import CallWatch
 from ._registry.registry import ToolRegistry
-from ._signal import ListenerHandle
+from ._signal import AbortSignal, ListenerHandle
 from ._types.calls import InvalidCall, ToolExecutionInput, ToolExecutionResult, ToolFailure
-from ._types.hooks import ToolDefinition
+from ._types.hooks import ProgressUpdate, ToolDefinition
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "MAX_CONTENT_CHARS",
+    "MAX_PROGRESS_EVENTS",
     "Instrumentation",
     "carried_context",
     "instrument",
@@ -88,11 +100,30 @@ ATTEMPTS: Final = "dshtools.attempts"
 ABORT_EVENT: Final = "dshtools.abort"
 ABORT_REASON: Final = "dshtools.abort.reason"
 FORCED_STOP_EVENT: Final = "dshtools.forced_stop"
+PROGRESS_EVENT: Final = "dshtools.progress"
+PROGRESS_VALUE: Final = "dshtools.progress.value"
+PROGRESS_TOTAL: Final = "dshtools.progress.total"
+PROGRESS_MESSAGE: Final = "dshtools.progress.message"
+PROGRESS_COUNT: Final = "dshtools.progress.count"
 
 MAX_CONTENT_CHARS: Final = 8192
 """Characters of arguments or result kept on a span; more is cut and marked."""
 
+MAX_PROGRESS_EVENTS: Final = 16
+"""Progress updates kept on a span as events: the last ones reported; the
+span's ``dshtools.progress.count`` says how many there were in all."""
+
 _SCOPE: Final = "dshtools"
+
+
+def _scope_version() -> str:
+    """The installed distribution's version, else the package's own."""
+    try:
+        return importlib.metadata.version("dshtools")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout
+        from . import __version__
+
+        return __version__
 
 
 def _bounded(text: str) -> str:
@@ -106,6 +137,15 @@ def _json(value: object) -> str:
         return json.dumps(thaw(value), ensure_ascii=False, default=repr)
     except Exception:  # a value json cannot walk (a cycle, say)
         return repr(value)
+
+
+def _progress_attributes(update: ProgressUpdate) -> dict[str, Any]:
+    attributes: dict[str, Any] = {PROGRESS_VALUE: update.progress}
+    if update.total is not None:
+        attributes[PROGRESS_TOTAL] = update.total
+    if update.message is not None:
+        attributes[PROGRESS_MESSAGE] = _bounded(update.message)
+    return attributes
 
 
 def _capture_from_env() -> bool:
@@ -143,25 +183,71 @@ def _carrying_changed(delta: int) -> None:
         set_context_carrier(_carry if _carrying > 0 else None)
 
 
+# Where a recorded abort came from: a dispatch signal of the call (what its
+# body sees), the caller's signal before the call's dispatch settled, after.
+_BODY: Final = 0
+_CALLER: Final = 1
+_LATE: Final = 2
+
+
 class _Watch:
     """One call's span and timing (``observer.CallWatch``). Made and
-    finished by the registry's call path; ``_on_abort`` runs in the
-    aborting thread and only stores a time."""
+    finished by the registry's call path.
 
-    __slots__ = ("_listener", "aborted_at", "call", "instrumentation", "span", "start")
+    What it records while the call is in flight, lock-free (list and deque
+    appends; a count from ``itertools.count``): each abort that reaches the
+    call, as ``(time_ns, reason, source)`` (``_on_abort`` in the thread that
+    aborted the caller's signal, ``aborted`` in the thread that aborted the
+    body's dispatch signal); ``settled_at``, the time its
+    dispatch settled (``exit``); the last ``MAX_PROGRESS_EVENTS`` progress
+    updates and how many were reported (``progress``, the body's thread).
+    ``finished`` turns them into events once, in the publishing thread."""
+
+    __slots__ = (
+        "_aborts",
+        "_listener",
+        "_progress",
+        "_reported",
+        "call",
+        "instrumentation",
+        "settled_at",
+        "span",
+        "start",
+    )
 
     def __init__(self, instrumentation: Instrumentation, call: ToolExecutionInput, span: trace.Span | None) -> None:
         self.instrumentation = instrumentation
         self.call = call
         self.span = span
         self.start = time.perf_counter()
-        self.aborted_at: int | None = None
+        self.settled_at: int | None = None
+        self._aborts: list[tuple[int, object, int]] = []
         self._listener: ListenerHandle | None = None
+        self._progress: deque[tuple[int, int, ProgressUpdate]] | None = None
+        self._reported: itertools.count[int] | None = None
         if span is not None and span.is_recording():
+            self._reported = itertools.count(1)  # the buffer is made by the first report
             self._listener = call.signal.add_listener(self._on_abort)
 
-    def _on_abort(self, _signal: object) -> None:
-        self.aborted_at = time.time_ns()
+    def _on_abort(self, signal: AbortSignal) -> None:
+        self._aborts.append((time.time_ns(), signal.reason, _CALLER if self.settled_at is None else _LATE))
+
+    def aborted(self, signal: AbortSignal) -> None:
+        if self._listener is not None:  # recording
+            self._aborts.append((time.time_ns(), signal.reason, _BODY))
+
+    def progress(self, update: ProgressUpdate) -> None:
+        reported = self._reported
+        if reported is None:  # not recording
+            return
+        entry = (next(reported), time.time_ns(), update)
+        kept = self._progress
+        if kept is None:
+            # Two threads of one body reporting their very first updates at
+            # once may each make a buffer: one of those updates is then not
+            # kept as an event (the count still has it).
+            kept = self._progress = deque(maxlen=MAX_PROGRESS_EVENTS)
+        kept.append(entry)
 
     def enter(self) -> object:
         span = self.span
@@ -170,13 +256,13 @@ class _Watch:
         return otel_context.attach(trace.set_span_in_context(span))
 
     def exit(self, token: object) -> None:
+        self.settled_at = time.time_ns()
         if token is not None:
             otel_context.detach(token)  # type: ignore[arg-type]
 
     def finished(self, result: ToolExecutionResult) -> None:
         listener = self._listener
         if listener is not None:
-            self._listener = None
             listener.remove()
         duration = time.perf_counter() - self.start
         inst = self.instrumentation
@@ -194,10 +280,39 @@ class _Watch:
         if span is None:
             return
         try:
-            if span.is_recording():
+            if listener is not None:
                 self._describe(span, result, error_type)
         finally:
+            self._listener = None
             span.end()
+
+    def _abort_seen(self, result: ToolExecutionResult, error_type: str | None) -> tuple[int | None, object] | None:
+        """The call's one abort event, ``(time_ns or None for now, reason)``.
+        A dispatch signal aborts once, with the first reason that reached
+        it, so when one aborted its reason is what the body saw (the first
+        attempt's, timed when the caller's signal aborted with that reason,
+        if it did, else when it was heard); else the first abort of the
+        caller's signal before the dispatch settled (a wrapper waiting
+        before ``next()``); else, for a cancellation result, its
+        ``meta["reason"]`` when that aborted the caller's signal or when
+        the dispatch settled. An abort that arrived only while a settled
+        call waited for its model-order turn is not the call's
+        (docs/contract.md#a1)."""
+        aborts = self._aborts
+        seen = [(at, reason) for at, reason, source in aborts if source == _BODY]
+        if not seen and self.settled_at is not None:
+            seen = [(at, reason) for at, reason, source in aborts if source == _CALLER]
+        if seen:
+            at, reason = min(seen, key=lambda a: a[0])
+            at = min((a for a, r, source in aborts if r is reason and source != _LATE), default=at)
+            settled = self.settled_at
+            # A listener heard late still heard an abort from before the settle.
+            return (at if settled is None else min(at, settled)), reason
+        meta = result.meta
+        if error_type is None or "reason" not in meta:
+            return None
+        reason = meta["reason"]
+        return min((a for a, r, _ in aborts if r is reason), default=self.settled_at), reason
 
     def _describe(self, span: trace.Span, result: ToolExecutionResult, error_type: str | None) -> None:
         meta = result.meta
@@ -207,20 +322,30 @@ class _Watch:
         overrun = meta.get("overrun_s")
         if isinstance(overrun, float | int) and not isinstance(overrun, bool):
             span.set_attribute(OVERRUN_S, float(overrun))
+        else:
+            overrun = None
         attempts = meta.get("attempts")
         if isinstance(attempts, int) and not isinstance(attempts, bool):
             span.set_attribute(ATTEMPTS, attempts)
-        signal = self.call.signal
-        # The caller's signal aborted while the call ran, or the result is a
-        # cancellation (a wrapper's timeout aborts a signal of its own).
-        if self.aborted_at is not None or (error_type is not None and "reason" in meta):
-            reason = signal.reason if self.aborted_at is not None else meta.get("reason")
-            span.add_event(ABORT_EVENT, {ABORT_REASON: type(reason).__name__}, timestamp=self.aborted_at)
+        # (time_ns or None for now, name, attributes), added in time order.
+        events: list[tuple[int | None, str, dict[str, Any]]] = []
+        kept = self._progress
+        if kept:
+            updates = sorted(kept)
+            span.set_attribute(PROGRESS_COUNT, updates[-1][0])
+            events.extend((at, PROGRESS_EVENT, _progress_attributes(update)) for _, at, update in updates)
+        abort = self._abort_seen(result, error_type) if self._aborts or error_type is not None else None
+        if abort is not None:
+            events.append((abort[0], ABORT_EVENT, {ABORT_REASON: type(abort[1]).__name__}))
         if killed:
-            event: dict[str, Any] = {}
-            if isinstance(overrun, float | int) and not isinstance(overrun, bool):
-                event[OVERRUN_S] = float(overrun)
-            span.add_event(FORCED_STOP_EVENT, event)
+            # The body stopped when its dispatch settled, maybe long before
+            # its result's model-order turn.
+            events.append((self.settled_at, FORCED_STOP_EVENT, {} if overrun is None else {OVERRUN_S: float(overrun)}))
+        if len(events) > 1:
+            now = time.time_ns()
+            events.sort(key=lambda e: now if e[0] is None else e[0])
+        for at, name, attributes in events:
+            span.add_event(name, attributes, timestamp=at)
         if self.instrumentation.capture_content:
             span.set_attribute(GEN_AI_TOOL_CALL_RESULT, _bounded(_json(result.content)))
         if error_type is not None:
@@ -296,7 +421,9 @@ class Instrumentation:
             arguments = call.arguments
             text = str(arguments) if isinstance(arguments, InvalidCall) else _json(arguments)
             attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = _bounded(text)
-        span = tracer.start_span(f"{EXECUTE_TOOL} {call.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        # A call with no tool name (an invalid model call) is "execute_tool".
+        name = f"{EXECUTE_TOOL} {call.name}" if call.name else EXECUTE_TOOL
+        span = tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
         return _Watch(self, call, span)
 
     def uninstrument(self) -> None:
@@ -331,8 +458,9 @@ def instrument(
     are not instrumented."""
     if not isinstance(registry, ToolRegistry):
         raise TypeError(f"instrument() takes a ToolRegistry, not {type(registry).__name__}")
-    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
-    meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE)
+    version = _scope_version()
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE, version)
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE, version)
     histogram = meter.create_histogram(
         OPERATION_DURATION, unit="s", description="Duration of dshtools tool calls, to their published result."
     )

@@ -196,14 +196,30 @@ def _cells(span: ReadableSpan, origin: int) -> list[str]:
     ]
 
 
+def _event_detail(attributes: Mapping[str, Any]) -> str:
+    """`` (reason: X)`` for an abort, `` (progress: 3/10 message)`` for a
+    progress update, else nothing."""
+    reason = attributes.get("dshtools.abort.reason")
+    if reason:
+        return f" (reason: {reason})"
+    value = attributes.get("dshtools.progress.value")
+    if value is None:
+        return ""
+    total = attributes.get("dshtools.progress.total")
+    message = attributes.get("dshtools.progress.message")
+    return (
+        f" (progress: {value:g}" + ("" if total is None else f"/{total:g}") + (f" {message}" if message else "") + ")"
+    )
+
+
 def span_tree(spans: Sequence[ReadableSpan]) -> list[str]:
     """The spans as an indented tree, children in start order, one line per
     span: name, call id, outcome (``SUCCESS`` or ``error.type``) for an
     ``execute_tool`` span (its status otherwise), start relative to the
     first root (ms), duration (ms), ``body_invoked``, ``killed`` and
     ``overrun_s`` when reported; then a line per event (``dshtools.abort``
-    with its reason class, ``dshtools.forced_stop``) at its time relative
-    to the same origin."""
+    with its reason class, ``dshtools.forced_stop``, ``dshtools.progress``
+    with its value) at its time relative to the same origin."""
     roots, children = _children(spans)
     if not roots:
         return []
@@ -213,8 +229,7 @@ def span_tree(spans: Sequence[ReadableSpan]) -> list[str]:
     def walk(span: ReadableSpan, depth: int) -> None:
         rows.append((depth, _cells(span, origin)))
         for event in span.events:
-            reason = (event.attributes or {}).get("dshtools.abort.reason")
-            text = f"· {event.name} at +{_ms(event.timestamp - origin)}" + (f" (reason: {reason})" if reason else "")
+            text = f"· {event.name} at +{_ms(event.timestamp - origin)}" + _event_detail(event.attributes or {})
             rows.append((depth + 2, text))
         for child in children.get(span.context.span_id if span.context is not None else 0, []):
             walk(child, depth + 1)

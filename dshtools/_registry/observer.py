@@ -3,9 +3,10 @@ its outcome (package-internal, used by ``dshtools.otel``).
 
 Owns the ``CallObserver``/``CallWatch`` protocols, ``set_call_observer``,
 and the guarded ``enter``/``exit`` of a watch around a call's dispatch
-(``ToolRegistry._dispatch``). The registry itself calls ``started`` (in
-``_begin``) and ``finished`` (in ``_complete``); without an observer the
-call path never enters this module.
+(``ToolRegistry._dispatch``), of its ``aborted`` (``run._Attempt``, when
+a dispatch signal aborts) and of its ``progress`` (``Run.report_progress``).
+The registry itself calls ``started`` (in ``_begin``) and ``finished`` (in
+``_complete``); without an observer the call path never enters this module.
 """
 
 from __future__ import annotations
@@ -14,10 +15,19 @@ import threading
 from typing import Protocol
 
 from .._core.errors import report_unraisable, safe_repr
+from .._signal import AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .._types.hooks import ToolDefinition
+from .._types.hooks import ProgressUpdate, ToolDefinition
 
-__all__ = ["CallObserver", "CallWatch", "enter_watch", "exit_watch", "set_call_observer"]
+__all__ = [
+    "CallObserver",
+    "CallWatch",
+    "enter_watch",
+    "exit_watch",
+    "set_call_observer",
+    "watch_aborted",
+    "watch_progress",
+]
 
 
 class CallWatch(Protocol):
@@ -26,12 +36,21 @@ class CallWatch(Protocol):
     submitted, and ``exit(token)`` with what it returned in the same thread
     once the dispatch settled (the body joined); then ``finished(result)``
     exactly once, in the thread that published the call's one result, after
-    the result observers. Exceptions from these are reported as unraisable;
-    they never change the result."""
+    the result observers. In between, ``aborted(signal)`` when a dispatch
+    signal of the call (the signal its body sees) aborts, in the aborting
+    thread, at most once per attempt and never after its attempt settled;
+    and ``progress(update)`` for each update the body reports, in the
+    body's thread (or a thread of its own), while the call is in flight.
+    Exceptions from these are reported as unraisable; they never change
+    the result."""
 
     def enter(self) -> object: ...
 
     def exit(self, token: object) -> None: ...
+
+    def aborted(self, signal: AbortSignal) -> None: ...
+
+    def progress(self, update: ProgressUpdate) -> None: ...
 
     def finished(self, result: ToolExecutionResult) -> None: ...
 
@@ -79,5 +98,21 @@ def exit_watch(watch: CallWatch, token: object, call: ToolExecutionInput) -> Non
     """``watch.exit(token)``, its exception reported as unraisable."""
     try:
         watch.exit(token)
+    except Exception as exc:
+        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), call)
+
+
+def watch_aborted(watch: CallWatch, signal: AbortSignal, call: ToolExecutionInput) -> None:
+    """``watch.aborted(signal)``, its exception reported as unraisable."""
+    try:
+        watch.aborted(signal)
+    except Exception as exc:
+        report_unraisable(exc, "Exception in call observer " + safe_repr(watch), call)
+
+
+def watch_progress(watch: CallWatch, update: ProgressUpdate, call: ToolExecutionInput) -> None:
+    """``watch.progress(update)``, its exception reported as unraisable."""
+    try:
+        watch.progress(update)
     except Exception as exc:
         report_unraisable(exc, "Exception in call observer " + safe_repr(watch), call)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._core.errors import report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
+from .observer import watch_progress
 
 if TYPE_CHECKING:
     from .run import Run
@@ -115,7 +116,8 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
     it returns at once) in the body's thread; dropped, with a debug
     log line, when ``progress`` or ``total`` (unless ``None``) is not a
     number or ``message`` is neither a ``str`` nor ``None``."""
-    if not run.hooks.progress:
+    watch = run.watch
+    if not run.hooks.progress and watch is None:
         return
     # Exact int/float/str first, inline (``x == x`` is False only for NaN);
     # anything else takes the full check.
@@ -127,6 +129,10 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
     ) and not _valid(progress, total, message):
         _log.debug("a tool reported progress that is not a number (dropped): %s", safe_repr((progress, total, message)))
         return
+    if watch is not None:
+        _watch(watch, run, progress, total, message)
+        if not run.hooks.progress:
+            return
     _latest[run] = (progress, total, message)  # type: ignore[assignment]
     if run in _queued:
         return  # a delivery is due, and will take what was just stored
@@ -141,6 +147,16 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
             _thread.start()
         else:
             _COND.notify()
+
+
+def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:
+    """Every update to the call observer's watch, in the body's thread (it
+    keeps its own bounded record: docs/observability.md)."""
+    try:
+        update = ProgressUpdate(float(progress), None if total is None else float(total), message)
+    except (OverflowError, ValueError, TypeError):
+        return
+    watch_progress(watch, update, run.call)
 
 
 def flush(timeout: float) -> bool:

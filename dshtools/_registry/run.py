@@ -68,6 +68,7 @@ from .._types.hooks import (
     ToolDefinition,
 )
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
+from .observer import watch_aborted
 from .outcome import NULL_SUCCESS, check_success
 from .progress import post
 from .trusted import trusted_view
@@ -184,9 +185,13 @@ class _Attempt:
         withdrawal = self.withdrawal
         if withdrawal is not None:
             withdrawal(signal)
-        if self.run is not None:
+        run = self.run
+        if run is not None:
             watch = AbortSignal.timeout(OVERRUN_WARNING_S)
             self.watch = (watch, watch.add_listener(self._overdue))
+            observed = run.watch  # a call observer's: the abort this body sees
+            if observed is not None:
+                watch_aborted(observed, signal, run.call)
 
     def _overdue(self, _signal: AbortSignal) -> None:
         run = self.run  # None once the attempt settled

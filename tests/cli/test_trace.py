@@ -161,3 +161,26 @@ def test_an_instrumented_registry_cannot_be_traced_twice() -> None:
     finally:
         instrumentation.uninstrument()
         registry.close()
+
+
+@pytest.mark.timeout(30)
+def test_the_tree_shows_progress_events_with_their_value_in_time_order() -> None:
+    def steps(args: Any, run: ToolRunContext) -> object:
+        run.report_progress(1, 4, "reading")
+        run.report_progress(2.5)
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(tool("steps", steps))
+    trace = tracing("")
+    trace.start(registry, "a run")
+    with trace.span():
+        registry.execute(call("steps"))
+    out = io.StringIO()
+    trace.report(out)
+    registry.close()
+    events = [line.strip() for line in out.getvalue().splitlines() if line.strip().startswith("·")]
+    assert [e.split(" at ")[0] for e in events] == ["· dshtools.progress", "· dshtools.progress"]
+    assert events[0].endswith("(progress: 1/4 reading)") and events[1].endswith("(progress: 2.5)")
+    stamps = [float(e.split(" at +")[1].split(" ms")[0]) for e in events]
+    assert stamps == sorted(stamps)

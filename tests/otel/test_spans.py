@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,11 +19,7 @@ pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.metrics.export import HistogramDataPoint
 from opentelemetry.trace import SpanKind, StatusCode
 
 from dshtools import (
@@ -49,38 +44,7 @@ from dshtools import (
 from dshtools._registry.observer import set_call_observer
 from dshtools._types.calls import InvalidCall
 from tests.helpers import call, tool
-
-
-class Traced:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("tests")
-        self.reader = InMemoryMetricReader()
-        self.meters = MeterProvider(metric_readers=[self.reader])
-
-    def spans(self, name_prefix: str = "execute_tool") -> list[ReadableSpan]:
-        return [s for s in self.exporter.get_finished_spans() if s.name.startswith(name_prefix)]
-
-    def span(self) -> ReadableSpan:
-        (only,) = self.spans()
-        return only
-
-
-@pytest.fixture
-def traced() -> Iterator[Traced]:
-    t = Traced()
-    yield t
-    t.provider.shutdown()
-    t.meters.shutdown()
-
-
-@pytest.fixture
-def instrumented(registry: ToolRegistry, traced: Traced) -> Iterator[otel.Instrumentation]:
-    inst = otel.instrument(registry, tracer_provider=traced.provider, meter_provider=traced.meters)
-    yield inst
-    inst.uninstrument()
+from tests.otel.conftest import Traced
 
 
 def test_the_pinned_names_are_the_conventions_names() -> None:
