@@ -611,13 +611,20 @@ def refuse_other_shapes(msg: object, *, reader: str) -> None:
     """Raise ``ValueError`` when an assistant message in which ``reader``
     (``"openai"`` or ``"anthropic"``) found no tool call is really another
     shape that holds some: a whole Chat Completions response (its
-    ``choices``), or the other provider's message. Returning ``[]`` for it
-    would end the agent's loop as if the model had answered."""
+    ``choices``), a Responses API response (a non-empty ``output`` list),
+    or the other provider's message. Returning ``[]`` for it would end the
+    agent's loop as if the model had answered."""
     choices = field(msg, "choices")
     if isinstance(choices, (list, tuple)) and choices:
         raise ValueError(
             "this is a whole Chat Completions response, not its message: pass response.choices[0].message "
             "to dshtools.openai.calls_from_message"
+        )
+    output = field(msg, "output")
+    if isinstance(output, (list, tuple)) and output:
+        raise ValueError(
+            "this is a Responses API response, not a message: read its function calls with "
+            "dshtools.openai.calls_from_response"
         )
     if reader == "openai":
         content = field(msg, "content")
