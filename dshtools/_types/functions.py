@@ -115,8 +115,9 @@ def _jsonable(value: object) -> object:
 
     try:
         return to_jsonable_python(value)
-    except PydanticSerializationError:
-        # Not JSON in any mode: the registry reports INVALID_TOOL_OUTPUT.
+    except (PydanticSerializationError, UnicodeDecodeError):
+        # Not JSON in any mode (bytes that are not UTF-8 included): the
+        # registry reports INVALID_TOOL_OUTPUT.
         return value
 
 
