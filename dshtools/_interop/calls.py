@@ -479,7 +479,7 @@ class Aliases:
 
     @classmethod
     def of(cls, registry: _HasSchemas) -> Aliases:
-        names = [str(schema["name"]) for schema in registry.schemas()]
+        names = [str(schema["name"]) for schema in registry_schemas(registry)]
         forward = alias_names(names)
         return cls(forward, {alias: name for name, alias in forward.items()})
 
@@ -522,16 +522,27 @@ def model_call(
     return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
 
 
+def registry_schemas(registry: _HasSchemas) -> Sequence[Mapping[str, Any]]:
+    """``registry.schemas()``; ``TypeError`` naming the ``ToolRegistry``
+    expected when ``registry`` has no ``schemas()`` (a list of tools, a
+    dict, ``None``)."""
+    schemas = getattr(registry, "schemas", None)
+    if not callable(schemas):
+        raise TypeError(f"registry must be a ToolRegistry (anything with schemas()), not {type(registry).__name__}")
+    return schemas()  # type: ignore[no-any-return]
+
+
 def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
     """``(name as sent, description, parameters)`` for every tool in
     ``registry``, in ``registry.schemas()`` order: the name is the tool's
     alias (``alias_names``), the parameters a fresh, plain, mutable copy of
     its object schema (an empty one when it has none). Raises
+    ``TypeError`` for a ``registry`` without ``schemas()`` and
     ``ValueError`` naming the first tool whose parameters are not an object
     schema (``object_schema_or_raise``)."""
     from .._core.freeze import thaw
 
-    schemas = [thaw(schema) for schema in registry.schemas()]
+    schemas = [thaw(schema) for schema in registry_schemas(registry)]
     aliases = alias_names([str(s["name"]) for s in schemas])
     out: list[tuple[str, str, dict[str, Any]]] = []
     for plain in schemas:
