@@ -710,7 +710,14 @@ def failure_text(content: Iterable[Mapping[str, Any]], code: str | None) -> str:
 
 def provider_text(result: Any) -> str:
     """The text a provider is sent for ``result`` (a ``ToolExecutionResult``):
-    ``result_text`` of its content, and for a failure ``failure_text``."""
+    ``result_text`` of its content, and for a failure ``failure_text``.
+    Raises ``TypeError`` for anything else (a result's text, ``None``)."""
+    from .._types.calls import ToolFailure, ToolSuccess
+
+    if not isinstance(result, (ToolSuccess, ToolFailure)):
+        raise TypeError(
+            f"result must be a ToolSuccess or ToolFailure (what execute returned), not {type(result).__name__}"
+        )
     if result.is_error:
         return failure_text(result.content, result.code)
     return result_text(result.content)
