@@ -147,7 +147,8 @@ def calls_from_message(
     with ``model_dump()``, a ``content`` that is neither a string nor a
     list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_use`` block that
-    holds Chat Completions ``tool_calls`` or ``choices`` (decision 0049).
+    holds Chat Completions ``tool_calls`` or ``choices``, or a Responses
+    API ``output`` (decision 0049).
     Source: docs/contract.md §11, §8 A11, A12."""
     msg = assistant_fields(message, has="content", what="tool_use blocks", signal=signal)
     content = field(msg, "content")

@@ -185,8 +185,8 @@ def calls_from_message(
     object with ``model_dump()``, ``tool_calls`` that is not a list, or a
     non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_calls`` that is a
-    whole response (``choices``) or holds Anthropic ``tool_use`` blocks
-    (decision 0049). Source: docs/contract.md §6, §8 A11, A12."""
+    whole response (``choices``), a Responses API response (``output``)
+    or holds Anthropic ``tool_use`` blocks (decision 0049). Source: docs/contract.md §6, §8 A11, A12."""
     msg = assistant_fields(message, has="tool_calls", what="tool calls", signal=signal)
     calls = field(msg, "tool_calls")
     if not calls:

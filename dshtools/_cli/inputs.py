@@ -149,8 +149,22 @@ def _numbered_batches(data: object, source: str, fmt: str | None = None) -> list
             ANTHROPIC: "no assistant message with tool_use blocks",
             None: "no assistant message with tool_calls (OpenAI) or tool_use blocks (Anthropic)",
         }[fmt]
+        if _holds_function_call_items(data, messages):
+            wanted += (
+                "; it holds Responses API function_call items, which replay does not read: "
+                "a transcript is Chat Completions or Anthropic messages"
+            )
         raise UsageError(f"{source}: {wanted}")
     return batches
+
+
+def _holds_function_call_items(data: object, messages: list[Any]) -> bool:
+    """``data`` is a Responses API conversation: a response whose
+    ``output`` holds ``function_call`` items, or messages among which one
+    is such an item."""
+    output = data.get("output") if isinstance(data, dict) else None
+    items = output if isinstance(output, list) else messages
+    return any(isinstance(item, dict) and item.get("type") == "function_call" for item in items)
 
 
 def transcript_batches(data: object, source: str = "transcript", fmt: str | None = None) -> list[list[Any]]:

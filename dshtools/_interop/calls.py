@@ -479,7 +479,7 @@ class Aliases:
 
     @classmethod
     def of(cls, registry: _HasSchemas) -> Aliases:
-        names = [str(schema["name"]) for schema in registry.schemas()]
+        names = [str(schema["name"]) for schema in registry_schemas(registry)]
         forward = alias_names(names)
         return cls(forward, {alias: name for name, alias in forward.items()})
 
@@ -522,16 +522,27 @@ def model_call(
     return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
 
 
+def registry_schemas(registry: _HasSchemas) -> Sequence[Mapping[str, Any]]:
+    """``registry.schemas()``; ``TypeError`` naming the ``ToolRegistry``
+    expected when ``registry`` has no ``schemas()`` (a list of tools, a
+    dict, ``None``)."""
+    schemas = getattr(registry, "schemas", None)
+    if not callable(schemas):
+        raise TypeError(f"registry must be a ToolRegistry (anything with schemas()), not {type(registry).__name__}")
+    return schemas()  # type: ignore[no-any-return]
+
+
 def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
     """``(name as sent, description, parameters)`` for every tool in
     ``registry``, in ``registry.schemas()`` order: the name is the tool's
     alias (``alias_names``), the parameters a fresh, plain, mutable copy of
     its object schema (an empty one when it has none). Raises
+    ``TypeError`` for a ``registry`` without ``schemas()`` and
     ``ValueError`` naming the first tool whose parameters are not an object
     schema (``object_schema_or_raise``)."""
     from .._core.freeze import thaw
 
-    schemas = [thaw(schema) for schema in registry.schemas()]
+    schemas = [thaw(schema) for schema in registry_schemas(registry)]
     aliases = alias_names([str(s["name"]) for s in schemas])
     out: list[tuple[str, str, dict[str, Any]]] = []
     for plain in schemas:
@@ -611,13 +622,20 @@ def refuse_other_shapes(msg: object, *, reader: str) -> None:
     """Raise ``ValueError`` when an assistant message in which ``reader``
     (``"openai"`` or ``"anthropic"``) found no tool call is really another
     shape that holds some: a whole Chat Completions response (its
-    ``choices``), or the other provider's message. Returning ``[]`` for it
-    would end the agent's loop as if the model had answered."""
+    ``choices``), a Responses API response (a non-empty ``output`` list),
+    or the other provider's message. Returning ``[]`` for it would end the
+    agent's loop as if the model had answered."""
     choices = field(msg, "choices")
     if isinstance(choices, (list, tuple)) and choices:
         raise ValueError(
             "this is a whole Chat Completions response, not its message: pass response.choices[0].message "
             "to dshtools.openai.calls_from_message"
+        )
+    output = field(msg, "output")
+    if isinstance(output, (list, tuple)) and output:
+        raise ValueError(
+            "this is a Responses API response, not a message: read its function calls with "
+            "dshtools.openai.calls_from_response"
         )
     if reader == "openai":
         content = field(msg, "content")
@@ -692,7 +710,14 @@ def failure_text(content: Iterable[Mapping[str, Any]], code: str | None) -> str:
 
 def provider_text(result: Any) -> str:
     """The text a provider is sent for ``result`` (a ``ToolExecutionResult``):
-    ``result_text`` of its content, and for a failure ``failure_text``."""
+    ``result_text`` of its content, and for a failure ``failure_text``.
+    Raises ``TypeError`` for anything else (a result's text, ``None``)."""
+    from .._types.calls import ToolFailure, ToolSuccess
+
+    if not isinstance(result, (ToolSuccess, ToolFailure)):
+        raise TypeError(
+            f"result must be a ToolSuccess or ToolFailure (what execute returned), not {type(result).__name__}"
+        )
     if result.is_error:
         return failure_text(result.content, result.code)
     return result_text(result.content)

@@ -147,6 +147,18 @@ def _progress_callback(report: _Progress) -> Callable[[float, float | None, str 
     return on_progress
 
 
+def _first_leaf(error: BaseException) -> BaseException:
+    """The first exception inside ``error`` that is not an exception group
+    (the SDK's task groups wrap the reason a connection failed); ``error``
+    itself when it is not a group. A group is recognised by its
+    ``exceptions`` tuple, so the ``exceptiongroup`` backport counts too."""
+    inner = getattr(error, "exceptions", None)
+    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
+        error = inner[0]
+        inner = getattr(error, "exceptions", None)
+    return error
+
+
 def _reason_text(reason: object) -> str:
     """The abort reason as the cancel notification's ``reason`` (at most
     500 characters)."""
@@ -436,7 +448,11 @@ class MCPClient:
         await conn.ready.wait()
         if conn.error is not None:
             what = f"at {self._url} could not be reached" if self._url else f"{self._command!r} could not be started"
-            raise ConnectionError(f"the MCP server {what}: {safe_str(conn.error)}") from conn.error
+            cause = _first_leaf(conn.error)
+            text = safe_str(cause) or type(cause).__name__
+            if isinstance(cause, MCPError) and self._url is None:
+                text += " (the server exited or closed its output before the MCP handshake; its stderr says why)"
+            raise ConnectionError(f"the MCP server {what}: {text}") from conn.error
         if not conn.alive:
             raise ConnectionError("the MCP server exited before the call could be sent")
         return conn

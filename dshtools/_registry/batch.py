@@ -361,14 +361,19 @@ def execute_batch(
     ``max_parallel``: how many parallel-safe dispatches may overlap (>= 1).
     Blocks the calling thread, which runs every pre-execute, post-execute
     and observer hook in model order; bodies run on registry workers.
-    Raises ``TypeError`` for a non-signal ``signal`` or a non-input call,
-    ``ValueError`` for ``max_parallel < 1``, ``RuntimeError`` when the
+    Raises ``TypeError`` for a ``registry`` that is not a ``ToolRegistry``,
+    a non-signal ``signal``, ``calls`` that is one input rather than an
+    iterable of them, or a non-input call; ``ValueError`` for ``max_parallel < 1``, ``RuntimeError`` when the
     registry is closed; re-raises ``KeyboardInterrupt`` after every result
     was published. Source: docs/contract.md §4.
     """
+    if not isinstance(registry, ToolRegistry):
+        raise TypeError(f"registry must be a ToolRegistry, not {type(registry).__name__}")
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     limit = _check_max_parallel(max_parallel)
+    if isinstance(calls, ToolExecutionInput):
+        raise TypeError("calls must be an iterable of ToolExecutionInput, not one: for a single call pass [call]")
     items = list(calls)
     for call in items:
         if not isinstance(call, ToolExecutionInput):

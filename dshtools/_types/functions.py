@@ -115,8 +115,9 @@ def _jsonable(value: object) -> object:
 
     try:
         return to_jsonable_python(value)
-    except PydanticSerializationError:
-        # Not JSON in any mode: the registry reports INVALID_TOOL_OUTPUT.
+    except (PydanticSerializationError, UnicodeDecodeError):
+        # Not JSON in any mode (bytes that are not UTF-8 included): the
+        # registry reports INVALID_TOOL_OUTPUT.
         return value
 
 
@@ -263,6 +264,14 @@ def _build(
                 )
             context = parameter.name
             continue
+        signal_type = _signal_type_in(annotation)
+        if signal_type is not None:
+            raise _refuse(
+                fn,
+                f"{parameter.name} is annotated {signal_type}",
+                "the call's signal is not one of the model's arguments: annotate a parameter ToolRunContext "
+                "(run: ToolRunContext) and read run.signal",
+            )
         default = ... if parameter.default is parameter.empty else parameter.default
         description = described.get(parameter.name)
         if default is not ... and strict:
@@ -342,6 +351,23 @@ def _is_run_context(annotation: object) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     return isinstance(annotation, type) and getattr(annotation, RUN_CONTEXT_MARK, False) is True
+
+
+def _signal_type_in(annotation: object) -> str | None:
+    """The name of ``AbortSignal`` or ``AbortController`` when
+    ``annotation`` is one, bare, inside ``Annotated`` or in a union
+    (``AbortSignal | None``); else ``None``."""
+    import typing
+
+    from .._signal import AbortController, AbortSignal
+
+    if annotation is AbortSignal or annotation is AbortController:
+        return annotation.__name__
+    for inner in typing.get_args(annotation):
+        found = _signal_type_in(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _parse_doc(fn: Callable[..., object]) -> Any:
