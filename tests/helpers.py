@@ -320,6 +320,20 @@ def race_in_lockstep(
         raise errors[0]
 
 
+def stops_when_aborted(
+    started: threading.Event, returns: object = "stopped", wait: float = 10
+) -> Callable[[Any, Any], object]:
+    """A cooperative body: it sets ``started``, waits for its signal
+    (``wait`` seconds at most) and returns ``returns``."""
+
+    def cooperative(args: Any, run: Any) -> object:
+        started.set()
+        run.signal.wait(wait)
+        return returns
+
+    return cooperative
+
+
 def late_after_abort(started: threading.Event, seconds: float, wait: float = 10) -> Callable[[Any, Any], object]:
     """A body that sets ``started``, waits for its signal (``wait`` seconds
     at most), then works ``seconds`` more (the overrun: work done after the

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, AbortController, ToolExecutionResult, ToolRegistry, execute_batch
-from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, tool, wait_until
+from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, stops_when_aborted, tool, wait_until
 
 PATHS = ("execute", "batch-exclusive", "batch-parallel", "nested")
 
@@ -120,10 +120,7 @@ def test_a21_a_body_that_stops_promptly_is_not_reported(path: str, caplog: pytes
     controller = AbortController()
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(10)
-        return "stopped"
+    cooperative = stops_when_aborted(started)
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     with ToolRegistry() as registry:
@@ -146,10 +143,7 @@ def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> No
     unreachable)."""
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        return "stopped"
+    cooperative = stops_when_aborted(started, wait=5)
 
     def one(registry: ToolRegistry, i: int) -> ToolExecutionResult:
         started.clear()

@@ -48,6 +48,7 @@ from tests.helpers import (
     cyclic_garbage_of,
     error_of,
     run_in_thread,
+    stops_when_aborted,
     swapping_signal,
     tool,
     value_of,
@@ -815,10 +816,7 @@ def test_abort_reaches_nested_body_through_the_parent_signal(registry: ToolRegis
     inner_started = threading.Event()
     results: dict[str, Any] = {}
 
-    def inner(args: Any, run: Any) -> Any:
-        inner_started.set()
-        run.signal.wait(5)
-        return "late"
+    inner = stops_when_aborted(inner_started, "late", wait=5)
 
     def outer(args: Any, run: Any) -> Any:
         results["inner"] = run.dispatch("inner", {})

@@ -34,7 +34,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.base import BodyReport, NotInvoked, Value
-from tests.helpers import HookRecorder, call, run_in_thread, tool
+from tests.helpers import HookRecorder, call, run_in_thread, stops_when_aborted, tool
 
 
 def _text(result: Any) -> str:
@@ -80,10 +80,7 @@ def test_body_invoked_is_true_exactly_when_the_body_ran_whatever_the_outcome() -
     controller = AbortController()
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        return "late"
+    cooperative = stops_when_aborted(started, "late", wait=5)
 
     def raises(a: Any, run: Any) -> Any:
         raise ValueError("bad")
