@@ -16,14 +16,6 @@ from hypothesis import strategies as st
 
 import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    INVALID_TOOL_OUTPUT,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
     ErrorDetail,
@@ -31,9 +23,6 @@ from dshtools import (
     ExecutionToken,
     ToolError,
     ToolExecutionInput,
-    ToolFailure,
-    ToolRegistry,
-    ToolRunContext,
     ToolSuccess,
     thaw,
 )
@@ -42,12 +31,12 @@ from dshtools._types.calls import aborted, exception_failure, failure
 
 
 def test_code_constants_have_the_contract_values() -> None:
-    assert (TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, TOOL_TIMEOUT) == (
+    assert (dshtools.TOOL_ABORTED_BEFORE_DISPATCH, dshtools.TOOL_ABORTED, dshtools.TOOL_TIMEOUT) == (
         "ABORTED_BEFORE_DISPATCH",
         "ABORTED",
         "TOOL_TIMEOUT",
     )
-    assert (UNKNOWN_TOOL, INVALID_ARGS, INVALID_TOOL_OUTPUT, DENIED) == (
+    assert (dshtools.UNKNOWN_TOOL, dshtools.INVALID_ARGS, dshtools.INVALID_TOOL_OUTPUT, dshtools.DENIED) == (
         "UNKNOWN_TOOL",
         "INVALID_ARGS",
         "INVALID_TOOL_OUTPUT",
@@ -96,24 +85,27 @@ def test_success_and_failure_shapes() -> None:
         f.meta["k"] = 2  # type: ignore[index]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         f.content = ()  # type: ignore[misc]
-    assert ToolFailure(ErrorDetail("m", None), "Error: m").code is None
+    assert dshtools.ToolFailure(ErrorDetail("m", None), "Error: m").code is None
 
 
 def test_exception_failure_classification() -> None:
     assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
     plain = exception_failure(KeyError("k"))
-    assert plain.code == TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", TOOL_ERROR)
-    assert exception_failure(ToolError("no code")).code == TOOL_ERROR
+    assert plain.code == dshtools.TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", dshtools.TOOL_ERROR)
+    assert exception_failure(ToolError("no code")).code == dshtools.TOOL_ERROR
 
 
 def test_aborted_results_carry_the_reason_object() -> None:
     reason = object()
     a = aborted(reason, invoked=True)
     b = aborted(reason, invoked=False)
-    assert a.code == TOOL_ABORTED and a.content[0]["text"] == "Error: tool call aborted"
-    assert b.code == TOOL_ABORTED_BEFORE_DISPATCH and b.content[0]["text"] == "Error: tool call aborted before dispatch"
+    assert a.code == dshtools.TOOL_ABORTED and a.content[0]["text"] == "Error: tool call aborted"
+    assert (
+        b.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
+        and b.content[0]["text"] == "Error: tool call aborted before dispatch"
+    )
     assert a.meta is not None and a.meta["reason"] is reason
-    assert a.error.info == ErrorInfo("AbortError", TOOL_ABORTED)
+    assert a.error.info == ErrorInfo("AbortError", dshtools.TOOL_ABORTED)
 
 
 def test_tool_error_validates() -> None:
@@ -251,7 +243,7 @@ def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None
     tree: Any = "leaf"
     for _ in range(100_000):
         tree = [tree]
-    with ToolRegistry() as registry:
+    with dshtools.ToolRegistry() as registry:
         registry.register(dshtools.ToolDefinition("deep", "", schema, body))
         result = registry.execute(ToolExecutionInput("c", "deep", {"tree": tree}, AbortSignal()))
     assert isinstance(result, ToolSuccess) and result.value == 100_000 and depth == [100_000]
@@ -311,7 +303,7 @@ def test_trusted_run_context_sets_every_field_like_the_class() -> None:
         "definition": None,
     }
     run = _run_of(values, signal)
-    built = ToolRunContext(**values, signal=dispatch_signal, run=run)
+    built = dshtools.ToolRunContext(**values, signal=dispatch_signal, run=run)
     fast = trusted_run_context(run, dispatch_signal)
     _same_fields(built, fast)  # fails when a field is added to the class only
     with pytest.raises(AttributeError):
