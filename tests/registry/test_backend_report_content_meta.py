@@ -52,7 +52,7 @@ def _registry(report: BodyReport, abort: AbortController | None = None) -> ToolR
 
 
 def _run(registry: ToolRegistry, controller: AbortController | None = None) -> ToolExecutionResult:
-    return registry.execute(call("remote", signal=controller and controller.signal))
+    return registry.execute(call("remote", signal=controller.signal if controller is not None else None))
 
 
 def test_a_values_content_blocks_are_kept_and_the_meta_is_added() -> None:

@@ -28,6 +28,7 @@ from dshtools import (
 )
 from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
 from dshtools._types.calls import aborted, exception_failure, failure
+from tests.helpers import run_of, view_fields
 
 
 def test_code_constants_have_the_contract_values() -> None:
@@ -264,45 +265,12 @@ def _same_fields(a: object, b: object) -> None:
         assert getattr(a, name) is getattr(b, name), name
 
 
-def _run_of(values: dict[str, Any], signal: AbortSignal) -> Any:
-    """A registry ``Run`` whose call and fields are ``values``."""
-    from dshtools._registry.run import Hooks, Run
-
-    call = ToolExecutionInput(
-        values["call_id"],
-        values["name"],
-        values["arguments"],
-        signal,
-        agent=values["agent"],
-        parent=values["parent"],
-        root_call_id=values["root_call_id"],
-    )
-    run = Run(None, call, values["definition"], Hooks())  # type: ignore[arg-type]
-    run.token = values["token"]
-    run.arguments = values["arguments"]
-    return run
-
-
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
     from dshtools._registry.run import trusted_run_context
 
-    token, parent, signal, dispatch_signal = (
-        ExecutionToken(),
-        ExecutionToken(),
-        AbortController().signal,
-        AbortController().signal,
-    )
-    values: dict[str, Any] = {
-        "token": token,
-        "call_id": "c",
-        "root_call_id": "r",
-        "name": "n",
-        "arguments": freeze({"a": 1}),
-        "agent": "ag",
-        "parent": parent,
-        "definition": None,
-    }
-    run = _run_of(values, signal)
+    signal, dispatch_signal = AbortController().signal, AbortController().signal
+    values = view_fields(agent="ag", parent=ExecutionToken())
+    run = run_of(values, signal)
     built = dshtools.ToolRunContext(**values, signal=dispatch_signal, run=run)
     fast = trusted_run_context(run, dispatch_signal)
     _same_fields(built, fast)  # fails when a field is added to the class only
@@ -327,17 +295,8 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
     from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
-    values: dict[str, Any] = {
-        "token": ExecutionToken(),
-        "call_id": "c",
-        "root_call_id": "r",
-        "name": "n",
-        "arguments": freeze({"a": [1]}),
-        "agent": None,
-        "parent": ExecutionToken(),
-        "definition": None,
-    }
-    run = _run_of(values, signal)
+    values = view_fields(parent=ExecutionToken())
+    run = run_of(values, signal)
     _same_fields(ToolExecution(**values, signal=signal), trusted_view(run))
     slot = SignalSlot(signal)
     built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(run, slot)
