@@ -11,6 +11,7 @@ swings between rounds).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +19,7 @@ from dshtools import AbortController, TimeoutPolicy, ToolDefinition, ToolExecuti
 
 from ._timing import median, paired_samples
 
-__all__ = ["make_registry", "run"]
+__all__ = ["execute_case", "make_registry", "run"]
 
 
 def _noop_body(args: Any, run: Any) -> None:
@@ -44,6 +45,23 @@ def make_registry(executor: ThreadPoolExecutor, *, hooks: bool) -> ToolRegistry:
         registry.add_post_execute(lambda execution, result, next: next())
         registry.add_result_observer(lambda execution, result: None)
     return registry
+
+
+def execute_case(registry: ToolRegistry, call: ToolExecutionInput) -> Callable[[int], Callable[[], None]]:
+    """A ``paired_samples`` case: given ``n``, a function that makes ``n``
+    calls of ``registry.execute(call)`` in the calling thread."""
+
+    def case(n: int) -> Callable[[], None]:
+        r = range(n)
+        execute = registry.execute
+
+        def go() -> None:
+            for _ in r:
+                execute(call)
+
+        return go
+
+    return case
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
@@ -73,26 +91,16 @@ def run(*, quick: bool = False) -> dict[str, Any]:
 
         return go
 
-    def execute_with(registry: ToolRegistry) -> Any:
-        def case(n: int) -> Any:
-            r = range(n)
-            execute = registry.execute
-
-            def go() -> None:
-                for _ in r:
-                    execute(call)
-
-            return go
-
-        return case
-
     try:
         result = plain.execute(call)
         assert not result.is_error, result
         result = hooked.execute(call)
         assert not result.is_error, result
         samples = paired_samples(
-            [direct, bare, execute_with(plain), execute_with(hooked)], number=number, rounds=rounds, warmup=1
+            [direct, bare, execute_case(plain, call), execute_case(hooked, call)],
+            number=number,
+            rounds=rounds,
+            warmup=1,
         )
         assert controller.signal.listener_count == 0
     finally:

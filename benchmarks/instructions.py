@@ -29,14 +29,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES", "EXECUTE_CALLS", "collected", "count", "per_call", "run"]
+__all__ = ["CASES", "EXECUTE_CALLS", "callgrind", "collected", "count", "per_call", "run"]
 
 CASES = ("bare", "execute", "execute_hooks")
 SHORT, LONG = 200, 1200
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+SUMMARY = re.compile(r"^summary:\s*(\d+)", re.MULTILINE)
+"""The total line of a callgrind dump."""
 
 _CHILD = r"""
 import sys
@@ -81,17 +84,24 @@ case's loop, so both pay the same name lookups."""
 _CHILD += EXECUTE_CALLS
 
 
-def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: float = 600) -> int:
-    """Instructions callgrind collected over the whole run of ``python -c
-    child case calls`` (every thread), from the checkout's root with its
-    modules importable (the caller's ``PYTHONPATH`` kept after it)."""
+def callgrind(
+    child: str, args: Sequence[str], valgrind: str, *, options: Sequence[str] = (), timeout: float = 600
+) -> tuple[str, list[str]]:
+    """Run ``python -c child *args`` under callgrind (``options`` added to
+    valgrind's) from the checkout's root, with its modules importable (the
+    caller's ``PYTHONPATH`` kept after it) and ``PYTHONHASHSEED=0``.
+
+    Returns the child's stderr (callgrind's report at its end) and the text
+    of every dump it wrote, in order (with ``--dump-after``, ``out.1`` ...
+    ``out.N``, then the exit's ``out``). Raises ``RuntimeError`` with the end of stderr
+    when the child fails; ``timeout`` is in seconds."""
     root = Path(__file__).resolve().parent.parent
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=path)
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable, "-c", child]
-            + [case, str(calls)],
+            [valgrind, "--tool=callgrind", *options, f"--callgrind-out-file={tmp}/out", sys.executable, "-c", child]
+            + list(args),
             cwd=root,
             env=env,
             capture_output=True,
@@ -99,9 +109,20 @@ def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: floa
             timeout=timeout,
             check=False,
         )
-    match = _COLLECTED.search(proc.stderr)
-    if proc.returncode != 0 or match is None:
-        raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"callgrind run of {list(args)!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        # out.1 ... out.N in their order, then the exit's dump, out
+        files = sorted(Path(tmp).glob("out*"), key=lambda f: int(f.suffix[1:]) if f.suffix else sys.maxsize)
+        return proc.stderr, [f.read_text(encoding="utf-8") for f in files]
+
+
+def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: float = 600) -> int:
+    """Instructions callgrind collected over the whole run of ``python -c
+    child case calls`` (every thread; see ``callgrind``)."""
+    stderr, _ = callgrind(child, [case, str(calls)], valgrind, timeout=timeout)
+    match = _COLLECTED.search(stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in the callgrind run of {case!r}: {stderr[-2000:]}")
     return int(match.group(1))
 
 

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
+from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolExecutionResult, ToolRegistry
 
 from ._timing import WALL, median, paired_samples, percentile
 
@@ -71,11 +71,26 @@ class _Started:
             return self._cond.wait_for(lambda: self._count >= count, timeout)
 
 
-def _execute_in_thread(registry: ToolRegistry, call: ToolExecutionInput) -> tuple[threading.Thread, list[Any]]:
-    out: list[Any] = []
+def _abort_once_started(
+    registry: ToolRegistry, events: Any, announced: int, call_id: str, name: str
+) -> tuple[ToolExecutionResult, float, float]:
+    """Execute tool ``name`` in another thread, abort it once its body has
+    announced the ``announced``-th start to ``events``, and wait for the
+    return: the result, and the monotonic times of the abort and the return
+    (seconds)."""
+    import ray
+
+    controller = AbortController()
+    call = ToolExecutionInput(call_id, name, {}, controller.signal)
+    out: list[tuple[ToolExecutionResult, float]] = []
     thread = threading.Thread(target=lambda: out.append((registry.execute(call), time.monotonic())))
     thread.start()
-    return thread, out
+    assert ray.get(events.wait.remote(announced, 60))
+    aborted_at = time.monotonic()
+    controller.abort("benchmark")
+    thread.join()
+    result, returned_at = out[0]
+    return result, aborted_at, returned_at
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
@@ -109,31 +124,17 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             announced = 0
             latencies: list[float] = []
             for i in range(5 if quick else 40):
-                controller = AbortController()
-                thread, out = _execute_in_thread(registry, ToolExecutionInput(f"w{i}", "wait", {}, controller.signal))
                 announced += 1
-                assert ray.get(events.wait.remote(announced, 60))
-                t0 = time.monotonic()
-                controller.abort("benchmark")
-                thread.join()
-                result, _ = out[0]
+                result, aborted_at, _ = _abort_once_started(registry, events, announced, f"w{i}", "wait")
                 (context,) = result.additional_contexts
-                latencies.append(context["signal_at"] - t0)
+                latencies.append(context["signal_at"] - aborted_at)
 
             stops: list[float] = []
             for i in range(2 if quick else 5):
-                controller = AbortController()
-                thread, out = _execute_in_thread(
-                    registry, ToolExecutionInput(f"s{i}", "stubborn", {}, controller.signal)
-                )
                 announced += 1
-                assert ray.get(events.wait.remote(announced, 60))
-                t0 = time.monotonic()
-                controller.abort("benchmark")
-                thread.join()
-                result, returned_at = out[0]
+                result, aborted_at, returned_at = _abort_once_started(registry, events, announced, f"s{i}", "stubborn")
                 assert result.meta["killed"] is True
-                stops.append(returned_at - t0)
+                stops.append(returned_at - aborted_at)
         ray.kill(events)
     finally:
         if started:

@@ -19,15 +19,11 @@ closing notes of the signal work quote it.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 from . import floors
+from .instructions import SUMMARY, callgrind
 
 __all__ = ["NUMBER", "counts", "main"]
 
@@ -44,8 +40,6 @@ NUMBER = {
     "any_of_100_abort": 100,
     "add_remove_listener": 4000,
 }
-
-_SUMMARY = re.compile(r"^summary:\s*(\d+)", re.MULTILINE)
 
 # One child per side runs every operation. Collection is on only inside
 # `sys.call_tracing` (a C function nothing else here calls; with no trace
@@ -83,38 +77,15 @@ def counts(side: str, ops: list[str], valgrind: str) -> dict[str, float]:
     on ``side`` (``"ours"``, ``"baseline"``, ``"floor"`` (``benchmarks.floors``,
     its operations only) or a key of
     ``benchmarks.peers.PEERS``)."""
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [
-                valgrind,
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                "--toggle-collect=sys_call_tracing",
-                "--dump-after=sys_call_tracing",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-c",
-                _CHILD,
-                side,
-                *(f"{op}={NUMBER[op]}" for op in ops),
-            ],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"callgrind run of {side} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        totals = []
-        for i in range(1, len(ops) + 1):
-            match = _SUMMARY.search(Path(f"{tmp}/out.{i}").read_text(encoding="utf-8"))
-            if match is None:
-                raise RuntimeError(f"no summary in callgrind dump {i} of {side}")
-            totals.append(int(match.group(1)))
+    options = ["--collect-atstart=no", "--toggle-collect=sys_call_tracing", "--dump-after=sys_call_tracing"]
+    args = [side, *(f"{op}={NUMBER[op]}" for op in ops)]
+    _, dumps = callgrind(_CHILD, args, valgrind, options=options, timeout=1800)
+    totals = []
+    for i, dump in enumerate(dumps[: len(ops)], 1):  # the last dump is the exit's, counted off
+        match = SUMMARY.search(dump)
+        if match is None:
+            raise RuntimeError(f"no summary in callgrind dump {i} of {side}")
+        totals.append(int(match.group(1)))
     return {op: total / NUMBER[op] for op, total in zip(ops, totals, strict=True)}
 
 

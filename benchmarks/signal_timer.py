@@ -23,22 +23,17 @@ median of 5 rounds of ``LARGE`` operations on this machine). Not part of
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
+
+from .instructions import SUMMARY, callgrind
 
 __all__ = ["LARGE", "SMALL", "fire", "instructions", "main", "wall"]
 
 SMALL = 200
 LARGE = 2200
-
-_SUMMARY = re.compile(r"^summary:\s*(\d+)", re.MULTILINE)
 
 _CHILD = r"""
 import sys
@@ -61,24 +56,11 @@ def fire(n: int) -> None:
 
 
 def _total(n: int, valgrind: str) -> int:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable, "-c", _CHILD, str(n)],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"callgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        match = _SUMMARY.search(Path(f"{tmp}/out").read_text(encoding="utf-8"))
-        if match is None:
-            raise RuntimeError("no summary in the callgrind dump")
-        return int(match.group(1))
+    _, [dump] = callgrind(_CHILD, [str(n)], valgrind, timeout=1800)
+    match = SUMMARY.search(dump)
+    if match is None:
+        raise RuntimeError("no summary in the callgrind dump")
+    return int(match.group(1))
 
 
 def instructions(valgrind: str) -> float:

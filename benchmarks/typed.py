@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from dshtools import AbortController, ToolDefinition, ToolExecutionInput, ToolRegistry
 
 from ._timing import median, paired_samples
+from .dispatch import execute_case
 from .instructions import EXECUTE_CALLS, per_call
 
 __all__ = ["ARGUMENTS", "TARGET", "make_registry", "run"]
@@ -111,25 +112,15 @@ def wall_clock(*, quick: bool = False) -> dict[str, Any]:
     signal = AbortController().signal
     calls = {name: ToolExecutionInput("call-1", name, ARGUMENTS, signal) for name in ("typed", "by_hand")}
 
-    def case(name: str) -> Any:
-        call = calls[name]
-
-        def make(n: int) -> Any:
-            r = range(n)
-            execute = registry.execute
-
-            def go() -> None:
-                for _ in r:
-                    execute(call)
-
-            return go
-
-        return make
-
     try:
         for call in calls.values():
             assert not registry.execute(call).is_error
-        typed, by_hand = paired_samples([case("typed"), case("by_hand")], number=number, rounds=rounds, warmup=1)
+        typed, by_hand = paired_samples(
+            [execute_case(registry, calls[name]) for name in ("typed", "by_hand")],
+            number=number,
+            rounds=rounds,
+            warmup=1,
+        )
     finally:
         registry.close()
         executor.shutdown(wait=True)

@@ -94,6 +94,48 @@ def tool(name: str, body: Callable[[Any, Any], object], **kw: Any) -> ToolDefini
     return ToolDefinition(name, f"{name} tool", params, body, **kw)
 
 
+def view_fields(**overrides: Any) -> dict[str, Any]:
+    """The fields a view shares with its registry run (``token``,
+    ``call_id`` "c", ``root_call_id`` "r", ``name`` "n", frozen
+    ``arguments``, ``agent``, ``parent``, ``definition``), for building a
+    view both ways; ``overrides`` replace some."""
+    from dshtools import ExecutionToken
+    from dshtools._core.freeze import freeze
+
+    fields: dict[str, Any] = {
+        "token": ExecutionToken(),
+        "call_id": "c",
+        "root_call_id": "r",
+        "name": "n",
+        "arguments": freeze({"a": [1]}),
+        "agent": None,
+        "parent": None,
+        "definition": None,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def run_of(fields: Mapping[str, Any], signal: AbortSignal) -> Any:
+    """A registry ``Run`` (private) whose call and fields are ``fields``
+    (``view_fields``), on ``signal``."""
+    from dshtools._registry.run import Hooks, Run
+
+    call = ToolExecutionInput(
+        fields["call_id"],
+        fields["name"],
+        fields["arguments"],
+        signal,
+        agent=fields["agent"],
+        parent=fields["parent"],
+        root_call_id=fields["root_call_id"],
+    )
+    run = Run(None, call, fields["definition"], Hooks())  # type: ignore[arg-type]
+    run.token = fields["token"]
+    run.arguments = fields["arguments"]
+    return run
+
+
 def swapping_signal(
     signal: AbortSignal,
 ) -> Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]:
@@ -318,6 +360,20 @@ def race_in_lockstep(
     assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
     if errors:
         raise errors[0]
+
+
+def stops_when_aborted(
+    started: threading.Event, returns: object = "stopped", wait: float = 10
+) -> Callable[[Any, Any], object]:
+    """A cooperative body: it sets ``started``, waits for its signal
+    (``wait`` seconds at most) and returns ``returns``."""
+
+    def cooperative(args: Any, run: Any) -> object:
+        started.set()
+        run.signal.wait(wait)
+        return returns
+
+    return cooperative
 
 
 def late_after_abort(started: threading.Event, seconds: float, wait: float = 10) -> Callable[[Any, Any], object]:

@@ -191,9 +191,7 @@ class _Queue:
         raise NotImplementedError
 
     def __call__(
-        self,
-        execution: ToolDispatchExecution,
-        next: Callable[[], ToolExecutionResult],
+        self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]
     ) -> ToolExecutionResult:
         """Around-dispatch: wait for a slot, run ``next``, release the slot."""
         key, taken = self.acquire(execution)

@@ -56,9 +56,7 @@ class TimeoutPolicy:
     __slots__ = ()
 
     def __call__(
-        self,
-        execution: ToolDispatchExecution,
-        next: Callable[[], ToolExecutionResult],
+        self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]
     ) -> ToolExecutionResult:
         definition = execution.definition
         seconds = definition.timeout if definition is not None else None

@@ -166,9 +166,7 @@ class RetryPolicy:
         return base
 
     def __call__(
-        self,
-        execution: ToolDispatchExecution,
-        next: Callable[[], ToolExecutionResult],
+        self, execution: ToolDispatchExecution, next: Callable[[], ToolExecutionResult]
     ) -> ToolExecutionResult:
         definition = execution.definition
         idempotent = definition is not None and definition.idempotent

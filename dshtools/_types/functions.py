@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from .._core.freeze import json_path
+
+_T = TypeVar("_T")
 
 RUN_CONTEXT_MARK: Final = "__dshtools_run_context__"
 """The class attribute (``True``) that marks the run-context type: a
@@ -296,15 +298,19 @@ def _build(
     # dataclasses and TypedDicts of the parameters (the schema closes only
     # the top level, below).
     model_name = f"{name or getattr(fn, '__name__', 'tool')}_arguments"
-    try:
-        model = pydantic.create_model(model_name, __module__=fn.__module__, **fields)
+
+    def build() -> type[pydantic.BaseModel]:
+        model: type[pydantic.BaseModel] = pydantic.create_model(model_name, __module__=fn.__module__, **fields)
         model.model_json_schema()
-    except (pydantic.PydanticSchemaGenerationError, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
-        raise _refuse(
+        return model
+
+    try:
+        model = _in_json_schema(
             fn,
-            f"a parameter type cannot be expressed as JSON Schema ({_first_line(exc)})",
+            build,
+            "a parameter type",
             "annotate it with a JSON type, an Enum, a Literal, a pydantic model, a dataclass or a TypedDict",
-        ) from None
+        )
     except pydantic.PydanticUserError as exc:
         raise _refuse(fn, f"pydantic refused its parameters ({_first_line(exc)})", "see the pydantic message") from None
     return model, _Coercer(model, frozenset(defaulted), hints, renamed), context, doc
@@ -326,6 +332,19 @@ def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:
         if frame is None:
             raise
         return typing.get_type_hints(fn, localns=dict(frame.f_locals), include_extras=True)
+
+
+def _in_json_schema(fn: Callable[..., object], build: Callable[[], _T], what: str, instead: str) -> _T:
+    """``build()``, which makes a JSON Schema of ``what`` (a part of
+    ``fn``'s signature); a type pydantic cannot express in JSON Schema
+    refuses ``fn``: ``TypeError`` naming ``what`` and suggesting
+    ``instead``."""
+    import pydantic
+
+    try:
+        return build()
+    except (pydantic.PydanticSchemaGenerationError, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
+        raise _refuse(fn, f"{what} cannot be expressed as JSON Schema ({_first_line(exc)})", instead) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -505,12 +524,9 @@ def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:
     hints = _type_hints(fn)
     if "return" not in hints:
         raise _refuse(fn, "output_schema=True needs a return annotation", "annotate what the function returns")
-    try:
-        schema: dict[str, Any] = pydantic.TypeAdapter(hints["return"]).json_schema(mode="serialization")
-    except (pydantic.PydanticSchemaGenerationError, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
-        raise _refuse(
-            fn,
-            f"its return type cannot be expressed as JSON Schema ({_first_line(exc)})",
-            "annotate a JSON type, a pydantic model, a dataclass or a TypedDict, or drop output_schema=True",
-        ) from None
-    return schema
+    return _in_json_schema(
+        fn,
+        lambda: pydantic.TypeAdapter(hints["return"]).json_schema(mode="serialization"),
+        "its return type",
+        "annotate a JSON type, a pydantic model, a dataclass or a TypedDict, or drop output_schema=True",
+    )

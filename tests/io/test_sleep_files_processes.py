@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _group_members(pgid: int) -> list[int]:
+def _members(of: Callable[[int], int], key: int) -> list[int]:
+    """Live (non-zombie) processes whose ``of(pid)`` is ``key``: with
+    ``os.getpgid`` a process group, with ``os.getsid`` a session."""
     members = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+            if of(p.pid) == key and p.info["status"] != psutil.STATUS_ZOMBIE:
                 members.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             pass
     return members
+
+
+def _group_members(pgid: int) -> list[int]:
+    return _members(os.getpgid, pgid)
 
 
 # --------------------------------------------------------------------- sleep
@@ -471,15 +478,7 @@ def test_run_process_keyboard_interrupt_in_the_loop_kills_and_reaps_the_group(
 
 
 def _session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes whose session id is ``sid``."""
-    members = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(p.pid)
-        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-            pass
-    return members
+    return _members(os.getsid, sid)
 
 
 # GNU timeout calls setpgid(0, 0) before forking, so it and its child leave

@@ -1,7 +1,8 @@
 """What the random-abort stress tests share: ``Aborter`` (aborts
 controllers at scheduled times on its own thread), ``Tracker`` (what the
-bodies and the observer saw) and ``drive`` (runs a list of planned calls
-from several caller threads, aborting each as its plan says)."""
+bodies and the observer saw), ``drive`` (runs a list of planned calls
+from several caller threads, aborting each as its plan says) and
+``check_every_call`` (what holds for every call whatever its plan)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolRegistry
+from dshtools import (
+    TOOL_ABORTED,
+    TOOL_ABORTED_BEFORE_DISPATCH,
+    AbortController,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolRegistry,
+)
 
-__all__ = ["Aborter", "Tracker", "drive"]
+__all__ = ["Aborter", "Tracker", "check_every_call", "drive"]
 
 
 class Aborter:
@@ -139,3 +147,34 @@ def drive(
         t.join(100)
     aborter.stop()
     return results, controllers
+
+
+def check_every_call(
+    plans: list[dict[str, Any]],
+    results: dict[str, ToolExecutionResult],
+    controllers: dict[str, AbortController],
+    seen: Tracker,
+) -> Counter[str | None]:
+    """Assert what holds for every planned call of a ``drive`` run: no
+    problem the bodies saw, one result and one observer call per call, a
+    call aborted before dispatch ran no body and one aborted while running
+    ran one, a plan aborted before its call is refused before dispatch, no
+    listener left on a caller's signal, no body still running. Returns the
+    count of each result code."""
+    assert seen.problems == []
+    assert len(results) == len(plans)
+    assert all(seen.observed[p["id"]] == 1 for p in plans), "every call published exactly once"
+    codes: Counter[str | None] = Counter()
+    for plan in plans:
+        cid = plan["id"]
+        result = results[cid]
+        codes[result.code] += 1
+        if result.code == TOOL_ABORTED_BEFORE_DISPATCH:
+            assert seen.invoked[cid] == 0, f"{cid}: ABORTED_BEFORE_DISPATCH but a body ran"
+        elif result.code == TOOL_ABORTED:
+            assert seen.invoked[cid] > 0, f"{cid}: ABORTED but no body ran"
+        if plan["abort"] == "before":
+            assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+        assert controllers[cid].signal.listener_count == 0
+    assert seen.running == set()
+    return codes

@@ -11,9 +11,7 @@ from dshtools import (
     TOOL_ABORTED,
     AbortController,
     Accept,
-    ToolDefinition,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -23,6 +21,7 @@ from dshtools import (
 from dshtools._backends.base import BodyReport, Error, Value
 from dshtools._backends.thread import _Settled  # a dispatch settled before submit() returned
 from dshtools._core.errors import AbortError
+from tests.helpers import call, tool
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 
@@ -47,20 +46,13 @@ class _Reporting:
 def _registry(report: BodyReport, abort: AbortController | None = None) -> ToolRegistry:
     registry = ToolRegistry()
     registry.register(
-        ToolDefinition(
-            "remote",
-            "",
-            {"type": "object"},
-            lambda args, run: None,
-            output_schema={"type": "object"},
-            backend=_Reporting(report, abort),
-        )
+        tool("remote", lambda args, run: None, output_schema={"type": "object"}, backend=_Reporting(report, abort))
     )
     return registry
 
 
 def _run(registry: ToolRegistry, controller: AbortController | None = None) -> ToolExecutionResult:
-    return registry.execute(ToolExecutionInput("c", "remote", {}, (controller or AbortController()).signal))
+    return registry.execute(call("remote", signal=controller.signal if controller is not None else None))
 
 
 def test_a_values_content_blocks_are_kept_and_the_meta_is_added() -> None:

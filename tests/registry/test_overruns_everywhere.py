@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, AbortController, ToolExecutionResult, ToolRegistry, execute_batch
-from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, tool, wait_until
+from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, stops_when_aborted, tool, wait_until
 
 PATHS = ("execute", "batch-exclusive", "batch-parallel", "nested")
 
@@ -43,6 +43,21 @@ def _late_tool(path: str, body: Callable[[Any, Any], object]) -> Any:
     return tool("late", body, is_concurrency_safe=(lambda a: True) if path == "batch-parallel" else None)
 
 
+def _started(
+    registry: ToolRegistry,
+    path: str,
+    body: Callable[[Any, Any], object],
+    controller: AbortController,
+    started: threading.Event,
+) -> tuple[threading.Thread, list[Any]]:
+    """``body`` registered as ``late`` and called down ``path`` from another
+    thread (``run_in_thread``'s thread and box), once it has set ``started``."""
+    registry.register(_late_tool(path, body))
+    waiter, box = run_in_thread(_runner(registry, path, controller))
+    assert started.wait(5)
+    return waiter, box
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("path", PATHS)
 def test_a21_n9_a_body_ignoring_its_abort_is_reported_at_1s_while_the_caller_waits(
@@ -66,9 +81,7 @@ def test_a21_n9_a_body_ignoring_its_abort_is_reported_at_1s_while_the_caller_wai
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     with ToolRegistry() as registry:
-        registry.register(_late_tool(path, stubborn))
-        waiter, box = run_in_thread(_runner(registry, path, controller))
-        assert started.wait(5)
+        waiter, box = _started(registry, path, stubborn, controller, started)
         aborted_at = time.monotonic()
         controller.abort("stop")
         wait_until(lambda: bool(_warnings(caplog, "c1")), timeout=10)
@@ -100,9 +113,7 @@ def test_a21_a_body_returning_between_0_1_and_1s_after_its_abort_is_reported_at_
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     with ToolRegistry() as registry:
-        registry.register(_late_tool(path, late))
-        waiter, box = run_in_thread(_runner(registry, path, controller))
-        assert started.wait(5)
+        waiter, box = _started(registry, path, late, controller, started)
         controller.abort("stop")
         waiter.join(10)
     (record,) = _warnings(caplog, "c1")
@@ -120,16 +131,11 @@ def test_a21_a_body_that_stops_promptly_is_not_reported(path: str, caplog: pytes
     controller = AbortController()
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(10)
-        return "stopped"
+    cooperative = stops_when_aborted(started)
 
     caplog.set_level(logging.WARNING, logger="dshtools")
     with ToolRegistry() as registry:
-        registry.register(_late_tool(path, cooperative))
-        waiter, box = run_in_thread(_runner(registry, path, controller))
-        assert started.wait(5)
+        waiter, box = _started(registry, path, cooperative, controller, started)
         controller.abort("stop")
         waiter.join(10)
         threading.Event().wait(1.3)  # past the watch's 1 s: it must have stood down
@@ -146,10 +152,7 @@ def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> No
     unreachable)."""
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        return "stopped"
+    cooperative = stops_when_aborted(started, wait=5)
 
     def one(registry: ToolRegistry, i: int) -> ToolExecutionResult:
         started.clear()

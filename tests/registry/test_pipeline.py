@@ -15,14 +15,8 @@ from typing import Any
 
 import pytest
 
+import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    INVALID_TOOL_OUTPUT,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    UNKNOWN_TOOL,
     AbortController,
     AbortError,
     AbortSignal,
@@ -48,6 +42,7 @@ from tests.helpers import (
     cyclic_garbage_of,
     error_of,
     run_in_thread,
+    stops_when_aborted,
     swapping_signal,
     tool,
     value_of,
@@ -88,7 +83,7 @@ def test_invalid_args_wins_over_an_already_aborted_signal(registry: ToolRegistry
     rec.install_all(registry)
     registry.register(tool("t", ok_body, parameters={"type": "object", "properties": {"n": {"type": "integer"}}}))
     result = registry.execute(call("t", {"n": "x"}, AbortSignal.already_aborted("stop")))
-    assert result.code == INVALID_ARGS
+    assert result.code == dshtools.INVALID_ARGS
     assert result.content[0]["text"] == 'Error: invalid arguments: "x" is not of type "integer" at $.n'
     assert rec.events == []  # skips every later phase, post-execute included
     assert len(rec.results) == 1
@@ -96,14 +91,14 @@ def test_invalid_args_wins_over_an_already_aborted_signal(registry: ToolRegistry
 
 def test_unknown_tool(registry: ToolRegistry) -> None:
     result = registry.execute(call("nope"))
-    assert result.code == UNKNOWN_TOOL
+    assert result.code == dshtools.UNKNOWN_TOOL
     assert result.content[0]["text"] == 'Error: unknown tool "nope"'
 
 
 def test_unknown_tool_still_passes_post_execute(registry: ToolRegistry) -> None:
     rec = HookRecorder()
     rec.install_all(registry)
-    assert registry.execute(call("nope")).code == UNKNOWN_TOOL
+    assert registry.execute(call("nope")).code == dshtools.UNKNOWN_TOOL
     assert rec.events == ["pre-execute", "guard", "post-execute"]
 
 
@@ -115,7 +110,7 @@ def test_plain_exception_becomes_tool_error_with_its_class_name(registry: ToolRe
     result = registry.execute(call("t"))
     assert isinstance(result, ToolFailure)
     assert result.error.message == "bad thing" and result.error.info is not None
-    assert result.error.info.name == "ValueError" and result.code == TOOL_ERROR
+    assert result.error.info.name == "ValueError" and result.code == dshtools.TOOL_ERROR
     assert [dict(b) for b in result.content] == [{"type": "text", "text": "Error: bad thing"}]
 
 
@@ -140,7 +135,7 @@ def test_pre_abort_skips_every_phase_and_publishes_one_result(registry: ToolRegi
     body_ran = threading.Event()
     registry.register(tool("t", lambda a, r: body_ran.set()))
     result = registry.execute(call("t", signal=AbortSignal.already_aborted("early")))
-    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
     assert result.content[0]["text"] == "Error: tool call aborted before dispatch"
     assert result.error.info is not None and result.error.info.name == "AbortError"  # type: ignore[union-attr]
     assert result.meta is not None and result.meta["reason"] == "early"
@@ -183,7 +178,7 @@ def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registr
     registry.add_pre_execute(pre)
     registry.register(tool("t", lambda a, r: body_ran.set()))
     result = _aborted_once_reached(registry, entered, "stop", then=release.set)
-    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH and result.meta["reason"] == "stop"
+    assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and result.meta["reason"] == "stop"
     assert not body_ran.is_set()
 
 
@@ -204,14 +199,14 @@ def test_cancellation_during_approval_is_aborted_before_dispatch() -> None:
         asked.wait(5)
         controller.abort("user")
         t.join(5)
-    assert box[0].code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert box[0].code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
 
 
 def test_cancelled_approval_without_caller_abort_is_a_denial() -> None:
     with ToolRegistry(approver=lambda req: "cancelled") as registry:
         registry.add_pre_execute(lambda e, nxt: Ask())
         registry.register(tool("t", ok_body))
-        assert registry.execute(call("t")).code == DENIED
+        assert registry.execute(call("t")).code == dshtools.DENIED
 
 
 @pytest.mark.parametrize("answer", ["rejected", "unavailable"])
@@ -219,13 +214,13 @@ def test_rejected_and_unavailable_approvals_are_denials(answer: str) -> None:
     with ToolRegistry(approver=lambda req: answer) as registry:  # type: ignore[arg-type,return-value]
         registry.add_pre_execute(lambda e, nxt: Ask("why"))
         registry.register(tool("t", ok_body))
-        assert registry.execute(call("t")).code == DENIED
+        assert registry.execute(call("t")).code == dshtools.DENIED
 
 
 def test_ask_without_approver_is_a_denial(registry: ToolRegistry) -> None:
     registry.add_pre_execute(lambda e, nxt: Ask())
     registry.register(tool("t", ok_body))
-    assert registry.execute(call("t")).code == DENIED
+    assert registry.execute(call("t")).code == dshtools.DENIED
 
 
 @pytest.mark.timeout(10)
@@ -240,7 +235,7 @@ def test_denial_that_settles_after_cancellation_stays_denied(registry: ToolRegis
     registry.add_pre_execute(pre)
     registry.register(tool("t", ok_body))
     result = _aborted_once_reached(registry, entered, then=release.set)
-    assert result.code == DENIED and result.content[0]["text"] == "Error: not allowed here"
+    assert result.code == dshtools.DENIED and result.content[0]["text"] == "Error: not allowed here"
 
 
 @pytest.mark.timeout(10)
@@ -254,7 +249,7 @@ def test_rejection_after_cancellation_stays_denied() -> None:
     with ToolRegistry(approver=approver) as registry:
         registry.add_pre_execute(lambda e, nxt: Ask())
         registry.register(tool("t", ok_body))
-        assert registry.execute(call("t", signal=controller.signal)).code == DENIED
+        assert registry.execute(call("t", signal=controller.signal)).code == dshtools.DENIED
 
 
 @pytest.mark.timeout(10)
@@ -265,7 +260,7 @@ def test_wrapper_that_supplies_an_aborted_signal_never_invokes_the_body(registry
     registry.register(tool("t", lambda a, r: body_ran.set()))
     caller = AbortController().signal
     result = registry.execute(call("t", signal=caller))
-    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
     assert result.meta is not None and result.meta["reason"] == "wrapper says no"
     assert not body_ran.is_set() and caller.listener_count == 0
 
@@ -283,8 +278,8 @@ def test_wrapper_short_circuit_overtaken_by_cancellation(registry: ToolRegistry)
     registry.add_around_dispatch(wrapper)
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH
-    assert [r.code for _, r in rec.results] == [TOOL_ABORTED_BEFORE_DISPATCH]
+    assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
+    assert [r.code for _, r in rec.results] == [dshtools.TOOL_ABORTED_BEFORE_DISPATCH]
 
 
 def _aborted_while_the_body_runs(registry: ToolRegistry, then: Callable[[Any], object], reason: object = None) -> Any:
@@ -311,7 +306,7 @@ def test_cancellation_while_body_runs_is_aborted(registry: ToolRegistry) -> None
         return "finished anyway"
 
     result = _aborted_while_the_body_runs(registry, finish_anyway, "stop")
-    assert result.code == TOOL_ABORTED and result.content[0]["text"] == "Error: tool call aborted"
+    assert result.code == dshtools.TOOL_ABORTED and result.content[0]["text"] == "Error: tool call aborted"
     assert result.meta["reason"] == "stop" and seen == ["stop"]
 
 
@@ -327,7 +322,7 @@ def test_tool_error_after_observing_abort_keeps_its_code(registry: ToolRegistry)
 @pytest.mark.timeout(10)
 def test_body_raising_abort_error_is_aborted(registry: ToolRegistry) -> None:
     result = _aborted_while_the_body_runs(registry, lambda run: run.signal.throw_if_aborted(), "halt")
-    assert result.code == TOOL_ABORTED and result.meta["reason"] == "halt"
+    assert result.code == dshtools.TOOL_ABORTED and result.meta["reason"] == "halt"
 
 
 def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegistry) -> None:
@@ -336,7 +331,7 @@ def test_abort_error_without_cancellation_is_a_plain_failure(registry: ToolRegis
 
     registry.register(tool("t", body))
     result = registry.execute(call("t"))
-    assert result.code == TOOL_ERROR and result.error.info.name == "AbortError"  # type: ignore[union-attr]
+    assert result.code == dshtools.TOOL_ERROR and result.error.info.name == "AbortError"  # type: ignore[union-attr]
 
 
 @pytest.mark.timeout(10)
@@ -359,7 +354,7 @@ def test_late_post_execute_success_becomes_aborted_and_keeps_contexts(registry: 
     registry.add_post_execute(post)
     registry.register(tool("t", body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.code == TOOL_ABORTED
+    assert result.code == dshtools.TOOL_ABORTED
     assert [thaw(c) for c in result.additional_contexts] == [{"from": "tool"}, {"from": "wrapper"}, {"from": "post"}]
 
 
@@ -377,7 +372,7 @@ def test_wrapper_failure_after_cancellation_stays_a_failure(registry: ToolRegist
     registry.add_post_execute(lambda e, r, nxt: rec.note("post") or nxt())  # type: ignore[func-returns-value]
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t", signal=controller.signal))
-    assert result.error.info.name == "RuntimeError" and result.code == TOOL_ERROR  # type: ignore[union-attr]
+    assert result.error.info.name == "RuntimeError" and result.code == dshtools.TOOL_ERROR  # type: ignore[union-attr]
     assert rec.events == []  # post-execute skipped for a wrapper that raised
 
 
@@ -450,7 +445,7 @@ def test_queued_call_withdrawn_on_abort_never_runs() -> None:
         t2.join(5)
         # Returned while the only worker is still busy: withdrawn from the queue.
         assert not t2.is_alive() and t1.is_alive()
-        assert box2[0].code == TOOL_ABORTED_BEFORE_DISPATCH and box2[0].meta["reason"] == "withdraw"
+        assert box2[0].code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and box2[0].meta["reason"] == "withdraw"
         release.set()
         t1.join(5)
     assert not queued_ran.is_set()
@@ -475,7 +470,7 @@ def test_uncooperative_body_keeps_execute_pending(registry: ToolRegistry) -> Non
     assert t.is_alive() and box == []  # never returns early
     release.set()
     t.join(5)
-    assert box[0].code == TOOL_ABORTED
+    assert box[0].code == dshtools.TOOL_ABORTED
 
 
 def test_body_sees_the_fused_signal_and_the_wrapper_signal_is_restored(registry: ToolRegistry) -> None:
@@ -505,7 +500,7 @@ def test_body_sees_the_fused_signal_and_the_wrapper_signal_is_restored(registry:
     assert seen["upstream_is_caller"] and seen["after_next"] is wrapper_ctrl.signal
     assert seen["body_signal"] not in (caller, wrapper_ctrl.signal) and seen["body_saw"]
     # The wrapper's own signal aborting turns the body's success into ABORTED.
-    assert result.code == TOOL_ABORTED and result.meta["reason"] == "wrapper"
+    assert result.code == dshtools.TOOL_ABORTED and result.meta["reason"] == "wrapper"
     assert caller.listener_count == 0 and wrapper_ctrl.signal.listener_count == 0
 
 
@@ -577,14 +572,14 @@ def test_output_schema_violation_is_invalid_tool_output(registry: ToolRegistry) 
         tool("t", lambda a, r: {"n": "x"}, output_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
     )
     result = registry.execute(call("t"))
-    assert result.code == INVALID_TOOL_OUTPUT
+    assert result.code == dshtools.INVALID_TOOL_OUTPUT
     assert result.content[0]["text"] == 'Error: tool "t" returned invalid output: "x" is not of type "integer" at $.n'
 
 
 @pytest.mark.parametrize("value", [{1, 2}, b"x", float("nan"), {1: "a"}, object()])
 def test_non_json_output_is_invalid_even_without_schema(registry: ToolRegistry, value: object) -> None:
     registry.register(tool("t", lambda a, r: value))
-    assert registry.execute(call("t")).code == INVALID_TOOL_OUTPUT
+    assert registry.execute(call("t")).code == dshtools.INVALID_TOOL_OUTPUT
 
 
 def test_dag_output_is_valid_json(registry: ToolRegistry) -> None:
@@ -597,13 +592,13 @@ def test_cyclic_output_is_invalid(registry: ToolRegistry) -> None:
     loop: list[Any] = []
     loop.append(loop)
     registry.register(tool("t", lambda a, r: loop))
-    assert registry.execute(call("t")).code == INVALID_TOOL_OUTPUT
+    assert registry.execute(call("t")).code == dshtools.INVALID_TOOL_OUTPUT
 
 
 def test_wrapper_authored_success_is_validated(registry: ToolRegistry) -> None:
     registry.add_around_dispatch(lambda e, nxt: ToolSuccess({"n": "not an int"}, "fake"))
     registry.register(tool("t", ok_body, output_schema={"type": "object", "properties": {"n": {"type": "integer"}}}))
-    assert registry.execute(call("t")).code == INVALID_TOOL_OUTPUT
+    assert registry.execute(call("t")).code == dshtools.INVALID_TOOL_OUTPUT
 
 
 def test_accept_value_is_validated_and_rerendered(registry: ToolRegistry) -> None:
@@ -614,7 +609,7 @@ def test_accept_value_is_validated_and_rerendered(registry: ToolRegistry) -> Non
     assert thaw(value_of(result)) == {"n": 2} and result.content[0]["text"] == '{"n": 2}'
     unregister()
     registry.add_post_execute(lambda e, r, nxt: Accept(value={"n": "two"}))
-    assert registry.execute(call("good")).code == INVALID_TOOL_OUTPUT
+    assert registry.execute(call("good")).code == dshtools.INVALID_TOOL_OUTPUT
 
 
 def test_accept_content_and_value_together_is_refused() -> None:
@@ -688,13 +683,13 @@ def test_guard_string_is_a_final_denial(registry: ToolRegistry) -> None:
     registry.add_guard(lambda e: later.append("ran"))
     registry.register(tool("t", ok_body))
     result = registry.execute(call("t"))
-    assert result.code == DENIED and result.content[0]["text"] == "Error: read-only mode" and later == []
+    assert result.code == dshtools.DENIED and result.content[0]["text"] == "Error: read-only mode" and later == []
 
 
 def test_allow_and_unregistering_hooks(registry: ToolRegistry) -> None:
     unregister = registry.add_pre_execute(lambda e, nxt: Deny("no"))
     registry.register(tool("t", ok_body))
-    assert registry.execute(call("t")).code == DENIED
+    assert registry.execute(call("t")).code == dshtools.DENIED
     unregister()
     unregister()  # idempotent
     registry.add_pre_execute(lambda e, nxt: Allow())
@@ -815,10 +810,7 @@ def test_abort_reaches_nested_body_through_the_parent_signal(registry: ToolRegis
     inner_started = threading.Event()
     results: dict[str, Any] = {}
 
-    def inner(args: Any, run: Any) -> Any:
-        inner_started.set()
-        run.signal.wait(5)
-        return "late"
+    inner = stops_when_aborted(inner_started, "late", wait=5)
 
     def outer(args: Any, run: Any) -> Any:
         results["inner"] = run.dispatch("inner", {})
@@ -827,7 +819,7 @@ def test_abort_reaches_nested_body_through_the_parent_signal(registry: ToolRegis
     registry.register(tool("inner", inner))
     registry.register(tool("outer", outer))
     result = _aborted_once_reached(registry, inner_started, name="outer")
-    assert results["inner"].code == TOOL_ABORTED and result.code == TOOL_ABORTED
+    assert results["inner"].code == dshtools.TOOL_ABORTED and result.code == dshtools.TOOL_ABORTED
 
 
 # -------------------------------------------------------------- lifecycle
@@ -913,7 +905,7 @@ def test_keyboard_interrupt_while_joining_aborts_joins_publishes_and_reraises(re
         registry.execute(call("t", signal=caller))
     interrupter.join()
     assert body_done.is_set()  # joined before the interrupt surfaced
-    assert [r.code for _, r in rec.results] == [TOOL_ABORTED]
+    assert [r.code for _, r in rec.results] == [dshtools.TOOL_ABORTED]
     assert isinstance(rec.results[0][1].meta["reason"], KeyboardInterrupt)
     assert not caller.aborted and caller.listener_count == 0
 
@@ -945,7 +937,7 @@ def test_keyboard_interrupt_during_pre_execute_publishes_aborted_before_dispatch
     with pytest.raises(KeyboardInterrupt):
         registry.execute(call("t"))
     helper.join()
-    assert [r.code for _, r in rec.results] == [TOOL_ABORTED_BEFORE_DISPATCH] and not body_ran.is_set()
+    assert [r.code for _, r in rec.results] == [dshtools.TOOL_ABORTED_BEFORE_DISPATCH] and not body_ran.is_set()
 
 
 def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
@@ -962,10 +954,10 @@ def test_phase_api_composes_to_execute(registry: ToolRegistry) -> None:
     assert final.value == "v" and [r for _, r in rec.results] == [final]
     assert registry._complete(run) is final and len(rec.results) == 1  # published once
     early = registry._begin(call("missing"))
-    assert early.result is not None and early.result.code == UNKNOWN_TOOL
+    assert early.result is not None and early.result.code == dshtools.UNKNOWN_TOOL
     assert registry._dispatch(early) is early and not early.body_invoked
     pre_aborted = registry._begin(call("t", signal=AbortSignal.already_aborted()))
-    assert pre_aborted.result is not None and pre_aborted.result.code == TOOL_ABORTED_BEFORE_DISPATCH
+    assert pre_aborted.result is not None and pre_aborted.result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
 
 
 @pytest.mark.timeout(10)

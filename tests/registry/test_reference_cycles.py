@@ -18,7 +18,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import OBJECT, call, cyclic_garbage_of
+from tests.helpers import OBJECT, call, cyclic_garbage_of, run_of, view_fields
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -65,10 +65,9 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     import attrs
 
     from dshtools import ToolExecution, ToolSuccess
-    from dshtools._core.freeze import freeze
     from dshtools._registry.run import trusted_run_context
     from dshtools._registry.trusted import trusted_success, trusted_view
-    from dshtools._types.calls import ExecutionToken, text_content
+    from dshtools._types.calls import text_content
 
     success, built = trusted_success(7, text_content("7")), ToolSuccess(7, "7", body_invoked=True)
     assert type(success) is ToolSuccess and success == built
@@ -80,20 +79,8 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     assert weakref.ref(success)() is success
 
     signal = AbortController().signal
-    fields: dict[str, Any] = {
-        "token": ExecutionToken(),
-        "call_id": "c",
-        "root_call_id": "c",
-        "name": "n",
-        "arguments": freeze({"a": 1}),
-        "agent": None,
-        "parent": None,
-        "definition": None,
-    }
-    from dshtools._registry.run import Hooks, Run
-
-    run = Run(None, call("n", fields["arguments"], signal=signal, call_id="c"), None, Hooks())  # type: ignore[arg-type]
-    run.token, run.arguments = fields["token"], fields["arguments"]
+    fields = view_fields()
+    run = run_of(fields, signal)
     view = trusted_view(run)
     context = trusted_run_context(run, signal)
     assert type(view) is ToolExecution and type(context) is ToolRunContext

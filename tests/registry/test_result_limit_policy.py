@@ -9,13 +9,8 @@ from typing import Any
 
 import pytest
 
+import dshtools
 from dshtools import (
-    INVALID_ARGS,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     Accept,
     Block,
@@ -89,7 +84,7 @@ def test_an_error_text_is_cut_and_its_message_kept_whole(registry: ToolRegistry)
     registry.register(tool("t", body))
     registry.add_post_execute(ResultLimit(max_chars=30, keep="tail"))
     result = registry.execute(call("t"))
-    assert result.code == TOOL_ERROR
+    assert result.code == dshtools.TOOL_ERROR
     assert error_of(result).message == message
     assert _text(result) == "[... 177 of 207 characters left out ...]\n" + "m" * 30
     assert _sizes(result)["total_chars"] == len("Error: " + message)
@@ -127,7 +122,7 @@ def test_non_text_blocks_are_kept_in_order() -> None:
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("code", [INVALID_ARGS, UNKNOWN_TOOL, TOOL_ABORTED_BEFORE_DISPATCH])
+@pytest.mark.parametrize("code", [dshtools.INVALID_ARGS, dshtools.UNKNOWN_TOOL, dshtools.TOOL_ABORTED_BEFORE_DISPATCH])
 def test_results_settled_before_post_execute_are_not_touched(registry: ToolRegistry, code: str) -> None:
     """INVALID_ARGS, UNKNOWN_TOOL (its text holds the name) and a pre-aborted
     call: post-execute does not run for the first and last; the limit is
@@ -136,10 +131,10 @@ def test_results_settled_before_post_execute_are_not_touched(registry: ToolRegis
     registry.register(tool("t", lambda _a, _r: "x" * 100, parameters=schema))
     registry.add_post_execute(ResultLimit(max_chars=200))
     controller = AbortController()
-    if code == TOOL_ABORTED_BEFORE_DISPATCH:
+    if code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH:
         controller.abort()
-    name = "missing" if code == UNKNOWN_TOOL else "t"
-    args = {"n": "x"} if code == INVALID_ARGS else {"n": 1}
+    name = "missing" if code == dshtools.UNKNOWN_TOOL else "t"
+    args = {"n": "x"} if code == dshtools.INVALID_ARGS else {"n": 1}
     result = registry.execute(call(name, args, signal=controller.signal))
     assert result.code == code
     assert "truncated" not in result.meta
@@ -155,7 +150,7 @@ def test_timeouts_and_aborts_keep_their_codes_and_meta(registry: ToolRegistry) -
     registry.add_around_dispatch(TimeoutPolicy())
     registry.add_post_execute(ResultLimit(max_chars=10))
     timed = registry.execute(call("t"))
-    assert timed.code == TOOL_TIMEOUT
+    assert timed.code == dshtools.TOOL_TIMEOUT
     assert "reason" in timed.meta and "truncated" in timed.meta
     assert error_of(timed).message.startswith("tool call timed out")
 
@@ -166,7 +161,7 @@ def test_timeouts_and_aborts_keep_their_codes_and_meta(registry: ToolRegistry) -
     controller = AbortController()
     registry.register(tool("a", aborts))
     aborted = registry.execute(call("a", signal=controller.signal))
-    assert aborted.code == TOOL_ABORTED
+    assert aborted.code == dshtools.TOOL_ABORTED
 
 
 @pytest.mark.parametrize(
@@ -199,7 +194,7 @@ def test_accept_meta_and_failure_content_reach_the_result(registry: ToolRegistry
 
     registry.add_post_execute(hook)
     result = registry.execute(call("t"))
-    assert result.code == TOOL_ERROR
+    assert result.code == dshtools.TOOL_ERROR
     assert _text(result) == "Error: (hidden)"
     assert error_of(result).message == "boom"
     assert result.meta["seen"] is True

@@ -12,14 +12,8 @@ from typing import Any
 
 import pytest
 
+import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
     Allow,
@@ -34,7 +28,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.base import BodyReport, NotInvoked, Value
-from tests.helpers import HookRecorder, call, run_in_thread, tool
+from tests.helpers import HookRecorder, call, run_in_thread, stops_when_aborted, tool
 
 
 def _text(result: Any) -> str:
@@ -80,10 +74,7 @@ def test_body_invoked_is_true_exactly_when_the_body_ran_whatever_the_outcome() -
     controller = AbortController()
     started = threading.Event()
 
-    def cooperative(a: Any, run: Any) -> Any:
-        started.set()
-        run.signal.wait(5)
-        return "late"
+    cooperative = stops_when_aborted(started, "late", wait=5)
 
     def raises(a: Any, run: Any) -> Any:
         raise ValueError("bad")
@@ -122,8 +113,13 @@ def test_body_invoked_is_true_exactly_when_the_body_ran_whatever_the_outcome() -
             registry.execute(call("typed")),
             registry.execute(call("ok", signal=AbortSignal.already_aborted("early"))),
         ]
-    assert [r.code for r in ran] == [None, None, TOOL_ERROR, "INVALID_TOOL_OUTPUT", TOOL_ABORTED]
-    assert [r.code for r in not_ran] == [UNKNOWN_TOOL, DENIED, INVALID_ARGS, TOOL_ABORTED_BEFORE_DISPATCH]
+    assert [r.code for r in ran] == [None, None, dshtools.TOOL_ERROR, "INVALID_TOOL_OUTPUT", dshtools.TOOL_ABORTED]
+    assert [r.code for r in not_ran] == [
+        dshtools.UNKNOWN_TOOL,
+        dshtools.DENIED,
+        dshtools.INVALID_ARGS,
+        dshtools.TOOL_ABORTED_BEFORE_DISPATCH,
+    ]
     assert all(r.body_invoked is True for r in ran)
     assert all(r.body_invoked is False for r in not_ran)
     assert [r for _, r in rec.results] == ran + not_ran
@@ -146,7 +142,7 @@ def test_a_call_withdrawn_from_the_queue_is_aborted_before_dispatch_and_says_its
         waiter.join(5)
         release.set()
         hog.join(5)
-    assert box[0].code == TOOL_ABORTED_BEFORE_DISPATCH and box[0].body_invoked is False and ran == []
+    assert box[0].code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and box[0].body_invoked is False and ran == []
     assert hog_box[0].body_invoked is True
 
 
@@ -221,7 +217,7 @@ def test_results_from_any_backend_carry_body_invoked_from_its_report() -> None:
         ran = registry.execute(call("ran"))
         refused = registry.execute(call("refused"))
     assert ran.value == "v" and ran.body_invoked is True  # type: ignore[union-attr]
-    assert refused.code == TOOL_ABORTED_BEFORE_DISPATCH and refused.body_invoked is False
+    assert refused.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and refused.body_invoked is False
     assert isinstance(refused.meta["reason"], OSError)
 
 
@@ -270,7 +266,7 @@ def test_b60_a_timeout_while_queued_behind_a_busy_pool_says_the_body_never_start
         release.set()
         hog.join(5)
     assert elapsed < 1.5, elapsed
-    assert result.code == TOOL_TIMEOUT and result.body_invoked is False and ran == []
+    assert result.code == dshtools.TOOL_TIMEOUT and result.body_invoked is False and ran == []
     assert _text(result) == "Error: tool call timed out after 300ms before it started"
     assert result.error.message == "tool call timed out after 300ms before it started"  # type: ignore[union-attr]
 
@@ -281,7 +277,7 @@ def test_a_timeout_of_a_body_that_ran_keeps_the_plain_text() -> None:
         registry.add_around_dispatch(TimeoutPolicy())
         registry.register(tool("slow", lambda a, r: r.signal.wait(5) and "late", timeout=0.05))
         result = registry.execute(call("slow"))
-    assert result.code == TOOL_TIMEOUT and result.body_invoked is True
+    assert result.code == dshtools.TOOL_TIMEOUT and result.body_invoked is True
     assert _text(result) == "Error: tool call timed out after 50ms"
 
 
@@ -321,7 +317,7 @@ def test_a17_n10_an_exception_whose_text_says_nothing_by_itself_still_says_what_
         result = registry.execute(call("t"))
     assert result.is_error and _text(result) == text and result.body_invoked is True
     assert result.error.info.name == type(exc).__name__  # type: ignore[union-attr]
-    assert result.code == (exc.code if isinstance(exc, ToolError) and exc.code else TOOL_ERROR)
+    assert result.code == (exc.code if isinstance(exc, ToolError) and exc.code else dshtools.TOOL_ERROR)
 
 
 def test_a17_applies_to_a_batch_and_to_a_hooks_exception_too() -> None:
@@ -353,7 +349,7 @@ def test_allow_is_still_a_pass_through() -> None:
         result = registry.execute(call("t"))
         unknown = registry.execute(call("nope"))
     assert result.value == "ok" and ran == [1] and result.body_invoked  # type: ignore[union-attr]
-    assert unknown.code == UNKNOWN_TOOL and _text(unknown) == 'Error: unknown tool "nope"'
+    assert unknown.code == dshtools.UNKNOWN_TOOL and _text(unknown) == 'Error: unknown tool "nope"'
 
 
 def _quick_in_a_worker(args: Any, run: Any) -> object:
@@ -378,4 +374,4 @@ def test_a_process_backends_results_carry_body_invoked_and_the_a17_text() -> Non
         never = registry.execute(call("quick", call_id="c3", signal=AbortSignal.already_aborted("early")))
     assert ran.value == "ran in a worker" and ran.body_invoked is True and ran.meta == {}  # type: ignore[union-attr]
     assert _text(raised) == "Error: KeyError: 'k'" and raised.body_invoked is True
-    assert never.code == TOOL_ABORTED_BEFORE_DISPATCH and never.body_invoked is False
+    assert never.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and never.body_invoked is False

@@ -10,15 +10,8 @@ from typing import Any
 
 import pytest
 
+import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    RETRY_REQUESTED,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     Deny,
     RetryPolicy,
@@ -78,7 +71,7 @@ def test_a_failing_body_with_side_effects_runs_once(registry: ToolRegistry) -> N
     registry.register(tool("t", body))
     registry.add_around_dispatch(RetryPolicy(backoff=0))
     result = registry.execute(call("t"))
-    assert result.code == TOOL_ERROR
+    assert result.code == dshtools.TOOL_ERROR
     assert body.runs == 1
     assert result.meta["attempts"] == 1
     assert result.body_invoked is True
@@ -101,7 +94,7 @@ def test_the_last_failure_is_returned_when_the_attempts_are_spent(registry: Tool
     registry.register(tool("t", body, idempotent=True))
     registry.add_around_dispatch(RetryPolicy(attempts=4, backoff=0))
     result = registry.execute(call("t"))
-    assert result.code == TOOL_ERROR
+    assert result.code == dshtools.TOOL_ERROR
     assert error_of(result).message == "failure 4"
     assert body.runs == 4
     assert result.meta["attempts"] == 4
@@ -121,7 +114,9 @@ def test_each_default_code_is_retried_when_the_body_did_not_run(registry: ToolRe
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("code", [DENIED, INVALID_ARGS, UNKNOWN_TOOL, TOOL_TIMEOUT, "MY_CODE"])
+@pytest.mark.parametrize(
+    "code", [dshtools.DENIED, dshtools.INVALID_ARGS, dshtools.UNKNOWN_TOOL, dshtools.TOOL_TIMEOUT, "MY_CODE"]
+)
 def test_a_code_outside_retry_on_is_returned_at_once(registry: ToolRegistry, code: str) -> None:
     body = Flaky(fails=0)
     registry.register(tool("t", body, idempotent=True))
@@ -147,21 +142,29 @@ def test_invalid_args_and_denied_calls_never_reach_the_retry(registry: ToolRegis
     registry.add_around_dispatch(spy)
     registry.add_around_dispatch(RetryPolicy(backoff=0))
     bad = registry.execute(call("t", {"n": "x"}))
-    assert bad.code == INVALID_ARGS
+    assert bad.code == dshtools.INVALID_ARGS
     registry.add_pre_execute(lambda e, nxt: Deny("no"))
     denied = registry.execute(call("t", {"n": 1}, call_id="c2"))
-    assert denied.code == DENIED
+    assert denied.code == dshtools.DENIED
     assert retry_ran == []
     assert body.runs == 0
     assert "attempts" not in bad.meta and "attempts" not in denied.meta
 
 
 @pytest.mark.parametrize(
-    "code", [DENIED, INVALID_ARGS, UNKNOWN_TOOL, TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH, RETRY_REQUESTED]
+    "code",
+    [
+        dshtools.DENIED,
+        dshtools.INVALID_ARGS,
+        dshtools.UNKNOWN_TOOL,
+        dshtools.TOOL_ABORTED,
+        dshtools.TOOL_ABORTED_BEFORE_DISPATCH,
+        dshtools.RETRY_REQUESTED,
+    ],
 )
 def test_retry_on_refuses_codes_that_are_never_retried(code: str) -> None:
     with pytest.raises(ValueError, match="never retried"):
-        RetryPolicy(retry_on={TOOL_ERROR, code})
+        RetryPolicy(retry_on={dshtools.TOOL_ERROR, code})
 
 
 @pytest.mark.parametrize(
@@ -201,7 +204,7 @@ def test_retry_with_feedback_reaches_the_model_and_is_never_retried(registry: To
     registry.register(tool("t", body, idempotent=True))
     registry.add_around_dispatch(RetryPolicy(backoff=0))
     result = registry.execute(call("t"))
-    assert result.code == RETRY_REQUESTED
+    assert result.code == dshtools.RETRY_REQUESTED
     assert result.content == ({"type": "text", "text": "Error: the date must be ISO 8601"},)
     info = error_of(result).info
     assert info is not None and info.name == "RetryWithFeedback"
@@ -211,11 +214,13 @@ def test_retry_with_feedback_reaches_the_model_and_is_never_retried(registry: To
 def test_retry_with_feedback_pickles_as_itself() -> None:
     again = pickle.loads(pickle.dumps(RetryWithFeedback("use a positive n")))
     assert type(again) is RetryWithFeedback
-    assert again.message == "use a positive n" and again.code == RETRY_REQUESTED
+    assert again.message == "use a positive n" and again.code == dshtools.RETRY_REQUESTED
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize(("idempotent", "code"), [(True, TOOL_ABORTED), (False, TOOL_ABORTED_BEFORE_DISPATCH)])
+@pytest.mark.parametrize(
+    ("idempotent", "code"), [(True, dshtools.TOOL_ABORTED), (False, dshtools.TOOL_ABORTED_BEFORE_DISPATCH)]
+)
 def test_an_abort_during_the_back_off_ends_the_call_within_50_ms(
     registry: ToolRegistry, idempotent: bool, code: str
 ) -> None:
@@ -235,7 +240,7 @@ def test_an_abort_during_the_back_off_ends_the_call_within_50_ms(
 
     registry.add_around_dispatch(attempt_returned)
     if not idempotent:
-        registry.add_around_dispatch(_fail_first(TOOL_ERROR))
+        registry.add_around_dispatch(_fail_first(dshtools.TOOL_ERROR))
     published = threading.Event()
     at: list[float] = []
 
@@ -268,7 +273,7 @@ def test_an_attempt_that_cannot_start_before_the_deadline_is_skipped(registry: T
     with deadline(AbortController().signal, 2.0, "CALLER_DEADLINE") as dl:
         result = registry.execute(call("t", signal=dl.signal))
         assert not dl.signal.aborted  # returned at once, not at the deadline
-    assert result.code == TOOL_ERROR
+    assert result.code == dshtools.TOOL_ERROR
     assert result.meta["attempts"] == 1
     assert result.meta["retry_skipped"] == "deadline"
     assert body.runs == 1
@@ -286,9 +291,9 @@ def test_a_caller_abort_during_an_attempt_is_never_retried(registry: ToolRegistr
         return "unreachable"
 
     registry.register(tool("t", body, idempotent=True))
-    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={TOOL_ERROR, TOOL_TIMEOUT}))
+    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={dshtools.TOOL_ERROR, dshtools.TOOL_TIMEOUT}))
     result = registry.execute(call("t", signal=caller.signal))
-    assert result.code == TOOL_ABORTED
+    assert result.code == dshtools.TOOL_ABORTED
     assert len(runs) == 1
 
 
@@ -308,9 +313,9 @@ def test_an_outer_timeout_is_never_retried(registry: ToolRegistry) -> None:
     runs: list[int] = []
     registry.register(tool("t", _waits_for_its_signal(runs, 99), idempotent=True, timeout=0.05))
     registry.add_around_dispatch(TimeoutPolicy())  # outermost
-    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={TOOL_ERROR, TOOL_TIMEOUT}))
+    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={dshtools.TOOL_ERROR, dshtools.TOOL_TIMEOUT}))
     result = registry.execute(call("t"))
-    assert result.code == TOOL_TIMEOUT
+    assert result.code == dshtools.TOOL_TIMEOUT
     assert len(runs) == 1
 
 
@@ -319,7 +324,7 @@ def test_an_outer_timeout_is_never_retried(registry: ToolRegistry) -> None:
 def test_an_inner_timeout_is_retried_only_when_named_and_idempotent(registry: ToolRegistry, idempotent: bool) -> None:
     runs: list[int] = []
     registry.register(tool("t", _waits_for_its_signal(runs, 2), idempotent=idempotent, timeout=0.05))
-    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={TOOL_ERROR, TOOL_TIMEOUT}))
+    registry.add_around_dispatch(RetryPolicy(backoff=0, retry_on={dshtools.TOOL_ERROR, dshtools.TOOL_TIMEOUT}))
     registry.add_around_dispatch(TimeoutPolicy())  # per attempt
     result = registry.execute(call("t"))
     if idempotent:
@@ -327,7 +332,7 @@ def test_an_inner_timeout_is_retried_only_when_named_and_idempotent(registry: To
         assert result.meta["attempts"] == 2
         assert len(runs) == 2
     else:
-        assert result.code == TOOL_TIMEOUT
+        assert result.code == dshtools.TOOL_TIMEOUT
         assert result.body_invoked is True
         assert len(runs) == 1
 
@@ -358,7 +363,7 @@ def test_idempotent_and_max_output_chars_are_checked_and_taken_by_from_function(
 
 
 def test_the_policy_says_what_it_is() -> None:
-    text = repr(RetryPolicy(attempts=2, backoff=0.1, retry_on={TOOL_ERROR}, jitter=0))
+    text = repr(RetryPolicy(attempts=2, backoff=0.1, retry_on={dshtools.TOOL_ERROR}, jitter=0))
     assert text == "RetryPolicy(attempts=2, backoff=0.1, max_backoff=8.0, retry_on=['TOOL_ERROR'], jitter=0.0)"
 
 
@@ -379,7 +384,7 @@ def test_a_later_attempt_withdrawn_after_a_body_ran_is_aborted_not_before_dispat
 
     registry.add_around_dispatch(withdraw_second)
     result = registry.execute(call("t", signal=caller.signal))
-    assert result.code == TOOL_ABORTED
+    assert result.code == dshtools.TOOL_ABORTED
     assert result.body_invoked is True and body.runs == 1
     assert result.meta["attempts"] == 2 and result.meta["reason"] == "late"
 
@@ -396,6 +401,6 @@ def test_retry_with_feedback_crosses_a_process_backend() -> None:
         registry.register(tool("book", _asks_for_iso_dates))
         registry.add_around_dispatch(RetryPolicy(backoff=0))
         result = registry.execute(call("book"))
-    assert result.code == RETRY_REQUESTED
+    assert result.code == dshtools.RETRY_REQUESTED
     assert result.content == ({"type": "text", "text": "Error: dates are YYYY-MM-DD"},)
     assert result.meta["attempts"] == 1

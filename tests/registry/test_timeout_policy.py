@@ -29,7 +29,7 @@ from dshtools import (
 )
 from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
-from tests.helpers import CallEventRecorder, call, error_of, recorded_tool
+from tests.helpers import CallEventRecorder, call, error_of, recorded_tool, stops_when_aborted
 
 
 @pytest.fixture
@@ -71,12 +71,7 @@ def test_caller_abort_before_the_deadline_stays_a_cancellation(registry: ToolReg
     rec = CallEventRecorder()
     started = threading.Event()
 
-    def body(_a: Any, run: ToolRunContext) -> str:
-        started.set()
-        run.signal.wait(10)
-        return "ignored"
-
-    registry.register(recorded_tool("slow", rec, body, timeout=5))
+    registry.register(recorded_tool("slow", rec, stops_when_aborted(started, "ignored"), timeout=5))
     caller = AbortController()
     threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
     result = registry.execute(call("slow", signal=caller.signal))

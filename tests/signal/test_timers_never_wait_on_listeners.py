@@ -30,15 +30,12 @@ from dshtools import (
     AbortController,
     AbortSignal,
     TimeoutPolicy,
-    ToolDefinition,
-    ToolExecutionInput,
-    ToolFailure,
     ToolRegistry,
     ToolRunContext,
     deadline,
 )
 from dshtools._signal import timer as _timer
-from tests.helpers import young_heap
+from tests.helpers import call, tool, young_heap
 
 
 def _named(name: str) -> list[threading.Thread]:
@@ -94,12 +91,11 @@ def test_b58_a_listener_blocking_5s_holds_back_no_timeout_and_no_timeout_policy(
 
     with ToolRegistry() as registry:
         registry.add_around_dispatch(TimeoutPolicy())
-        registry.register(ToolDefinition("waits", "waits on its signal", {"type": "object"}, body, timeout=0.3))
+        registry.register(tool("waits", body, timeout=0.3))
         start = time.monotonic()
-        result = registry.execute(ToolExecutionInput("c1", "waits", {}, AbortController().signal))
+        result = registry.execute(call("waits"))
         elapsed = time.monotonic() - start
-    assert isinstance(result, ToolFailure) and result.error.info is not None
-    assert result.error.info.code == TOOL_TIMEOUT
+    assert result.is_error and result.code == TOOL_TIMEOUT
     assert elapsed < 1.0
     assert not release.is_set()  # the first listener was blocked all along
 
@@ -209,7 +205,7 @@ _FORK_RUNNERS = """
 import os, sys, threading
 from dshtools import AbortSignal
 from dshtools._signal import timer as _timer
-from tests.helpers import young_heap
+from tests.helpers import call, tool, young_heap
 
 entered, release = threading.Event(), threading.Event()
 def block(_s):

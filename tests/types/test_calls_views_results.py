@@ -16,14 +16,6 @@ from hypothesis import strategies as st
 
 import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    INVALID_TOOL_OUTPUT,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     AbortSignal,
     ErrorDetail,
@@ -31,23 +23,21 @@ from dshtools import (
     ExecutionToken,
     ToolError,
     ToolExecutionInput,
-    ToolFailure,
-    ToolRegistry,
-    ToolRunContext,
     ToolSuccess,
     thaw,
 )
 from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
 from dshtools._types.calls import aborted, exception_failure, failure
+from tests.helpers import run_of, view_fields
 
 
 def test_code_constants_have_the_contract_values() -> None:
-    assert (TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, TOOL_TIMEOUT) == (
+    assert (dshtools.TOOL_ABORTED_BEFORE_DISPATCH, dshtools.TOOL_ABORTED, dshtools.TOOL_TIMEOUT) == (
         "ABORTED_BEFORE_DISPATCH",
         "ABORTED",
         "TOOL_TIMEOUT",
     )
-    assert (UNKNOWN_TOOL, INVALID_ARGS, INVALID_TOOL_OUTPUT, DENIED) == (
+    assert (dshtools.UNKNOWN_TOOL, dshtools.INVALID_ARGS, dshtools.INVALID_TOOL_OUTPUT, dshtools.DENIED) == (
         "UNKNOWN_TOOL",
         "INVALID_ARGS",
         "INVALID_TOOL_OUTPUT",
@@ -96,24 +86,27 @@ def test_success_and_failure_shapes() -> None:
         f.meta["k"] = 2  # type: ignore[index]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         f.content = ()  # type: ignore[misc]
-    assert ToolFailure(ErrorDetail("m", None), "Error: m").code is None
+    assert dshtools.ToolFailure(ErrorDetail("m", None), "Error: m").code is None
 
 
 def test_exception_failure_classification() -> None:
     assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
     plain = exception_failure(KeyError("k"))
-    assert plain.code == TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", TOOL_ERROR)
-    assert exception_failure(ToolError("no code")).code == TOOL_ERROR
+    assert plain.code == dshtools.TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", dshtools.TOOL_ERROR)
+    assert exception_failure(ToolError("no code")).code == dshtools.TOOL_ERROR
 
 
 def test_aborted_results_carry_the_reason_object() -> None:
     reason = object()
     a = aborted(reason, invoked=True)
     b = aborted(reason, invoked=False)
-    assert a.code == TOOL_ABORTED and a.content[0]["text"] == "Error: tool call aborted"
-    assert b.code == TOOL_ABORTED_BEFORE_DISPATCH and b.content[0]["text"] == "Error: tool call aborted before dispatch"
+    assert a.code == dshtools.TOOL_ABORTED and a.content[0]["text"] == "Error: tool call aborted"
+    assert (
+        b.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
+        and b.content[0]["text"] == "Error: tool call aborted before dispatch"
+    )
     assert a.meta is not None and a.meta["reason"] is reason
-    assert a.error.info == ErrorInfo("AbortError", TOOL_ABORTED)
+    assert a.error.info == ErrorInfo("AbortError", dshtools.TOOL_ABORTED)
 
 
 def test_tool_error_validates() -> None:
@@ -251,7 +244,7 @@ def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None
     tree: Any = "leaf"
     for _ in range(100_000):
         tree = [tree]
-    with ToolRegistry() as registry:
+    with dshtools.ToolRegistry() as registry:
         registry.register(dshtools.ToolDefinition("deep", "", schema, body))
         result = registry.execute(ToolExecutionInput("c", "deep", {"tree": tree}, AbortSignal()))
     assert isinstance(result, ToolSuccess) and result.value == 100_000 and depth == [100_000]
@@ -272,46 +265,13 @@ def _same_fields(a: object, b: object) -> None:
         assert getattr(a, name) is getattr(b, name), name
 
 
-def _run_of(values: dict[str, Any], signal: AbortSignal) -> Any:
-    """A registry ``Run`` whose call and fields are ``values``."""
-    from dshtools._registry.run import Hooks, Run
-
-    call = ToolExecutionInput(
-        values["call_id"],
-        values["name"],
-        values["arguments"],
-        signal,
-        agent=values["agent"],
-        parent=values["parent"],
-        root_call_id=values["root_call_id"],
-    )
-    run = Run(None, call, values["definition"], Hooks())  # type: ignore[arg-type]
-    run.token = values["token"]
-    run.arguments = values["arguments"]
-    return run
-
-
 def test_trusted_run_context_sets_every_field_like_the_class() -> None:
     from dshtools._registry.run import trusted_run_context
 
-    token, parent, signal, dispatch_signal = (
-        ExecutionToken(),
-        ExecutionToken(),
-        AbortController().signal,
-        AbortController().signal,
-    )
-    values: dict[str, Any] = {
-        "token": token,
-        "call_id": "c",
-        "root_call_id": "r",
-        "name": "n",
-        "arguments": freeze({"a": 1}),
-        "agent": "ag",
-        "parent": parent,
-        "definition": None,
-    }
-    run = _run_of(values, signal)
-    built = ToolRunContext(**values, signal=dispatch_signal, run=run)
+    signal, dispatch_signal = AbortController().signal, AbortController().signal
+    values = view_fields(agent="ag", parent=ExecutionToken())
+    run = run_of(values, signal)
+    built = dshtools.ToolRunContext(**values, signal=dispatch_signal, run=run)
     fast = trusted_run_context(run, dispatch_signal)
     _same_fields(built, fast)  # fails when a field is added to the class only
     with pytest.raises(AttributeError):
@@ -335,17 +295,8 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
     from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
-    values: dict[str, Any] = {
-        "token": ExecutionToken(),
-        "call_id": "c",
-        "root_call_id": "r",
-        "name": "n",
-        "arguments": freeze({"a": [1]}),
-        "agent": None,
-        "parent": ExecutionToken(),
-        "definition": None,
-    }
-    run = _run_of(values, signal)
+    values = view_fields(parent=ExecutionToken())
+    run = run_of(values, signal)
     _same_fields(ToolExecution(**values, signal=signal), trusted_view(run))
     slot = SignalSlot(signal)
     built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(run, slot)
