@@ -10,10 +10,16 @@
   ``registry`` with a fixture that takes this one (pytest's documented way
   to extend a fixture: the construction and teardown stay here). Used by
   the registry and interop tests.
+
+A shell that starts the test run as a background job without job control
+starts it with SIGINT ignored, and Python then installs no handler of its
+own; the Ctrl-C tests need the interpreter's default, so the session
+restores it (``pytest_configure``).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +27,11 @@ from typing import Any
 import pytest
 
 from dshtools import ToolRegistry
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

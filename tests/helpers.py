@@ -409,10 +409,13 @@ class AbortLater:
         self._timer.close()
 
 
-def wait_for_descendant(root: int, argv: list[str], timeout: float) -> list[int]:
+def wait_for_descendant(root: int, argv: list[str], timeout: float, *, matching_only: bool = False) -> list[int]:
     """Poll (every 10 ms, up to ``timeout`` seconds) until a live descendant
     of ``root`` runs exactly ``argv``; return the pids of every descendant
-    seen then. Raises ``AssertionError`` when none appears in time."""
+    seen then, or with ``matching_only`` of those running ``argv`` (for a
+    ``root`` such as the test process itself, whose other descendants
+    belong to other tests). Raises ``AssertionError`` when none appears in
+    time."""
     import psutil
 
     end = time.monotonic() + timeout
@@ -421,12 +424,15 @@ def wait_for_descendant(root: int, argv: list[str], timeout: float) -> list[int]
             family = psutil.Process(root).children(recursive=True)
         except psutil.NoSuchProcess:
             break
+        matching = []
         for proc in family:
             try:
                 if proc.cmdline() == argv:
-                    return [p.pid for p in family]
+                    matching.append(proc.pid)
             except psutil.Error:
                 pass
+        if matching:
+            return matching if matching_only else [p.pid for p in family]
         time.sleep(0.01)
     raise AssertionError(f"no descendant of {root} ran {argv} within {timeout}s")
 

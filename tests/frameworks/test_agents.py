@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from functools import partial
 from typing import Any
 
 import pytest
@@ -140,7 +141,7 @@ def test_cancelling_the_runs_task_aborts_and_joins_the_body(
     async def main() -> list[int]:
         published = await _published(registry)
         run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
-        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -158,7 +159,7 @@ def test_a_loop_that_ends_right_after_the_cancel_still_joins_the_body(
 ) -> None:
     async def main() -> list[int]:
         run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
-        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -180,7 +181,7 @@ def test_a_streamed_runs_cancel_aborts_and_joins_the_body(registry: ToolRegistry
                 pass
 
         drained = asyncio.create_task(drain())
-        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
         result.cancel()
         await asyncio.wait_for(drained, 10)
         await asyncio.wait_for(published.wait(), 10)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -109,7 +110,7 @@ def test_cancelling_the_ainvoke_task_aborts_and_joins_the_body_before_the_cancel
 
     async def main() -> tuple[list[int], int]:
         task = asyncio.create_task(slow.ainvoke(call))
-        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -133,7 +134,7 @@ def test_a_sync_invoke_stops_when_the_callers_signal_aborts(
     (call,) = _model_calls(_call("slow", {}, "slow-2"))
 
     thread, box = run_in_thread(lambda: slow.invoke(call))
-    pids = wait_for_descendant(os.getpid(), SLEEP, 10)
+    pids = wait_for_descendant(os.getpid(), SLEEP, 10, matching_only=True)
     controller.abort("the user pressed stop")
     thread.join(10)
 

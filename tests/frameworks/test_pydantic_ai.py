@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 from typing import Any
 
 import pytest
@@ -130,7 +131,7 @@ def test_cancelling_agent_runs_task_aborts_and_joins_the_body_before_the_cancell
 
     async def main() -> tuple[list[int], dict[str, int]]:
         run = asyncio.create_task(agent.run("sleep"))
-        pids = await asyncio.to_thread(wait_for_descendant, os.getpid(), SLEEP, 10)
+        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
