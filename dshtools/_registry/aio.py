@@ -56,12 +56,13 @@ from .._backends.thread import on_worker
 from .._signal import AbortController, AbortSignal
 from .._signal.timer import run_on_abort_runner
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
+from .._types.hooks import ResumeDecision
 from .batch import _check_max_parallel, execute_batch
 
 if TYPE_CHECKING:
     from .registry import ToolRegistry
 
-__all__ = ["TaskCancelled", "aexecute", "execute_batch_async"]
+__all__ = ["TaskCancelled", "aexecute", "aresume", "execute_batch_async"]
 
 _T = TypeVar("_T")
 _WORKER: Final = object()  # the claim's value when a thread took the job
@@ -338,6 +339,33 @@ async def aexecute(registry: ToolRegistry, call: ToolExecutionInput) -> ToolExec
         # nested ``execute`` does.
         return registry.execute(call)
     return await _await_job(partial(_execute_from_pool, registry, call), call.signal, partial(_start_on_pool, registry))
+
+
+async def aresume(
+    registry: ToolRegistry,
+    ticket: object,
+    decision: ResumeDecision,
+    *,
+    arguments: object = None,
+    signal: AbortSignal,
+) -> ToolExecutionResult:
+    """``await registry.aresume(...)``: see ``ToolRegistry.aresume``."""
+    if type(decision) is not str or decision not in ("allowed-once", "rejected"):
+        raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
+    if arguments is not None and decision == "rejected":
+        raise ValueError("arguments apply to an 'allowed-once' resume only")
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    registry._check_open()
+    if on_worker():
+        return registry.resume(ticket, decision, arguments=arguments, signal=signal)
+
+    def resume(private: AbortSignal) -> ToolExecutionResult:
+        # On the worker: the ticket store's claim (a file, a database) never
+        # runs on the loop, nor does a ``TicketError`` arise there.
+        return registry.resume(ticket, decision, arguments=arguments, signal=private)
+
+    return await _await_job(resume, signal, partial(_start_on_pool, registry))
 
 
 async def execute_batch_async(
