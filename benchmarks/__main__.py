@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import aio as aio_bench
 from . import batch, dispatch, floors, instructions, latency, leaks, peers, policies, process, report, signals, typed
 from . import progress as progress_bench
 
@@ -35,6 +36,7 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "process": process.run,
     "policies": policies.run,
     "progress": progress_bench.run,
+    "aio": aio_bench.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -13,6 +13,12 @@ Guarantees:
   further cancellation (a second ``task.cancel()``, a cancelled enclosing
   scope), then re-raises the first cancellation. A started body has
   returned before the cancellation reaches the caller: never abandoned.
+* The loop decides that abort but never runs its listeners (those a body
+  added to its signal may block): a call some thread runs is aborted on an
+  abort runner (docs/contract.md#a15), and the task waits for the call and
+  for the abort's listeners; a call no thread took is claimed back by the
+  loop first, so its body never runs. An abort of the caller's own signal
+  runs its listeners in the thread that aborts it, as every abort does.
 * Not cancelled, the awaiting task gets the call's result: it is never lost.
 * The caller's signals are never aborted: each call runs under a private
   signal, ``AbortSignal.any_of([call.signal, private])``, closed before
@@ -48,13 +54,15 @@ import attrs
 
 from .._backends.thread import on_worker
 from .._signal import AbortController, AbortSignal
+from .._signal.timer import run_on_abort_runner
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
+from .._types.hooks import ResumeDecision
 from .batch import _check_max_parallel, execute_batch
 
 if TYPE_CHECKING:
     from .registry import ToolRegistry
 
-__all__ = ["TaskCancelled", "aexecute", "execute_batch_async"]
+__all__ = ["TaskCancelled", "aexecute", "aresume", "execute_batch_async"]
 
 _T = TypeVar("_T")
 _WORKER: Final = object()  # the claim's value when a thread took the job
@@ -121,6 +129,12 @@ class _Job(Generic[_T]):
         if self.claim.setdefault(0, mine) is mine:
             self.wake()
 
+    def take_back(self) -> bool:
+        """The loop's claim, on a cancellation: ``True`` when no thread took
+        the job (now none ever will), ``False`` when one runs it."""
+        mine = object()
+        return self.claim.setdefault(0, mine) is not _WORKER
+
     def withdrawn(self) -> bool:
         winner = self.claim.get(0)
         return winner is not None and winner is not _WORKER
@@ -129,6 +143,27 @@ class _Job(Generic[_T]):
         if self.error is not None:
             raise self.error
         return self.value  # type: ignore[return-value]  # set when `finished` without an error
+
+
+class _Abort:
+    """An abort the loop decided, run on an abort runner so that the
+    listeners a body added to its signal never run on the loop's thread.
+    ``done`` is written before ``wake`` is called."""
+
+    __slots__ = ("controller", "done", "reason", "wake")
+
+    def __init__(self, controller: AbortController, reason: TaskCancelled, wake: Callable[[], None]) -> None:
+        self.controller = controller
+        self.reason = reason
+        self.wake = wake
+        self.done = False
+
+    def __call__(self) -> None:
+        try:
+            self.controller.abort(self.reason)
+        finally:
+            self.done = True
+            self.wake()
 
 
 class _AsyncioWaiter:
@@ -152,6 +187,9 @@ class _AsyncioWaiter:
 
     async def wait(self) -> None:
         await self.event.wait()
+
+    def another(self) -> _AsyncioWaiter:
+        return _AsyncioWaiter(self.loop)
 
     def shield(self) -> AbstractContextManager[object]:
         # An anyio cancel scope re-delivers its cancellation at every await
@@ -186,6 +224,9 @@ class _TrioWaiter:
 
     async def wait(self) -> None:
         await self.event.wait()
+
+    def another(self) -> _TrioWaiter:
+        return _TrioWaiter(self.trio)
 
     def shield(self) -> AbstractContextManager[object]:
         return self.trio.CancelScope(shield=True)  # type: ignore[no-any-return]
@@ -231,18 +272,22 @@ async def _await_job(
             if not job.withdrawn() and not job.finished:
                 await waiter.wait()
         except cancelled:
-            own.abort(TaskCancelled(waiter.library))
-            if job.withdrawn():
-                job.settle()  # never dispatched: settled here, no thread needed
+            reason = TaskCancelled(waiter.library)
+            if job.take_back():
+                # Never dispatched, and now never will be: the only listeners
+                # on the private signal are this module's, so the abort is
+                # quick here; the call is settled here, no thread needed.
+                own.abort(reason)
+                job.settle()
             else:
-                while not job.finished:
-                    try:
-                        with waiter.shield():
-                            await waiter.wait()
-                    except cancelled:
-                        # Another cancellation (a native asyncio one passes
-                        # a shield): the join goes on regardless.
-                        continue
+                # A thread runs the call, and its body may have added
+                # listeners that block: the abort runs on an abort runner,
+                # and the task waits for the call and for the abort.
+                done = waiter.another()
+                abort = _Abort(own, reason, done.wake)
+                run_on_abort_runner(abort)
+                await _join(waiter, cancelled, lambda: job.finished)
+                await _join(done, cancelled, lambda: abort.done)
             raise
         if job.withdrawn():
             job.settle()
@@ -250,6 +295,17 @@ async def _await_job(
     finally:
         withdrawal.remove()
         private.close()
+
+
+async def _join(waiter: _AsyncioWaiter | _TrioWaiter, cancelled: type[BaseException], done: Callable[[], bool]) -> None:
+    """Wait on ``waiter`` until ``done()``, shielded: a further cancellation
+    (a native asyncio one passes a shield) does not end the wait."""
+    while not done():
+        try:
+            with waiter.shield():
+                await waiter.wait()
+        except cancelled:
+            continue
 
 
 def _execute_from_pool(registry: ToolRegistry, call: ToolExecutionInput, signal: AbortSignal) -> ToolExecutionResult:
@@ -283,6 +339,33 @@ async def aexecute(registry: ToolRegistry, call: ToolExecutionInput) -> ToolExec
         # nested ``execute`` does.
         return registry.execute(call)
     return await _await_job(partial(_execute_from_pool, registry, call), call.signal, partial(_start_on_pool, registry))
+
+
+async def aresume(
+    registry: ToolRegistry,
+    ticket: object,
+    decision: ResumeDecision,
+    *,
+    arguments: object = None,
+    signal: AbortSignal,
+) -> ToolExecutionResult:
+    """``await registry.aresume(...)``: see ``ToolRegistry.aresume``."""
+    if type(decision) is not str or decision not in ("allowed-once", "rejected"):
+        raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
+    if arguments is not None and decision == "rejected":
+        raise ValueError("arguments apply to an 'allowed-once' resume only")
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    registry._check_open()
+    if on_worker():
+        return registry.resume(ticket, decision, arguments=arguments, signal=signal)
+
+    def resume(private: AbortSignal) -> ToolExecutionResult:
+        # On the worker: the ticket store's claim (a file, a database) never
+        # runs on the loop, nor does a ``TicketError`` arise there.
+        return registry.resume(ticket, decision, arguments=arguments, signal=private)
+
+    return await _await_job(resume, signal, partial(_start_on_pool, registry))
 
 
 async def execute_batch_async(

@@ -484,6 +484,30 @@ class ToolRegistry:
         )
         return self._run(self._begin(call, admission=partial(admit_resumed, decision, named.reason)))
 
+    async def aresume(
+        self,
+        ticket: object,
+        decision: ResumeDecision,
+        *,
+        arguments: object = None,
+        signal: AbortSignal,
+    ) -> ToolExecutionResult:
+        """``resume`` for an asyncio or trio caller, as ``aexecute`` is for
+        ``execute``: the ticket is redeemed and the call run on one of the
+        registry's worker threads (the loop is never blocked, the ticket
+        store's claim included), and the awaiting task gets the result, or
+        the ``TicketError`` of a refused ticket. Cancelling the task aborts
+        the call's signal with ``TaskCancelled``, waits for the body to
+        return (shielded), then re-raises the cancellation; a resume still
+        queued is settled on the loop as ``resume`` settles an aborted
+        signal (the ticket used up, ``ABORTED_BEFORE_DISPATCH``). Raises
+        ``ValueError``/``TypeError``/``RuntimeError`` as ``resume`` does,
+        before anything runs, and ``RuntimeError`` outside an asyncio or
+        trio loop (docs/policies.md#deferred-approval, docs/async.md)."""
+        from .aio import aresume
+
+        return await aresume(self, ticket, decision, arguments=arguments, signal=signal)
+
     def _run(self, run: Run) -> ToolExecutionResult:
         """Steps 4-7 of a run that ``_begin`` made, as ``execute`` runs them."""
         try:

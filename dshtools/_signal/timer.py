@@ -31,6 +31,9 @@ Guarantees:
 * A target's ``_on_timer()`` runs on a runner, no timer lock held; an
   exception from it is reported through ``sys.unraisablehook`` and the
   runner carries on.
+* ``run_on_abort_runner`` hands an abort decided on any other thread to
+  the same runners, so a thread that must not be held up (an event loop's)
+  decides an abort without running its listeners.
 * In the child of ``os.fork()`` the timer state is fresh: a timer thread of
   its own if inherited timers are pending, and no runner.
 """
@@ -50,7 +53,16 @@ from typing import Final, Protocol
 from .._core.errors import report_unraisable
 from .._core.interrupts import after_fork_in_child
 
-__all__ = ["RUNNER_IDLE_EXIT", "SPARES_PER_START", "TimerEntry", "cancel", "pending_count", "runner_count", "schedule"]
+__all__ = [
+    "RUNNER_IDLE_EXIT",
+    "SPARES_PER_START",
+    "TimerEntry",
+    "cancel",
+    "pending_count",
+    "run_on_abort_runner",
+    "runner_count",
+    "schedule",
+]
 
 # A fired timer's abort, run by an abort runner.
 _Job = Callable[[], object]
@@ -247,9 +259,20 @@ def runner_count() -> int:
     return _runners
 
 
+def run_on_abort_runner(abort: Callable[[], object]) -> None:
+    """Run ``abort()`` on an abort runner, as a fired timer's abort runs:
+    callable from any thread, it never runs ``abort`` in the calling thread
+    (unless no thread can start, at interpreter shutdown) and never waits
+    for it. For a thread that decides an abort but must not run its
+    listeners (the timer thread, an event loop's thread): ``abort`` is
+    typically ``partial(controller.abort, reason)``. An exception from it
+    goes to ``sys.unraisablehook``. Source: docs/contract.md#a15."""
+    _hand_off(abort)
+
+
 def _hand_off(job: _Job) -> None:
-    # Called by the timer thread only. It starts a thread only when no runner
-    # is idle and none is starting; the runners start the rest.
+    # Any thread (all state under `_runners_lock`). It starts a thread only
+    # when no runner is idle and none is starting; the runners start the rest.
     global _starting, _runners
     with _runners_lock:
         if _idle:

@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -422,6 +422,13 @@ async def test_an_executor_that_refuses_gives_what_execute_gives() -> None:
     assert result.code == expected.code == TOOL_ABORTED_BEFORE_DISPATCH
     assert str(result.meta["reason"]) == "refused"
     assert result.body_invoked is False
+    # A16: ``meta`` is a read-only mapping on this path too. A non-empty one
+    # is a mapping proxy (it holds the exception, not a JSON value, so it is
+    # not a ``FrozenDict``: docs/decisions/0054), from both ways of calling.
+    for meta in (result.meta, expected.meta):
+        assert isinstance(meta, Mapping) and type(meta) is type(result.meta)
+        with pytest.raises(TypeError):
+            meta["reason"] = None  # type: ignore[index]
 
 
 async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backend: str) -> None:
