@@ -156,7 +156,10 @@ def admit(run: Run, approver: Approver | None, tickets: ApprovalTickets) -> None
             return
         if _cancelled(run):
             return
-    _guard(run)
+    if hooks.guards:
+        _guard(run)
+    else:
+        _cancelled(run)  # the last cancellation check of step 3
 
 
 def admit_resumed(decision: ResumeDecision, reason: str | None, run: Run) -> None:
