@@ -42,12 +42,13 @@ from typing import TYPE_CHECKING, Any, Final
 from .._core.errors import report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
+from .._types.tools import ToolRunContext
 from .observer import watch_progress
 
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ["flush", "post"]
+__all__ = ["flush", "install", "post"]
 
 _log: Final = logging.getLogger("dshtools")
 
@@ -113,29 +114,56 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
     """``Run.report_progress``: queue the update ``(progress, total,
     message)`` of the call ``run`` for its progress observers
     (``run.hooks.progress``, snapshotted when the call started; without one
-    it returns at once) in the body's thread; dropped, with a debug
-    log line, when ``progress`` or ``total`` (unless ``None``) is not a
-    number or ``message`` is neither a ``str`` nor ``None``."""
+    it returns at once) in the body's thread; dropped, with a debug log
+    line, when ``progress`` or ``total`` (unless ``None``) is not a number
+    or ``message`` is neither a ``str`` nor ``None``. A call observer's
+    watch (``run.watch``) sees every update, in this thread."""
+    observers = run.hooks.progress
     watch = run.watch
-    if not run.hooks.progress and watch is None:
+    if not observers and watch is None:
         return
-    # Exact int/float/str first, inline (``x == x`` is False only for NaN);
-    # anything else takes the full check.
-    kind = progress.__class__
-    if not (
-        (kind is int or (kind is float and progress == progress))  # noqa: PLR0124
-        and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
-        and (message is None or message.__class__ is str)
-    ) and not _valid(progress, total, message):
+    if not _valid(progress, total, message):
         _log.debug("a tool reported progress that is not a number (dropped): %s", safe_repr((progress, total, message)))
         return
     if watch is not None:
         _watch(watch, run, progress, total, message)
-        if not run.hooks.progress:
+        if not observers:
             return
     _latest[run] = (progress, total, message)  # type: ignore[assignment]
-    if run in _queued:
-        return  # a delivery is due, and will take what was just stored
+    if run not in _queued:
+        _enqueue(run)
+
+
+def report_progress(self: Any, progress: object, total: object = None, message: object = None) -> None:
+    """The body's ``ToolRunContext.report_progress`` once ``install`` ran:
+    ``post`` for the context's run in one Python frame. The common case
+    (a registry's run, no call observer, exact ``int``/``float``/``str``
+    values) is inline and does exactly what ``post`` does; everything else
+    goes to ``post``, or, for the context of another kind of run (a
+    worker's), to that run's own ``report_progress``."""
+    run = self._run
+    # ``x.__class__`` and ``is`` are the cheapest exact-type checks here;
+    # ``x == x`` is False only for NaN.
+    if run.__class__ is _Run and run.watch is None:
+        if not run.hooks.progress:
+            return
+        kind = progress.__class__
+        if (
+            (kind is int or (kind is float and progress == progress))  # noqa: PLR0124
+            and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
+            and (message is None or message.__class__ is str)
+        ):
+            _latest[run] = (progress, total, message)  # type: ignore[assignment]
+            if run in _queued:
+                return  # a delivery is due, and will take what was just stored
+            _enqueue(run)
+            return
+    run.report_progress(progress, total, message)
+
+
+def _enqueue(run: Run) -> None:
+    """Queue ``run`` for delivery unless it is queued, and wake (or start)
+    the delivery thread."""
     global _thread
     with _COND:
         if run in _queued:
@@ -147,6 +175,26 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
             _thread.start()
         else:
             _COND.notify()
+
+
+_Run: type[Any] = type(None)
+"""The registry's ``Run`` class, set by ``install``."""
+
+
+def install(run_class: type[Any]) -> None:
+    """Make ``report_progress`` the body's ``ToolRunContext.report_progress``
+    (with the method's name, docstring and signature: the documented
+    method, one frame from the body to the store), for contexts whose run
+    is a ``run_class`` (``Run``). Called once, by ``run.py``."""
+    global _Run
+    _Run = run_class
+    documented = ToolRunContext.report_progress
+    report_progress.__name__ = documented.__name__
+    report_progress.__qualname__ = documented.__qualname__
+    report_progress.__doc__ = documented.__doc__
+    report_progress.__module__ = documented.__module__
+    report_progress.__annotations__ = dict(documented.__annotations__)
+    type.__setattr__(ToolRunContext, "report_progress", report_progress)
 
 
 def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:
