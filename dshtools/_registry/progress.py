@@ -8,7 +8,7 @@ observers; the body never waits for them.
 Guarantees:
 
 * ``post`` (and the body's ``run.report_progress``, which is its inline
-  twin) never blocks on an observer and never raises. It checks the values
+  twin, installed as ``ToolRunContext.report_progress``) never blocks on an observer and never raises. It checks the values
   (an update that is not a number is dropped), stores them as the call's
   latest update (``run.progress_latest``, replacing one not yet
   delivered: a slow observer sees coalesced updates, always the latest)
@@ -53,7 +53,7 @@ from .observer import watch_progress
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ["flush", "install", "post"]
+__all__ = ["flush", "post", "report_progress"]
 
 _log: Final = logging.getLogger("dshtools")
 
@@ -134,21 +134,28 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
 
 
 def report_progress(self: Any, progress: object, total: object = None, message: object = None) -> None:
-    """The body's ``ToolRunContext.report_progress`` once ``install`` ran:
+    """The body's ``ToolRunContext.report_progress`` (``_install``):
     ``post`` for the context's run in one Python frame. The common case
     (a registry's run, no call observer, exact ``int``/``float``/``str``
     values) is inline and does exactly what ``post`` does; everything else
     goes to ``post``, or, for the context of another kind of run (a
     worker's), to that run's own ``report_progress``."""
     run = self._run
-    # ``x.__class__`` and ``is`` are the cheapest exact-type checks here;
-    # ``x == x`` is False only for NaN.
-    if run.__class__ is _Run and run.watch is None:
+    try:
+        # Reading ``watch`` is the check that ``run`` is a registry's run
+        # (a worker's run has no such attribute; ``try`` costs nothing
+        # until it raises).
+        watch = run.watch
+    except AttributeError:
+        run.report_progress(progress, total, message)
+        return
+    if watch is None:
         if not run.hooks.progress:
             return
-        kind = progress.__class__
+        # ``x.__class__`` and ``is`` are the cheapest exact-type checks here;
+        # ``x == x`` is False only for NaN.
         if (
-            (kind is int or (kind is float and progress == progress))  # noqa: PLR0124
+            (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
             and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
             and (message is None or message.__class__ is str)
         ):
@@ -157,7 +164,7 @@ def report_progress(self: Any, progress: object, total: object = None, message: 
                 return  # a delivery is due, and will take what was just stored
             _enqueue(run)
             return
-    run.report_progress(progress, total, message)
+    post(run, progress, total, message)
 
 
 def _enqueue(run: Run) -> None:
@@ -176,17 +183,10 @@ def _enqueue(run: Run) -> None:
             _COND.notify()
 
 
-_Run: type[Any] = type(None)
-"""The registry's ``Run`` class, set by ``install``."""
-
-
-def install(run_class: type[Any]) -> None:
-    """Make ``report_progress`` the body's ``ToolRunContext.report_progress``
-    (with the method's name, docstring and signature: the documented
-    method, one frame from the body to the store), for contexts whose run
-    is a ``run_class`` (``Run``). Called once, by ``run.py``."""
-    global _Run
-    _Run = run_class
+def _install() -> None:
+    """Make ``report_progress`` the body's ``ToolRunContext.report_progress``,
+    with the method's name, docstring and signature: the documented method,
+    one frame from the body to the store."""
     documented = ToolRunContext.report_progress
     report_progress.__name__ = documented.__name__
     report_progress.__qualname__ = documented.__qualname__
@@ -194,6 +194,9 @@ def install(run_class: type[Any]) -> None:
     report_progress.__module__ = documented.__module__
     report_progress.__annotations__ = dict(documented.__annotations__)
     type.__setattr__(ToolRunContext, "report_progress", report_progress)
+
+
+_install()
 
 
 def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:

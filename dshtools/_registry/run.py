@@ -70,7 +70,7 @@ from .._types.hooks import (
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
 from .observer import watch_aborted
 from .outcome import NULL_SUCCESS, check_success
-from .progress import install, post
+from .progress import post
 from .trusted import trusted_view
 
 
@@ -626,10 +626,6 @@ def prepare_body_arguments(run: Run, definition: ToolDefinition) -> bool:
         return False
     return True
 
-
-# The body's ``run.report_progress`` is ``post`` itself: one frame between
-# the body and the store (docs/policies.md#progress).
-install(Run)
 
 _RunContextTwin: Final = twin(ToolRunContext)
 
