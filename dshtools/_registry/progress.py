@@ -142,29 +142,31 @@ def report_progress(self: Any, progress: object, total: object = None, message: 
     worker's), to that run's own ``report_progress``."""
     run = self._run
     try:
-        # Reading ``watch`` is the check that ``run`` is a registry's run
-        # (a worker's run has no such attribute; ``try`` costs nothing
-        # until it raises).
-        watch = run.watch
-    except AttributeError:
-        run.report_progress(progress, total, message)
-        return
-    if watch is None:
-        if not run.hooks.progress:
-            return
-        # ``x.__class__`` and ``is`` are the cheapest exact-type checks here;
-        # ``x == x`` is False only for NaN.
-        if (
-            (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
-            and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
-            and (message is None or message.__class__ is str)
-        ):
-            run.progress_latest = (progress, total, message)
-            if run.progress_queued:
-                return  # a delivery is due, and will take what was just stored
-            _enqueue(run)
-            return
-    post(run, progress, total, message)
+        # ``watch`` is an attribute of a registry's run only: reading it is
+        # also the check of the run's kind (``try`` costs nothing until it
+        # raises).
+        if run.watch is None:
+            if not run.hooks.progress:
+                return
+            # ``x.__class__`` and ``is`` are the cheapest exact-type checks
+            # here; ``x == x`` is False only for NaN.
+            if (
+                (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
+                and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
+                and (message is None or message.__class__ is str)
+            ):
+                run.progress_latest = (progress, total, message)
+                if run.progress_queued:
+                    return  # a delivery is due, and will take what was just stored
+                _enqueue(run)
+                return
+    except Exception:
+        # Another kind of run (a worker's: no ``watch``), or a value whose
+        # ``__class__`` raised: the full path below.
+        pass
+    # ``post`` for a registry's run (the full check; a call observer's
+    # watch), that run's own method for any other.
+    run.report_progress(progress, total, message)
 
 
 def _enqueue(run: Run) -> None:
