@@ -7,13 +7,19 @@ observers; the body never waits for them.
 
 Guarantees:
 
-* ``post`` (and the body's ``run.report_progress``, which is its inline
-  twin, installed as ``ToolRunContext.report_progress``) never blocks on an observer and never raises. It checks the values
-  (an update that is not a number is dropped), stores them as the call's
+* The body's ``run.report_progress`` is ``report_progress`` of this
+  module, installed as ``ToolRunContext.report_progress`` with that
+  method's name, signature and docstring: one Python frame from the body
+  to the store. Its common case (a registry's run, no call observer,
+  exact ``int``/``float``/``str`` values) is inline; everything else goes
+  to ``post`` (``Run.report_progress``), which does the same with the full
+  checks.
+* Neither blocks on an observer nor raises. They check the values (an
+  update that is not a number is dropped), store them as the call's
   latest update (``run.progress_latest``, replacing one not yet
   delivered: a slow observer sees coalesced updates, always the latest)
   and, only when the call is not already queued for delivery
-  (``run.progress_queued``), queues it and wakes the delivery thread. The
+  (``run.progress_queued``), queue it and wake the delivery thread. The
   common case, a call already queued, is one attribute store and one
   attribute read, no lock: the delivery thread takes a call off the queue
   (clears ``progress_queued``) *before* it reads the call's latest
@@ -22,8 +28,10 @@ Guarantees:
   or queues the call again: never lost. Never delivered twice either: the
   delivery thread keeps the update it last handed out
   (``run.progress_sent``) and skips a call whose latest update is that
-  same object (each report is a new tuple). Each of those steps is one
-  atomic attribute operation.
+  same object (each report is a new tuple, kept alive there). Each of
+  those steps is one atomic attribute operation.
+* A call observer's watch (``run.watch``) sees every accepted update, in
+  the body's thread.
 * Each call's updates reach the observers in the order they were
   reported, the last one included; updates of one call are delivered one
   at a time, by the delivery thread, as a ``ProgressUpdate`` built there.
