@@ -150,9 +150,10 @@ def report_progress(self: Any, progress: object, total: object = None, message: 
     worker's), to that run's own ``report_progress``."""
     run = self._run
     try:
-        # ``watch`` is an attribute of a registry's run only: reading it is
-        # also the check of the run's kind (``try`` costs nothing until it
-        # raises).
+        # ``watch`` is ``None`` only on a registry's run that no call
+        # observer watches: reading it is also the check of the run's kind
+        # (a worker's run has ``watch = False``; a run with no ``watch``
+        # raises, caught below; ``try`` costs nothing until it raises).
         if run.watch is None:
             if not run.hooks.progress:
                 return

@@ -226,3 +226,27 @@ def test_the_context_of_another_kind_of_run_hands_the_update_to_that_run() -> No
     ctx.report_progress(1, 2, "half")
     ctx.report_progress(3)
     assert foreign.reported == [(1, 2, "half"), (3, None, None)]
+
+
+def test_a_workers_run_gets_the_update_through_its_own_method_without_an_exception() -> None:
+    """A worker's ``RemoteRun`` says it is not a registry's run by its
+    ``watch``: the body's report reaches its sink with no exception raised
+    and caught on the way (which would cost a worker's body far more)."""
+    from dshtools._backends.remote import RemoteRun
+
+    received: list[tuple[float, float | None, str | None]] = []
+    remote = RemoteRun("a test worker", thaw_contexts=True, progress=lambda *u: received.append(u))
+    ctx = remote.context("c1", "c1", "t", None, {}, AbortController().signal)
+    events: list[str] = []
+
+    def trace(_frame: FrameType, event: str, _arg: object) -> Any:
+        events.append(event)
+        return trace
+
+    sys.settrace(trace)
+    try:
+        ctx.report_progress(1, 2, "half")
+    finally:
+        sys.settrace(None)
+    assert received == [(1, 2, "half")]
+    assert "exception" not in events and events.count("call") == 3  # the method, RemoteRun's, the sink
