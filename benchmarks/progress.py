@@ -9,7 +9,7 @@ only waits for the call, and what it counts depends on the wall time.
 
 One tool on a thread-backend registry with one progress observer (it keeps
 the latest update). The body loops ``n`` times over one unit of work, a
-``hashlib.sha256`` of 256 bytes (a body's smallest plausible step: reading
+``hashlib.sha256`` of 1 KiB (a body's smallest plausible step: reading
 a record, hashing a chunk). Cases:
 
 * ``work``: the loop alone;

@@ -42,7 +42,7 @@ import contextlib
 import importlib
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from .._core.errors import AbortError, TimeoutReason, safe_str
 from .._core.freeze import thaw
@@ -228,6 +228,12 @@ class RemoteRun:
     ``progress`` receives the body's progress reports (``None``: dropped)."""
 
     __slots__ = ("_progress", "_thaw", "_where", "contexts", "settled")
+
+    # Not ``None``: the body's ``run.report_progress`` then hands every
+    # update to this run's ``report_progress`` at the cost of one attribute
+    # read (a registry's run has ``watch``, ``None`` unless a call observer
+    # watches it: docs/policies.md#progress).
+    watch: ClassVar[bool] = False
 
     def __init__(self, where: str, *, thaw_contexts: bool, progress: ProgressSink | None = None) -> None:
         self._where = where

@@ -7,18 +7,31 @@ observers; the body never waits for them.
 
 Guarantees:
 
-* ``post`` never blocks on an observer and never raises. It checks the
-  values (an update that is not a number is dropped), stores them as the
-  call's latest update (replacing one not yet delivered: a slow observer
-  sees coalesced updates, always the latest) and, only when the call is
-  not already queued for delivery, queues it and wakes the delivery
-  thread. The common case, a call already queued, is one dict store and
-  one set lookup, no lock: the delivery thread takes a call off the queue
-  (``_queued``) *before* it takes the call's latest values (``_latest``),
-  and the body stores its values *before* it looks at the queue, so an
-  update is either taken by a delivery that is under way or queues the
-  call again: never lost, never delivered twice. (Each of those steps is
-  one atomic dict or set operation.)
+* The body's ``run.report_progress`` is ``report_progress`` of this
+  module, installed as ``ToolRunContext.report_progress`` with that
+  method's name, signature and docstring: one Python frame from the body
+  to the store. Its common case (a registry's run, no call observer,
+  exact ``int``/``float``/``str`` values) is inline; everything else goes
+  to ``post`` (``Run.report_progress``), which does the same with the full
+  checks.
+* Neither blocks on an observer nor raises. They check the values (an
+  update that is not a number is dropped), store them as the call's
+  latest update (``run.progress_latest``, replacing one not yet
+  delivered: a slow observer sees coalesced updates, always the latest)
+  and, only when the call is not already queued for delivery
+  (``run.progress_queued``), queue it and wake the delivery thread. The
+  common case, a call already queued, is one attribute store and one
+  attribute read, no lock: the delivery thread takes a call off the queue
+  (clears ``progress_queued``) *before* it reads the call's latest
+  update, and the body stores its update *before* it reads
+  ``progress_queued``, so an update is either read by a delivery under way
+  or queues the call again: never lost. Never delivered twice either: the
+  delivery thread keeps the update it last handed out
+  (``run.progress_sent``) and skips a call whose latest update is that
+  same object (each report is a new tuple, kept alive there). Each of
+  those steps is one atomic attribute operation.
+* A call observer's watch (``run.watch``) sees every accepted update, in
+  the body's thread.
 * Each call's updates reach the observers in the order they were
   reported, the last one included; updates of one call are delivered one
   at a time, by the delivery thread, as a ``ProgressUpdate`` built there.
@@ -42,31 +55,29 @@ from typing import TYPE_CHECKING, Any, Final
 from .._core.errors import report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
+from .._types.tools import ToolRunContext
 from .observer import watch_progress
 
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ["flush", "post"]
+__all__ = ["flush", "post", "report_progress"]
 
 _log: Final = logging.getLogger("dshtools")
 
 _Entry = tuple[float, "float | None", "str | None"]
 """``(progress, total, message)``: a call's latest update."""
 
-_latest: dict[Run, _Entry] = {}
-"""Each call's latest update not yet delivered, by the call's run
-(lock-free: single dict operations; a run hashes by identity)."""
-_queued: set[Run] = set()
-"""The calls in ``_queue`` (lock-free reads; changed under ``_COND``)."""
 _queue: deque[Run] = deque()
 """Calls waiting for delivery, in the order they were queued; under ``_COND``."""
 _COND = threading.Condition(_lock := threading.Lock())
 _DELIVERED = threading.Condition(_lock)
 """Wakes the flushers after a delivery (same lock as ``_COND``)."""
 _thread: threading.Thread | None = None
-_delivering: _Entry | None = None
-"""The update the delivery thread is handing out (under ``_COND``)."""
+_taken = 0
+"""How many calls the delivery thread took off ``_queue`` (under ``_COND``)."""
+_done = 0
+"""How many of those it finished delivering (or skipped; under ``_COND``)."""
 _flushing = 0
 """How many threads wait in ``flush`` (under ``_COND``)."""
 _IDLE_S: Final = 30.0
@@ -76,16 +87,13 @@ _IDLE_S: Final = 30.0
 def _after_fork_in_child() -> None:
     # The delivery thread does not exist in the child, and its lock may
     # have been held (docs/contract.md#a10).
-    global _COND, _DELIVERED, _thread, _delivering, _flushing
+    global _COND, _DELIVERED, _thread, _taken, _done, _flushing
     lock = threading.Lock()
     _COND = threading.Condition(lock)
     _DELIVERED = threading.Condition(lock)
-    _latest.clear()
-    _queued.clear()
     _queue.clear()
     _thread = None
-    _delivering = None
-    _flushing = 0
+    _taken = _done = _flushing = 0
 
 
 after_fork_in_child(_after_fork_in_child)
@@ -113,40 +121,93 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
     """``Run.report_progress``: queue the update ``(progress, total,
     message)`` of the call ``run`` for its progress observers
     (``run.hooks.progress``, snapshotted when the call started; without one
-    it returns at once) in the body's thread; dropped, with a debug
-    log line, when ``progress`` or ``total`` (unless ``None``) is not a
-    number or ``message`` is neither a ``str`` nor ``None``."""
+    it returns at once) in the body's thread; dropped, with a debug log
+    line, when ``progress`` or ``total`` (unless ``None``) is not a number
+    or ``message`` is neither a ``str`` nor ``None``. A call observer's
+    watch (``run.watch``) sees every update, in this thread."""
+    observers = run.hooks.progress
     watch = run.watch
-    if not run.hooks.progress and watch is None:
+    if not observers and watch is None:
         return
-    # Exact int/float/str first, inline (``x == x`` is False only for NaN);
-    # anything else takes the full check.
-    kind = progress.__class__
-    if not (
-        (kind is int or (kind is float and progress == progress))  # noqa: PLR0124
-        and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
-        and (message is None or message.__class__ is str)
-    ) and not _valid(progress, total, message):
+    if not _valid(progress, total, message):
         _log.debug("a tool reported progress that is not a number (dropped): %s", safe_repr((progress, total, message)))
         return
     if watch is not None:
         _watch(watch, run, progress, total, message)
-        if not run.hooks.progress:
+        if not observers:
             return
-    _latest[run] = (progress, total, message)  # type: ignore[assignment]
-    if run in _queued:
-        return  # a delivery is due, and will take what was just stored
+    run.progress_latest = (progress, total, message)
+    if not run.progress_queued:
+        _enqueue(run)
+
+
+def report_progress(self: Any, progress: object, total: object = None, message: object = None) -> None:
+    """The body's ``ToolRunContext.report_progress`` (``_install``):
+    ``post`` for the context's run in one Python frame. The common case
+    (a registry's run, no call observer, exact ``int``/``float``/``str``
+    values) is inline and does exactly what ``post`` does; everything else
+    goes to ``post``, or, for the context of another kind of run (a
+    worker's), to that run's own ``report_progress``."""
+    run = self._run
+    try:
+        # ``watch`` is ``None`` only on a registry's run that no call
+        # observer watches: reading it is also the check of the run's kind
+        # (a worker's run has ``watch = False``; a run with no ``watch``
+        # raises, caught below; ``try`` costs nothing until it raises).
+        if run.watch is None:
+            if not run.hooks.progress:
+                return
+            # ``x.__class__`` and ``is`` are the cheapest exact-type checks
+            # here; ``x == x`` is False only for NaN.
+            if (
+                (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
+                and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
+                and (message is None or message.__class__ is str)
+            ):
+                run.progress_latest = (progress, total, message)
+                if run.progress_queued:
+                    return  # a delivery is due, and will take what was just stored
+                _enqueue(run)
+                return
+    except Exception:
+        # Another kind of run (a worker's: no ``watch``), or a value whose
+        # ``__class__`` raised: the full path below.
+        pass
+    # ``post`` for a registry's run (the full check; a call observer's
+    # watch), that run's own method for any other.
+    run.report_progress(progress, total, message)
+
+
+def _enqueue(run: Run) -> None:
+    """Queue ``run`` for delivery unless it is queued, and wake (or start)
+    the delivery thread."""
     global _thread
     with _COND:
-        if run in _queued:
+        if run.progress_queued:
             return
-        _queued.add(run)
+        run.progress_queued = True
         _queue.append(run)
         if _thread is None:
             _thread = threading.Thread(target=_deliver, name="dshtools-progress", daemon=True)
             _thread.start()
         else:
             _COND.notify()
+
+
+def _install() -> None:
+    """Make ``report_progress`` the body's ``ToolRunContext.report_progress``,
+    with the method's name, docstring and signature: the documented method,
+    one frame from the body to the store."""
+    documented = ToolRunContext.report_progress
+    report_progress.__name__ = documented.__name__
+    report_progress.__qualname__ = documented.__qualname__
+    report_progress.__doc__ = documented.__doc__
+    report_progress.__module__ = documented.__module__
+    report_progress.__annotations__ = dict(documented.__annotations__)
+    type.__setattr__(ToolRunContext, "report_progress", report_progress)
+
+
+_install()
 
 
 def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:
@@ -166,12 +227,13 @@ def flush(timeout: float) -> bool:
     global _flushing
     deadline = time.monotonic() + timeout
     with _COND:
-        owed: list[tuple[Run | None, _Entry]] = list(_latest.items())
-        if _delivering is not None:
-            owed.append((None, _delivering))
+        # A posted update's call is queued or being delivered; the queue is
+        # FIFO, so those calls are the next ``len(_queue)`` the thread
+        # takes, and the one it is delivering was counted in ``_taken``.
+        owed = _taken + len(_queue)
         _flushing += 1
         try:
-            while any(entry is _delivering or (run is not None and _latest.get(run) is entry) for run, entry in owed):
+            while _done < owed:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -182,11 +244,13 @@ def flush(timeout: float) -> bool:
 
 
 def _deliver() -> None:
-    global _thread, _delivering
+    global _thread, _taken, _done
+    delivered = False
     while True:
         with _COND:
-            if _delivering is not None:
-                _delivering = None
+            if delivered:
+                delivered = False
+                _done += 1
                 if _flushing:
                     _DELIVERED.notify_all()
             while not _queue:
@@ -194,11 +258,13 @@ def _deliver() -> None:
                     _thread = None
                     return
             run = _queue.popleft()
-            _queued.discard(run)  # first: a later post queues the call again
-            entry = _latest.pop(run, None)
-            if entry is None:
+            _taken += 1
+            delivered = True  # counted done when this round ends
+            run.progress_queued = False  # first: a later post queues the call again
+            entry: _Entry | None = run.progress_latest
+            if entry is None or entry is run.progress_sent:
                 continue
-            _delivering = entry
+            run.progress_sent = entry
         progress, total, message = entry
         try:
             update = ProgressUpdate(float(progress), None if total is None else float(total), message)

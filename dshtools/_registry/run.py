@@ -233,6 +233,9 @@ class Run:
         "kind",
         "overrun_logged",
         "overrun_s",
+        "progress_latest",
+        "progress_queued",
+        "progress_sent",
         "published",
         "registry",
         "report_meta",
@@ -284,6 +287,11 @@ class Run:
         self.overrun_logged = False
         # What a call observer watches this call with (observer.CallWatch), or None.
         self.watch: Any = None
+        # The body's progress (progress.py): its latest update, whether the
+        # call is queued for delivery, the update last delivered.
+        self.progress_latest: Any = None
+        self.progress_queued = False
+        self.progress_sent: Any = None
 
     @property
     def view(self) -> ToolExecution:

@@ -22,6 +22,7 @@ Guarantees:
 from __future__ import annotations
 
 import itertools
+import pickle
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
@@ -228,13 +229,40 @@ picklable, as a result without meta always was)."""
 
 
 def _to_meta(value: Mapping[str, object] | None) -> Mapping[str, object]:
+    """A read-only copy of ``value``: the caller's mapping (a
+    ``MappingProxyType`` of the caller's dict included) is copied, so the
+    result's ``meta`` never changes after it was built."""
     if value is None or value is EMPTY_META:
         return EMPTY_META
-    if isinstance(value, types.MappingProxyType):
-        return value
     if not isinstance(value, Mapping):
         raise TypeError(f"meta must be a mapping or None, not {type(value).__name__}")
     return types.MappingProxyType(dict(value))
+
+
+def _meta_state(result: object, meta: Mapping[str, object]) -> dict[str, object] | None:
+    """``meta`` as a plain ``dict`` for pickling a result (a
+    ``MappingProxyType`` itself does not pickle); ``None`` for the empty
+    one. A value that the standard pickler refuses raises
+    ``pickle.PicklingError`` naming the key, rather than an error about an
+    object nobody can place."""
+    if not meta:
+        return None
+    for key, value in meta.items():
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise pickle.PicklingError(
+                f"cannot pickle this {type(result).__name__}: its meta[{key!r}] "
+                f"({safe_type_name(value)}) cannot be pickled: {safe_str(exc)}"
+            ) from exc
+    return dict(meta)
+
+
+_set: Final = object.__setattr__
+
+
+def _restored_meta(state: dict[str, object] | None) -> Mapping[str, object]:
+    return EMPTY_META if state is None else types.MappingProxyType(state)
 
 
 def to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
@@ -263,6 +291,18 @@ class ToolSuccess:
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
     body_invoked: bool = attrs.field(default=False, kw_only=True)
 
+    def __getstate__(self) -> tuple[object, ...]:
+        # Pickles and unpickles equal, ``meta`` read-only again.
+        return (self.value, self.content, _meta_state(self, self.meta), self.additional_contexts, self.body_invoked)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        value, content, meta, contexts, body_invoked = state
+        _set(self, "value", value)
+        _set(self, "content", content)
+        _set(self, "meta", _restored_meta(meta))
+        _set(self, "additional_contexts", contexts)
+        _set(self, "body_invoked", body_invoked)
+
     @property
     def is_error(self) -> Literal[False]:
         return False
@@ -286,6 +326,18 @@ class ToolFailure:
     meta: Mapping[str, object] = attrs.field(default=EMPTY_META, converter=_to_meta)
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
     body_invoked: bool = attrs.field(default=False, kw_only=True)
+
+    def __getstate__(self) -> tuple[object, ...]:
+        # Pickles and unpickles equal, ``meta`` read-only again.
+        return (self.error, self.content, _meta_state(self, self.meta), self.additional_contexts, self.body_invoked)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        error, content, meta, contexts, body_invoked = state
+        _set(self, "error", error)
+        _set(self, "content", content)
+        _set(self, "meta", _restored_meta(meta))
+        _set(self, "additional_contexts", contexts)
+        _set(self, "body_invoked", body_invoked)
 
     @property
     def is_error(self) -> Literal[True]:

@@ -204,6 +204,9 @@ class ToolRunContext(_ViewBase):
         number is dropped. From a process or Ray worker the updates cross
         to the caller's registry, coalesced, the last one always
         (docs/policies.md#progress)."""
+        # The registry layer replaces this method with its own store (same
+        # name, signature and docstring: one frame from the body to the
+        # store); this one serves any other run.
         self._run.report_progress(progress, total, message)
 
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:

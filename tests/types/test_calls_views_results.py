@@ -23,11 +23,12 @@ from dshtools import (
     ExecutionToken,
     ToolError,
     ToolExecutionInput,
+    ToolExecutionResult,
     ToolSuccess,
     thaw,
 )
 from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
-from dshtools._types.calls import aborted, exception_failure, failure
+from dshtools._types.calls import EMPTY_META, aborted, exception_failure, failure
 from tests.helpers import run_of, view_fields
 
 
@@ -87,6 +88,59 @@ def test_success_and_failure_shapes() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         f.content = ()  # type: ignore[misc]
     assert dshtools.ToolFailure(ErrorDetail("m", None), "Error: m").code is None
+
+
+class _Reason(Exception):
+    """A picklable exception, as a result's ``meta`` holds for an abort."""
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        ToolSuccess({"v": [1]}, "text", meta={"attempts": 2, "truncated": {"chars": 10}}, body_invoked=True),
+        failure("boom", name="X", code="C", meta={"k": 1}, additional_contexts=[{"c": 1}], body_invoked=True),
+        ToolSuccess(1, "empty meta"),
+    ],
+)
+def test_a_result_pickles_and_unpickles_equal_with_meta_still_read_only(result: ToolExecutionResult) -> None:
+    """Issue 25: a result whose ``meta`` is not empty did not pickle
+    (``cannot pickle 'mappingproxy' object``)."""
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(result, protocol))
+        assert again == result and type(again) is type(result)
+        assert again.body_invoked is result.body_invoked
+        assert isinstance(again.meta, types.MappingProxyType) or again.meta is EMPTY_META
+        with pytest.raises(TypeError):
+            again.meta["new"] = 1  # type: ignore[index]
+    assert copy.copy(result) == result
+    assert copy.deepcopy(result) == result
+
+
+def test_a_results_meta_may_hold_a_picklable_exception() -> None:
+    reason = _Reason("deadline")
+    again = pickle.loads(pickle.dumps(aborted(reason, invoked=True)))
+    assert again.code == dshtools.TOOL_ABORTED
+    restored = again.meta["reason"]
+    assert type(restored) is _Reason and restored.args == ("deadline",)
+
+
+def test_a_meta_value_that_cannot_pickle_gives_an_error_naming_its_key() -> None:
+    import threading
+
+    result = ToolSuccess(1, "x", meta={"ok": 1, "lock": threading.Lock()})
+    with pytest.raises(pickle.PicklingError, match=r"ToolSuccess: its meta\['lock'\] \(lock\) cannot be pickled"):
+        pickle.dumps(result)
+
+
+def test_a_callers_mapping_proxy_is_copied() -> None:
+    """Issue 25: the caller's proxy was kept as given, so ``meta`` changed
+    with the dict behind it."""
+    behind = {"k": 1}
+    result = ToolSuccess(1, "x", meta=types.MappingProxyType(behind))
+    fail = failure("boom", name="X", code="C", meta=types.MappingProxyType(behind))
+    behind["k"] = 2
+    behind["more"] = 3
+    assert dict(result.meta) == {"k": 1} and dict(fail.meta) == {"k": 1}
 
 
 def test_exception_failure_classification() -> None:
