@@ -7,13 +7,12 @@ observers; the body never waits for them.
 
 Guarantees:
 
-* The body's ``run.report_progress`` is ``report_progress`` of this
-  module, installed as ``ToolRunContext.report_progress`` with that
-  method's name, signature and docstring: one Python frame from the body
-  to the store. Its common case (a registry's run, no call observer,
-  exact ``int``/``float``/``str`` values) is inline; everything else goes
-  to ``post`` (``Run.report_progress``), which does the same with the full
-  checks.
+* The body's ``run.report_progress`` (``ToolRunContext.report_progress``)
+  stores the common case itself (a registry's run, no call observer,
+  exact ``int``/``float``/``str`` values), one Python frame from the body
+  to the store, and calls ``enqueue`` when the call is not queued;
+  everything else goes to ``post`` (``Run.report_progress``), which does
+  the same with the full checks.
 * Neither blocks on an observer nor raises. They check the values (an
   update that is not a number is dropped), store them as the call's
   latest update (``run.progress_latest``, replacing one not yet
@@ -55,13 +54,12 @@ from typing import TYPE_CHECKING, Any, Final
 from .._core.errors import report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
-from .._types.tools import ToolRunContext
 from .observer import watch_progress
 
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ["flush", "post", "report_progress"]
+__all__ = ["enqueue", "flush", "post"]
 
 _log: Final = logging.getLogger("dshtools")
 
@@ -138,47 +136,10 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
             return
     run.progress_latest = (progress, total, message)
     if not run.progress_queued:
-        _enqueue(run)
+        enqueue(run)
 
 
-def report_progress(self: Any, progress: object, total: object = None, message: object = None) -> None:
-    """The body's ``ToolRunContext.report_progress`` (``_install``):
-    ``post`` for the context's run in one Python frame. The common case
-    (a registry's run, no call observer, exact ``int``/``float``/``str``
-    values) is inline and does exactly what ``post`` does; everything else
-    goes to ``post``, or, for the context of another kind of run (a
-    worker's), to that run's own ``report_progress``."""
-    run = self._run
-    try:
-        # ``watch`` is ``None`` only on a registry's run that no call
-        # observer watches: reading it is also the check of the run's kind
-        # (a worker's run has ``watch = False``; a run with no ``watch``
-        # raises, caught below; ``try`` costs nothing until it raises).
-        if run.watch is None:
-            if not run.hooks.progress:
-                return
-            # ``x.__class__`` and ``is`` are the cheapest exact-type checks
-            # here; ``x == x`` is False only for NaN.
-            if (
-                (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
-                and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
-                and (message is None or message.__class__ is str)
-            ):
-                run.progress_latest = (progress, total, message)
-                if run.progress_queued:
-                    return  # a delivery is due, and will take what was just stored
-                _enqueue(run)
-                return
-    except Exception:
-        # Another kind of run (a worker's: no ``watch``), or a value whose
-        # ``__class__`` raised: the full path below.
-        pass
-    # ``post`` for a registry's run (the full check; a call observer's
-    # watch), that run's own method for any other.
-    run.report_progress(progress, total, message)
-
-
-def _enqueue(run: Run) -> None:
+def enqueue(run: Run) -> None:
     """Queue ``run`` for delivery unless it is queued, and wake (or start)
     the delivery thread."""
     global _thread
@@ -192,22 +153,6 @@ def _enqueue(run: Run) -> None:
             _thread.start()
         else:
             _COND.notify()
-
-
-def _install() -> None:
-    """Make ``report_progress`` the body's ``ToolRunContext.report_progress``,
-    with the method's name, docstring and signature: the documented method,
-    one frame from the body to the store."""
-    documented = ToolRunContext.report_progress
-    report_progress.__name__ = documented.__name__
-    report_progress.__qualname__ = documented.__qualname__
-    report_progress.__doc__ = documented.__doc__
-    report_progress.__module__ = documented.__module__
-    report_progress.__annotations__ = dict(documented.__annotations__)
-    type.__setattr__(ToolRunContext, "report_progress", report_progress)
-
-
-_install()
 
 
 def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:

@@ -70,7 +70,7 @@ from .._types.hooks import (
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
 from .observer import watch_aborted
 from .outcome import NULL_SUCCESS, check_success
-from .progress import post
+from .progress import enqueue, post
 from .trusted import trusted_view
 
 
@@ -570,6 +570,10 @@ class Run:
     # itself, one call frame less on a body's hot path
     # (docs/policies.md#progress).
     report_progress = post
+
+    # The call's delivery, when ``report_progress``'s inline path stored an
+    # update and the call is not queued (``ToolRunContext.report_progress``).
+    queue_progress = enqueue
 
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken

@@ -63,7 +63,11 @@ def frozen_deferred_context(context: object, settled: bool) -> Any:
 
 
 class RunLike(Protocol):
-    """What a view needs from the registry's private run object."""
+    """What a view needs from the registry's private run object. A
+    registry's run also has what ``report_progress``'s inline path reads
+    (``watch``, ``hooks.progress``, ``progress_latest``,
+    ``progress_queued``, ``queue_progress()``); any other run answers
+    ``report_progress`` itself."""
 
     def defer_context(self, context: object) -> None: ...
 
@@ -204,10 +208,30 @@ class ToolRunContext(_ViewBase):
         number is dropped. From a process or Ray worker the updates cross
         to the caller's registry, coalesced, the last one always
         (docs/policies.md#progress)."""
-        # The registry layer replaces this method with its own store (same
-        # name, signature and docstring: one frame from the body to the
-        # store); this one serves any other run.
-        self._run.report_progress(progress, total, message)
+        run: Any = self._run
+        try:
+            # The common case inline, one frame from the body to the store:
+            # a registry's run (``ProgressRun``) that no call observer
+            # watches (``watch`` is None; a worker's run has ``watch =
+            # False``; a run without one raises, caught below, and ``try``
+            # costs nothing until it raises), with exact int/float/str
+            # values (``x == x`` is False only for NaN). It does what the
+            # run's own ``report_progress`` does for them.
+            if run.watch is None:
+                if not run.hooks.progress:
+                    return
+                if (
+                    (progress.__class__ is int or (progress.__class__ is float and progress == progress))  # noqa: PLR0124
+                    and (total is None or total.__class__ is int or (total.__class__ is float and total == total))  # noqa: PLR0124
+                    and (message is None or message.__class__ is str)
+                ):
+                    run.progress_latest = (progress, total, message)
+                    if not run.progress_queued:
+                        run.queue_progress()  # a delivery is due once per update taken
+                    return
+        except Exception:
+            pass  # another kind of run, or a value whose ``__class__`` raised
+        run.report_progress(progress, total, message)  # the full check
 
     def dispatch(self, name: str, arguments: object, *, call_id: str | None = None) -> ToolExecutionResult:
         """Run a nested tool call and return its result (blocks). The child
