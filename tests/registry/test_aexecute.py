@@ -46,11 +46,6 @@ from tests.helpers import call, error_of, run_python, tool, value_of, wait_until
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 class Published:
     """What the registry's result observer saw, per call id."""
 

@@ -30,11 +30,6 @@ from tests.helpers import call, calls, tool, value_of
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 class Held:
     """A parallel-safe tool whose body blocks until its signal aborts (then
     until ``release`` when ``ignore_abort``), and what each body saw."""

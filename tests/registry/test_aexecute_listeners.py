@@ -39,11 +39,6 @@ from tests.helpers import call, tool
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 class BlockingCleanup:
     """A body that adds a listener to ``run.signal`` which blocks until the
     test sets ``release`` (at most ``limit`` seconds), then waits for its
