@@ -20,7 +20,8 @@
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
-  the official SDK clients with canned JSON and keeps the request bodies.
+  the official SDK clients with canned JSON and keeps the request bodies;
+  ``output_message``, an assistant message item of the Responses API.
 * Ray: ``Events`` (a named actor the remote bodies report to),
   ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported
   only when one of these runs: it is an optional extra.
@@ -754,6 +755,19 @@ class FakeProvider:
 
 
 # ------------------------------------------------------------------ Ray
+
+
+def output_message(text: str, *, item_id: str = "msg_1") -> dict[str, Any]:
+    """A completed assistant ``message`` output item of the OpenAI
+    Responses API whose one ``output_text`` part is ``text``."""
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
 
 RAY_NAMESPACE = "dshtools-tests"
 
