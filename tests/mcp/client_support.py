@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolSuccess
+from dshtools.mcp import MCPClient
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
@@ -35,6 +36,16 @@ def teed(log: Path, command: list[str]) -> list[str]:
 def own_server(log: Path) -> list[str]:
     """dshtools' own server (``mcp_tools:registry``) behind a recorder."""
     return teed(log, [sys.executable, "-m", "dshtools", "mcp", "--tools", "mcp_tools:registry"])
+
+
+def own_client(tmp_path: Path, **options: Any) -> tuple[MCPClient, Path, Path]:
+    """``(client, log, records)``: an ``MCPClient.stdio`` (``options`` passed
+    on) of dshtools' own server behind a recorder; ``log`` holds what the
+    server received, ``records`` (created) what its bodies wrote."""
+    records = tmp_path / "records"
+    records.mkdir()
+    log = tmp_path / "log.jsonl"
+    return MCPClient.stdio(own_server(log), env=env_for(records), **options), log, records
 
 
 def fast_server(log: Path) -> list[str]:
