@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +33,7 @@ from dshtools import (
 from dshtools._cli.main import main
 from dshtools.mcp import MCPClient, serve_http
 from tests.helpers import run_cli
-from tests.mcp.client_support import call, client_threads, eventually, value_of
+from tests.mcp.client_support import call, client_threads, eventually, http_server_command, value_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -421,21 +418,11 @@ def test_ids_are_matched_exactly_as_sent_over_http() -> None:
 def test_the_command_line_takes_its_token_from_the_environment(tmp_path: Path) -> None:
     (tmp_path / "few_tools.py").write_text("from dshtools import ToolRegistry\nregistry = ToolRegistry()\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "mcp", "--http", "127.0.0.1:0", "--tools", "few_tools:registry"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**env, "DSHTOOLS_MCP_TOKEN": "from-env"},
-        cwd=tmp_path,
-    )
-    try:
-        assert server.stderr is not None
-        ready = server.stderr.readline()
+    with http_server_command("few_tools:registry", {**env, "DSHTOOLS_MCP_TOKEN": "from-env"}, cwd=tmp_path) as (
+        ready,
+        url,
+    ):
         assert "(a bearer token required)" in ready, ready
-        url = ready.split(" on ", 1)[1].split(" ", 1)[0]
         with httpx.Client(timeout=10) as raw:
             assert initialize(raw, url).status_code == 401
             assert initialize(raw, url, Authorization="Bearer from-env").status_code == 200
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(20) == 128 + signal.SIGTERM
