@@ -9,6 +9,7 @@
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it).
 * Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
 * Child processes: ``wait_for_descendant``, ``alive``,
@@ -32,6 +33,7 @@ docs/decisions/0058-one-helpers-module-for-the-tests.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
@@ -296,6 +298,17 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+async def cancel_during_join(task: asyncio.Future[Any], *, times: int, turns: int) -> None:
+    """Cancel ``task`` ``times`` times, each followed by ``turns`` turns of
+    the running asyncio loop (in which a wait that abandoned its body would
+    have ended the task), asserting after each that the task is not done."""
+    for _ in range(times):
+        task.cancel()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        assert not task.done()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
