@@ -84,10 +84,14 @@ def registry_with(bodies: Bodies) -> ToolRegistry:
 
 
 @contextmanager
-def serving(registry: ToolRegistry, **options: Any) -> Iterator[tuple[str, list[int]]]:
-    """``serve_http(registry, "127.0.0.1", 0, **options)`` on a thread:
-    yields its URL and the list its return status lands in once stopped."""
-    stop = AbortController()
+def serving(
+    registry: ToolRegistry, stop: AbortController | None = None, **options: Any
+) -> Iterator[tuple[str, list[int]]]:
+    """``serve_http(registry, "127.0.0.1", 0, **options)`` on a thread,
+    stopped by ``stop`` (the test may abort it first; else on leaving the
+    block): yields its URL and the list its return status lands in once it
+    returned."""
+    stop = stop or AbortController()
     urls: list[str] = []
     ready = threading.Event()
     status: list[int] = []
@@ -271,24 +275,21 @@ def test_mcp_client_cancel_over_http_reaches_the_body() -> None:
 
 def test_stopping_aborts_and_joins_the_calls_in_flight_and_answers_them() -> None:
     bodies = Bodies()
-    with registry_with(bodies) as registry, httpx.Client(timeout=20) as raw:
-        stop = AbortController()
-        urls: list[str] = []
-        status: list[int] = []
-        server = threading.Thread(
-            target=lambda: status.append(serve_http(registry, "127.0.0.1", 0, signal=stop.signal, on_ready=urls.append))
-        )
-        server.start()
-        eventually(lambda: bool(urls), what="the server to listen")
-        session = open_session(raw, urls[0])
+    stop = AbortController()
+    with (
+        registry_with(bodies) as registry,
+        httpx.Client(timeout=20) as raw,
+        serving(registry, stop) as (url, status),
+    ):
+        session = open_session(raw, url)
         streamed: list[httpx.Response] = []
         request = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
-        poster = threading.Thread(target=lambda: streamed.append(raw.post(urls[0], json=request, headers=session)))
+        poster = threading.Thread(target=lambda: streamed.append(raw.post(url, json=request, headers=session)))
         poster.start()
         assert bodies.started.wait(10)
         stop.abort("shutdown")
-        server.join(20)
-        assert not server.is_alive() and status == [0]
+        eventually(lambda: status != [], timeout=20, what="serve_http to return")
+        assert status == [0]
         # serve_http returned only after the body was joined.
         assert bodies.ended.is_set() and bodies.reasons == ["the MCP server is stopping"]
         poster.join(10)
