@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import psutil
 from mcp.client.session import ClientSession
 
 from ._mcp_session import line_session
+from ._timing import median_of_all
 
 SDK_SERVER = '''
 import subprocess
@@ -193,11 +193,6 @@ async def close_scenario(argv: list[str], cwd: str, wait: float) -> dict[str, An
         }
 
 
-def _median(values: list[float | None]) -> float | None:
-    real = [v for v in values if v is not None]
-    return statistics.median(real) if len(real) == len(values) else None
-
-
 async def measure(runs: int, wait: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dshtools-mcp-bench-") as tmp:
@@ -213,8 +208,8 @@ async def measure(runs: int, wait: float) -> dict[str, Any]:
             out[label] = {
                 "cancel_runs": cancels,
                 "close_runs": closes,
-                "cancel_sleep_gone_median_s": _median([c["sleep_gone_s"] for c in cancels]),
-                "close_exit_median_s": _median([c["exited_s"] for c in closes]),
+                "cancel_sleep_gone_median_s": median_of_all([c["sleep_gone_s"] for c in cancels]),
+                "close_exit_median_s": median_of_all([c["exited_s"] for c in closes]),
                 "close_sleeps_left_max": max(c["sleeps_left"] for c in closes),
             }
     return out
