@@ -25,11 +25,29 @@ from typing import Any
 
 Case = Callable[[int], Callable[[], Any]]
 
-__all__ = ["CPU", "WALL", "Case", "median", "paired", "paired_ratio", "paired_samples", "percentile", "time_case"]
+__all__ = [
+    "CPU",
+    "WALL",
+    "Case",
+    "median",
+    "median_of_all",
+    "paired",
+    "paired_ratio",
+    "paired_samples",
+    "percentile",
+    "time_case",
+]
 
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def median_of_all(values: Sequence[float | None]) -> float | None:
+    """The median of ``values``, or ``None`` when any of them is ``None``
+    (a run that did not happen within its bound: no median stands for it)."""
+    real = [v for v in values if v is not None]
+    return statistics.median(real) if len(real) == len(values) else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:

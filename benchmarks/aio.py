@@ -25,10 +25,9 @@ installed and in ``--quick`` runs.
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
-from .instructions import per_call
+from .instructions import per_call, valgrind_or_skip
 
 __all__ = ["CASES", "run"]
 
@@ -78,11 +77,9 @@ registry.close()
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return {"skipped": "valgrind is not installed: no instruction counts"}
-    if quick:
-        return {"skipped": "instruction counts are not taken in --quick runs"}
+    valgrind = valgrind_or_skip(quick=quick)
+    if isinstance(valgrind, dict):
+        return valgrind
     short, long = 200, 1200
     counted = {case: per_call(_CHILD, case, valgrind, short=short, long=long) for case in CASES}
     execute = counted["execute"]

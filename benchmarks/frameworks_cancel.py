@@ -45,6 +45,8 @@ import psutil
 from dshtools import TimeoutPolicy, ToolDefinition, ToolRegistry
 from dshtools.io import run_process
 
+from ._timing import median_of_all
+
 SLEEP = ["sleep", "30"]
 TOOL_TIMEOUT_S = 1.0
 """The tool timeout of the timeout scenario (seconds)."""
@@ -277,11 +279,6 @@ SCENARIOS: dict[str, Callable[[str, ToolRegistry], Start]] = {
 }
 
 
-def _median(values: list[float | None]) -> float | None:
-    real = [v for v in values if v is not None]
-    return statistics.median(real) if len(real) == len(values) else None
-
-
 async def measure(runs: int, wait: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     registry = _ours_registry()
@@ -293,7 +290,7 @@ async def measure(runs: int, wait: float) -> dict[str, Any]:
                 results = [await _measure(scenario(side, registry), wait, timeout=timeout) for _ in range(runs)]
                 row[side] = {
                     "runs": results,
-                    "sleep_gone_median_s": _median([r["sleep_gone_s"] for r in results]),
+                    "sleep_gone_median_s": median_of_all([r["sleep_gone_s"] for r in results]),
                     "returned_median_s": statistics.median(r["returned_s"] for r in results),
                     "still_running": sum(r["sleep_gone_s"] is None for r in results),
                 }

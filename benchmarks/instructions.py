@@ -33,7 +33,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES", "EXECUTE_CALLS", "callgrind", "collected", "count", "per_call", "run"]
+__all__ = [
+    "CASES",
+    "EXECUTE_CALLS",
+    "callgrind",
+    "collected",
+    "count",
+    "per_call",
+    "per_thread",
+    "run",
+    "valgrind_or_skip",
+]
 
 CASES = ("bare", "execute", "execute_hooks")
 SHORT, LONG = 200, 1200
@@ -116,6 +126,35 @@ def callgrind(
         return proc.stderr, [f.read_text(encoding="utf-8") for f in files]
 
 
+def valgrind_or_skip(*, quick: bool = False) -> str | dict[str, str]:
+    """The path of ``valgrind``, or the ``{"skipped": reason}`` a
+    benchmark's ``run`` returns when it is not installed or when ``quick``
+    (instruction counts are not taken in ``--quick`` runs)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return {"skipped": "valgrind is not installed: no instruction counts"}
+    if quick:
+        return {"skipped": "instruction counts are not taken in --quick runs"}
+    return valgrind
+
+
+def per_thread(child: str, args: Sequence[str], valgrind: str, *, timeout: float = 600) -> dict[int, int]:
+    """Instructions of each thread over the whole run of ``python -c child
+    *args`` (``--separate-threads=yes``; see ``callgrind``): callgrind's
+    thread number (1 is the main thread) to its total. Raises
+    ``RuntimeError`` when the run wrote no per-thread totals."""
+    _, dumps = callgrind(child, args, valgrind, options=["--separate-threads=yes"], timeout=timeout)
+    totals: dict[int, int] = {}
+    for text in dumps:
+        thread = re.search(r"^thread: (\d+)$", text, re.M)
+        total = re.search(r"^totals: (\d+)$", text, re.M)
+        if thread and total:
+            totals[int(thread.group(1))] = int(total.group(1))
+    if 1 not in totals:
+        raise RuntimeError(f"callgrind run of {list(args)!r} wrote no per-thread totals")
+    return totals
+
+
 def collected(child: str, case: str, calls: int, valgrind: str, *, timeout: float = 600) -> int:
     """Instructions callgrind collected over the whole run of ``python -c
     child case calls`` (every thread; see ``callgrind``)."""
@@ -144,9 +183,9 @@ def count(case: str, valgrind: str) -> float:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return {"skipped": "valgrind is not installed: no instruction counts"}
+    valgrind = valgrind_or_skip()
+    if isinstance(valgrind, dict):
+        return valgrind
     per_call = {case: count(case, valgrind) for case in CASES}
     bare = per_call["bare"]
     return {

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,9 @@ import anyio.abc
 import mcp_types as types
 import psutil
 from mcp.client.session import ClientSession
-from mcp.shared.message import SessionMessage
+
+from ._mcp_session import line_session
+from ._timing import median_of_all
 
 SDK_SERVER = '''
 import subprocess
@@ -114,42 +115,14 @@ async def connect(argv: list[str], cwd: str) -> AsyncIterator[Connection]:
     process = await anyio.open_process(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd
     )
-    to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_server, from_client = anyio.create_memory_object_stream[SessionMessage](0)
     box: list[Connection] = []
-
-    async def pump_out() -> None:
-        assert process.stdout is not None
-        pending = b""
-        async with to_client:
-            async for chunk in process.stdout:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    box[0].received.append(message)
-                    await to_client.send(SessionMessage(message))
-
-    async def pump_in() -> None:
-        assert process.stdin is not None
-        async with from_client:
-            async for item in from_client:
-                box[0].sent.append(item.message)
-                data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                try:
-                    await process.stdin.send(data.encode())
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
-
+    sent: list[types.JSONRPCMessage] = []
+    received: list[types.JSONRPCMessage] = []
     try:
-        async with anyio.create_task_group() as tg, ClientSession(from_server, to_server) as session:
+        async with line_session(process, sent, received, timeout=30) as session:
             box.append(Connection(process, session))
-            tg.start_soon(pump_out)
-            tg.start_soon(pump_in)
-            with anyio.fail_after(30):
-                await session.initialize()
+            box[0].sent, box[0].received = sent, received
             yield box[0]
-            tg.cancel_scope.cancel()
     finally:
         for pid in box[0].started if box else []:
             try:
@@ -220,11 +193,6 @@ async def close_scenario(argv: list[str], cwd: str, wait: float) -> dict[str, An
         }
 
 
-def _median(values: list[float | None]) -> float | None:
-    real = [v for v in values if v is not None]
-    return statistics.median(real) if len(real) == len(values) else None
-
-
 async def measure(runs: int, wait: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dshtools-mcp-bench-") as tmp:
@@ -240,8 +208,8 @@ async def measure(runs: int, wait: float) -> dict[str, Any]:
             out[label] = {
                 "cancel_runs": cancels,
                 "close_runs": closes,
-                "cancel_sleep_gone_median_s": _median([c["sleep_gone_s"] for c in cancels]),
-                "close_exit_median_s": _median([c["exited_s"] for c in closes]),
+                "cancel_sleep_gone_median_s": median_of_all([c["sleep_gone_s"] for c in cancels]),
+                "close_exit_median_s": median_of_all([c["exited_s"] for c in closes]),
                 "close_sleeps_left_max": max(c["sleeps_left"] for c in closes),
             }
     return out

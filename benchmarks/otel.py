@@ -21,10 +21,9 @@ Keys: ``otel.uninstrumented_instructions``, ``otel.noop_instructions``,
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from typing import Any
 
-from .instructions import LONG, SHORT, per_call
+from .instructions import LONG, SHORT, per_call, valgrind_or_skip
 
 __all__ = ["CASES", "count", "run"]
 
@@ -78,9 +77,9 @@ def count(case: str, valgrind: str) -> float:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return {"skipped": "valgrind is not installed: no instruction counts"}
+    valgrind = valgrind_or_skip()
+    if isinstance(valgrind, dict):
+        return valgrind
     if importlib.util.find_spec("opentelemetry.sdk") is None:
         return {"skipped": "opentelemetry-sdk is not installed (the otel and test extras)"}
     counted = {case: count(case, valgrind) for case in CASES}

@@ -27,10 +27,9 @@ installed.
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from typing import Any
 
-from .instructions import EXECUTE_CALLS, per_call
+from .instructions import EXECUTE_CALLS, per_call, valgrind_or_skip
 
 __all__ = ["CASES", "run"]
 
@@ -90,11 +89,9 @@ def _count(case: str, valgrind: str) -> float:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return {"skipped": "valgrind is not installed: no instruction counts"}
-    if quick:
-        return {"skipped": "instruction counts are not taken in --quick runs"}
+    valgrind = valgrind_or_skip(quick=quick)
+    if isinstance(valgrind, dict):
+        return valgrind
     cases = list(CASES)
     if importlib.util.find_spec("tenacity") is not None:
         cases.append("retry_tenacity")

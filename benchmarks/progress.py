@@ -32,14 +32,9 @@ skipped with a note when ``valgrind`` is not installed.
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
+
+from .instructions import per_thread, valgrind_or_skip
 
 __all__ = ["CASES", "run"]
 
@@ -101,31 +96,7 @@ def _threads(case: str, n: int, valgrind: str) -> tuple[int, int]:
     1 is the main thread, which only waits in ``execute``, woken every
     0.25 s: its count grows with the run's wall time on a loaded machine,
     so the figures that matter leave it out)."""
-    root = Path(__file__).resolve().parent.parent
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=path)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [valgrind, "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={tmp}/out"]
-            + [sys.executable, "-c", _CHILD, case, str(n)],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"callgrind run of {case!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        totals: dict[int, int] = {}
-        for out in Path(tmp).glob("out-*"):
-            text = out.read_text(encoding="utf-8", errors="replace")
-            thread = re.search(r"^thread: (\d+)$", text, re.M)
-            total = re.search(r"^totals: (\d+)$", text, re.M)
-            if thread and total:
-                totals[int(thread.group(1))] = int(total.group(1))
-    if 1 not in totals:
-        raise RuntimeError(f"callgrind run of {case!r} wrote no per-thread totals")
+    totals = per_thread(_CHILD, [case, str(n)], valgrind, timeout=900)
     every = sum(totals.values())
     return every, every - totals[1]
 
@@ -138,11 +109,9 @@ def _count(case: str, valgrind: str) -> tuple[float, float]:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return {"skipped": "valgrind is not installed: no instruction counts"}
-    if quick:
-        return {"skipped": "instruction counts are not taken in --quick runs"}
+    valgrind = valgrind_or_skip(quick=quick)
+    if isinstance(valgrind, dict):
+        return valgrind
     work_all, work = _count("work", valgrind)
     report_all, report = _count("report", valgrind)
     overhead = report / work - 1

@@ -9,6 +9,7 @@
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it).
 * Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
 * Child processes: ``wait_for_descendant``, ``alive``,
@@ -20,7 +21,8 @@
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
-  the official SDK clients with canned JSON and keeps the request bodies.
+  the official SDK clients with canned JSON and keeps the request bodies;
+  ``output_message``, an assistant message item of the Responses API.
 * Ray: ``Events`` (a named actor the remote bodies report to),
   ``start_events``, ``events_handle``, ``announce``. ``ray`` is imported
   only when one of these runs: it is an optional extra.
@@ -31,6 +33,7 @@ docs/decisions/0058-one-helpers-module-for-the-tests.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
@@ -295,6 +298,17 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+async def cancel_during_join(task: asyncio.Future[Any], *, times: int, turns: int) -> None:
+    """Cancel ``task`` ``times`` times, each followed by ``turns`` turns of
+    the running asyncio loop (in which a wait that abandoned its body would
+    have ended the task), asserting after each that the task is not done."""
+    for _ in range(times):
+        task.cancel()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        assert not task.done()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -754,6 +768,19 @@ class FakeProvider:
 
 
 # ------------------------------------------------------------------ Ray
+
+
+def output_message(text: str, *, item_id: str = "msg_1") -> dict[str, Any]:
+    """A completed assistant ``message`` output item of the OpenAI
+    Responses API whose one ``output_text`` part is ``text``."""
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
 
 RAY_NAMESPACE = "dshtools-tests"
 

@@ -58,6 +58,7 @@ from .._signal.timer import run_on_abort_runner
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
 from .._types.hooks import ResumeDecision
 from .batch import _check_max_parallel, execute_batch
+from .tickets import check_resume
 
 if TYPE_CHECKING:
     from .registry import ToolRegistry
@@ -350,12 +351,7 @@ async def aresume(
     signal: AbortSignal,
 ) -> ToolExecutionResult:
     """``await registry.aresume(...)``: see ``ToolRegistry.aresume``."""
-    if type(decision) is not str or decision not in ("allowed-once", "rejected"):
-        raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
-    if arguments is not None and decision == "rejected":
-        raise ValueError("arguments apply to an 'allowed-once' resume only")
-    if not isinstance(signal, AbortSignal):
-        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    check_resume(decision, arguments, signal)
     registry._check_open()
     if on_worker():
         return registry.resume(ticket, decision, arguments=arguments, signal=signal)

@@ -113,7 +113,7 @@ from .run import (
     on_worker_of,
     prepare_body_arguments,
 )
-from .tickets import ApprovalTickets
+from .tickets import ApprovalTickets, check_resume
 from .trusted import trusted_dispatch_view
 
 if TYPE_CHECKING:
@@ -466,12 +466,7 @@ class ToolRegistry:
         ``ValueError`` for another decision or ``arguments`` with
         ``"rejected"``, ``TypeError`` for a non-``AbortSignal``, and what
         ``execute`` raises (docs/policies.md#deferred-approval)."""
-        if type(decision) is not str or decision not in ("allowed-once", "rejected"):
-            raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
-        if arguments is not None and decision == "rejected":
-            raise ValueError("arguments apply to an 'allowed-once' resume only")
-        if not isinstance(signal, AbortSignal):
-            raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+        check_resume(decision, arguments, signal)
         self._check_open()
         named = self._tickets.redeem(ticket, self._definitions.get)
         call = ToolExecutionInput(

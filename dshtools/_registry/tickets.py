@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 import attrs
 
 from .._core.freeze import freeze, thaw
+from .._signal import AbortSignal
 from .._types.calls import APPROVAL_PENDING, ToolFailure, failure
 from .._types.tools import ToolDefinition
 
@@ -53,6 +54,7 @@ __all__ = [
     "Redeemed",
     "TicketError",
     "TicketStore",
+    "check_resume",
     "fingerprint",
     "pending",
 ]
@@ -239,6 +241,19 @@ def pending(name: str, reason: str | None, ticket: Mapping[str, Any]) -> ToolFai
     "<name>" is awaiting approval[: <reason>]``, ``meta["ticket"]``."""
     text = f'tool call "{name}" is awaiting approval' + (f": {reason}" if reason else "")
     return failure(text, name="ApprovalPending", code=APPROVAL_PENDING, meta={"ticket": ticket})
+
+
+def check_resume(decision: object, arguments: object, signal: object) -> None:
+    """The misuse ``resume`` and ``aresume`` refuse before the ticket is
+    touched: ``ValueError`` for a decision other than ``"allowed-once"`` or
+    ``"rejected"``, or ``arguments`` with ``"rejected"``; ``TypeError`` for
+    a ``signal`` that is not an ``AbortSignal``."""
+    if type(decision) is not str or decision not in ("allowed-once", "rejected"):
+        raise ValueError(f"decision must be 'allowed-once' or 'rejected', not {decision!r}")
+    if arguments is not None and decision == "rejected":
+        raise ValueError("arguments apply to an 'allowed-once' resume only")
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
 
 
 @attrs.frozen

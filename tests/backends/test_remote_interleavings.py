@@ -10,6 +10,7 @@ import select
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +40,20 @@ def _ok(args: object, run: object) -> str:
     return "ok"
 
 
+@pytest.fixture
+def one_worker() -> Iterator[tuple[ProcessBackend, ToolRegistry]]:
+    """``(backend, registry)``: a one-worker ``ProcessBackend`` (stop
+    escalates to a kill after 1 s) behind a registry with the tool ``t``
+    (returns ``"ok"``), closed after the test."""
+    backend = ProcessBackend(1, kill_after=1.0)
+    registry = ToolRegistry(backend=backend)
+    registry.register(ToolDefinition("t", "t", OBJECT, _ok))
+    try:
+        yield backend, registry
+    finally:
+        registry.close()
+
+
 def _wait_exited(pid: int) -> None:
     """Block until ``pid`` has exited (without reaping it)."""
     fd = os.pidfd_open(pid)
@@ -49,87 +64,81 @@ def _wait_exited(pid: int) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_aborted_before_dispatch() -> None:
+def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_aborted_before_dispatch(
+    one_worker: tuple[ProcessBackend, ToolRegistry],
+) -> None:
     # An idle worker dies (OOM killer, a stray kill) and the next call is
     # claimed for it before the manager thread noticed: sending the call
     # fails, so the body never started anywhere. docs/contract.md §9:
     # ABORTED_BEFORE_DISPATCH exactly when the body never started (not
     # WORKER_LOST, which says a body was running when its worker died).
-    backend = ProcessBackend(1, kill_after=1.0)
-    registry = ToolRegistry(backend=backend)
-    try:
-        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        warm = registry.execute(call("t", signal=_never(), call_id="c0"))
-        assert warm.code is None
-        (pid,) = backend.worker_pids
+    backend, registry = one_worker
+    warm = registry.execute(call("t", signal=_never(), call_id="c0"))
+    assert warm.code is None
+    (pid,) = backend.worker_pids
 
-        noticed = threading.Event()
-        release = threading.Event()
-        lose = backend._lose
+    noticed = threading.Event()
+    release = threading.Event()
+    lose = backend._lose
 
-        def held_lose(worker: _Worker) -> None:
-            noticed.set()
-            release.wait(20)
-            lose(worker)
+    def held_lose(worker: _Worker) -> None:
+        noticed.set()
+        release.wait(20)
+        lose(worker)
 
-        backend._lose = held_lose  # type: ignore[method-assign]
-        os.kill(pid, signal.SIGKILL)
-        _wait_exited(pid)
-        assert noticed.wait(20)  # the manager saw it but has not retired it yet
+    backend._lose = held_lose  # type: ignore[method-assign]
+    os.kill(pid, signal.SIGKILL)
+    _wait_exited(pid)
+    assert noticed.wait(20)  # the manager saw it but has not retired it yet
 
-        done: list[Any] = []
-        caller = threading.Thread(target=lambda: done.append(registry.execute(call("t", signal=_never()))))
-        caller.start()
-        # The call is claimed and sent (to the dead worker) on the caller's
-        # thread inside submit(); only then may the manager go on.
-        while backend.bodies_running == 0 and caller.is_alive():
-            caller.join(0.01)
-        release.set()
-        caller.join(20)
-        assert not caller.is_alive()
-        (result,) = done
-        assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
-        after = registry.execute(call("t", signal=_never(), call_id="c2"))
-        assert after.code is None  # a fresh worker takes the next call
-    finally:
-        registry.close()
+    done: list[Any] = []
+    caller = threading.Thread(target=lambda: done.append(registry.execute(call("t", signal=_never()))))
+    caller.start()
+    # The call is claimed and sent (to the dead worker) on the caller's
+    # thread inside submit(); only then may the manager go on.
+    while backend.bodies_running == 0 and caller.is_alive():
+        caller.join(0.01)
+    release.set()
+    caller.join(20)
+    assert not caller.is_alive()
+    (result,) = done
+    assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
+    after = registry.execute(call("t", signal=_never(), call_id="c2"))
+    assert after.code is None  # a fresh worker takes the next call
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worker_lost() -> None:
+def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worker_lost(
+    one_worker: tuple[ProcessBackend, ToolRegistry],
+) -> None:
     # The body returned and its worker sent the outcome, then the worker
     # died (a thread the body left behind called os._exit, the OOM killer)
     # before the manager read the outcome: whichever of the two events the
     # manager handles first, the call returned (docs/contract.md §9:
     # WORKER_LOST says a body was running when its worker died).
-    backend = ProcessBackend(1, kill_after=1.0)
-    registry = ToolRegistry(backend=backend)
-    try:
-        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        assert registry.execute(call("t", signal=_never(), call_id="c0")).code is None
-        (pid,) = backend.worker_pids
+    backend, registry = one_worker
+    assert registry.execute(call("t", signal=_never(), call_id="c0")).code is None
+    (pid,) = backend.worker_pids
 
-        arrived = threading.Event()
-        receive = backend._receive
+    arrived = threading.Event()
+    receive = backend._receive
 
-        def death_first(worker: _Worker) -> None:
-            # The outcome is in the pipe; the worker dies; the manager learns
-            # of the death before it reads the pipe.
-            arrived.set()
-            os.kill(worker.pid, signal.SIGKILL)
-            _wait_exited(worker.pid)
-            backend._receive = receive  # type: ignore[method-assign]
-            backend._lose(worker)
+    def death_first(worker: _Worker) -> None:
+        # The outcome is in the pipe; the worker dies; the manager learns
+        # of the death before it reads the pipe.
+        arrived.set()
+        os.kill(worker.pid, signal.SIGKILL)
+        _wait_exited(worker.pid)
+        backend._receive = receive  # type: ignore[method-assign]
+        backend._lose(worker)
 
-        backend._receive = death_first  # type: ignore[method-assign]
-        result = registry.execute(call("t", signal=_never()))
-        assert arrived.is_set()
-        assert isinstance(result, ToolSuccess) and result.value == "ok", result
-        assert backend._lost == 0 and backend.kills == 0
-        assert pid not in backend.worker_pids
-        assert registry.execute(call("t", signal=_never(), call_id="c2")).code is None  # a fresh worker
-    finally:
-        registry.close()
+    backend._receive = death_first  # type: ignore[method-assign]
+    result = registry.execute(call("t", signal=_never()))
+    assert arrived.is_set()
+    assert isinstance(result, ToolSuccess) and result.value == "ok", result
+    assert backend._lost == 0 and backend.kills == 0
+    assert pid not in backend.worker_pids
+    assert registry.execute(call("t", signal=_never(), call_id="c2")).code is None  # a fresh worker
 
 
 def _never() -> Any:
@@ -259,57 +268,51 @@ def _raises_exiting_error(args: object, run: object) -> object:
 
 
 @pytest.mark.timeout(30)
-def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call() -> None:
+def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
+    one_worker: tuple[ProcessBackend, ToolRegistry],
+) -> None:
     # Unpickling what a worker sent runs foreign code in the backend's
     # manager thread. A SystemExit (or KeyboardInterrupt) raised there must
     # be contained like any unpicklable outcome (docs/contract.md §8 A4, §9),
     # not kill the manager and close the backend for every later call.
-    backend = ProcessBackend(1, kill_after=1.0)
-    registry = ToolRegistry(backend=backend)
-    try:
-        registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
-        registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
-        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        bad_value = registry.execute(call("v", signal=_never(), call_id="c0"))
-        assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
-        bad_error = registry.execute(call("e", signal=_never()))
-        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
-        assert bad_error.error.info is not None and bad_error.error.info.name == "ExitsWhenLoadedError"
-        after = registry.execute(call("t", signal=_never(), call_id="c2"))
-        assert after.code is None, after
-    finally:
-        registry.close()
+    _, registry = one_worker
+    registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
+    registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
+    bad_value = registry.execute(call("v", signal=_never(), call_id="c0"))
+    assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
+    bad_error = registry.execute(call("e", signal=_never()))
+    assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+    assert bad_error.error.info is not None and bad_error.error.info.name == "ExitsWhenLoadedError"
+    after = registry.execute(call("t", signal=_never(), call_id="c2"))
+    assert after.code is None, after
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_that_died_after_saying_ready_did_start_so_the_queued_call_runs_on_a_fresh_one() -> None:
+def test_a_worker_that_died_after_saying_ready_did_start_so_the_queued_call_runs_on_a_fresh_one(
+    one_worker: tuple[ProcessBackend, ToolRegistry],
+) -> None:
     # A worker started, sent "ready", then died (the OOM killer, a stray
     # kill) before the manager read it: the manager learns of the death
     # first. The worker did start, so the queue waiting for it is not a
     # start-up failure to refuse: the call runs on a fresh worker.
-    backend = ProcessBackend(1, kill_after=1.0)
-    registry = ToolRegistry(backend=backend)
-    try:
-        registry.register(ToolDefinition("t", "t", OBJECT, _ok))
-        died: list[int] = []
-        receive = backend._receive
+    backend, registry = one_worker
+    died: list[int] = []
+    receive = backend._receive
 
-        def death_first(worker: _Worker) -> None:
-            # "ready" is in the pipe; the worker dies; the manager handles
-            # the death before it reads the pipe.
-            backend._receive = receive  # type: ignore[method-assign]
-            died.append(worker.pid)
-            os.kill(worker.pid, signal.SIGKILL)
-            _wait_exited(worker.pid)
-            backend._lose(worker)
+    def death_first(worker: _Worker) -> None:
+        # "ready" is in the pipe; the worker dies; the manager handles
+        # the death before it reads the pipe.
+        backend._receive = receive  # type: ignore[method-assign]
+        died.append(worker.pid)
+        os.kill(worker.pid, signal.SIGKILL)
+        _wait_exited(worker.pid)
+        backend._lose(worker)
 
-        backend._receive = death_first  # type: ignore[method-assign]
-        result = registry.execute(call("t", signal=_never(), call_id="c0"))
-        assert died, "the interleaving was not forced"
-        assert isinstance(result, ToolSuccess) and result.value == "ok", result
-        assert died[0] not in backend.worker_pids
-    finally:
-        registry.close()
+    backend._receive = death_first  # type: ignore[method-assign]
+    result = registry.execute(call("t", signal=_never(), call_id="c0"))
+    assert died, "the interleaving was not forced"
+    assert isinstance(result, ToolSuccess) and result.value == "ok", result
+    assert died[0] not in backend.worker_pids
 
 
 def _returns_when_aborted(args: Any, run: Any) -> str:

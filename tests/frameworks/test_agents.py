@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -135,59 +136,67 @@ def _assert_stopped_and_joined(registry: ToolRegistry, recorder: CallEventRecord
     assert alive(pids) == []  # no sleep left behind
 
 
-def test_cancelling_the_runs_task_aborts_and_joins_the_body(
-    registry: ToolRegistry, recorder: CallEventRecorder
+async def _cancel_once_sleeping(registry: ToolRegistry) -> list[int]:
+    """Run the slow agent in a task, cancel the task once the tool's
+    ``sleep`` runs, and expect the ``CancelledError``; returns the pids of
+    that ``sleep``."""
+    run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
+    pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    return pids
+
+
+async def _cancel_the_task(registry: ToolRegistry) -> list[int]:
+    """Cancel the run's task while the tool sleeps."""
+    published = await _published(registry)
+    pids = await _cancel_once_sleeping(registry)
+    # The SDK does not wait for a cancelled tool's task; the loop
+    # finishes its join, and only then is the result published.
+    await asyncio.wait_for(published.wait(), 10)
+    return pids
+
+
+async def _end_the_loop_after_the_cancel(registry: ToolRegistry) -> list[int]:
+    """Cancel the run's task, then let ``asyncio.run`` end at once."""
+    # The tool's task is (usually) still joining when this returns:
+    # asyncio.run cancels it once more on the way out, and the join is
+    # shielded from that.
+    return await _cancel_once_sleeping(registry)
+
+
+async def _cancel_the_stream(registry: ToolRegistry) -> list[int]:
+    """``result.cancel()`` of a streamed run while the tool sleeps."""
+    published = await _published(registry)
+    result = Runner.run_streamed(_slow_agent(registry), "sleep", run_config=CONFIG)
+
+    async def drain() -> None:
+        async for _event in result.stream_events():
+            pass
+
+    drained = asyncio.create_task(drain())
+    pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
+    result.cancel()
+    await asyncio.wait_for(drained, 10)
+    await asyncio.wait_for(published.wait(), 10)
+    return pids
+
+
+@pytest.mark.parametrize(
+    "cancel",
+    [
+        pytest.param(_cancel_the_task, id="the-runs-task"),
+        pytest.param(_end_the_loop_after_the_cancel, id="a-loop-that-ends-right-after"),
+        pytest.param(_cancel_the_stream, id="a-streamed-run"),
+    ],
+)
+def test_a_cancelled_run_aborts_and_joins_the_body(
+    registry: ToolRegistry,
+    recorder: CallEventRecorder,
+    cancel: Callable[[ToolRegistry], Coroutine[Any, Any, list[int]]],
 ) -> None:
-    async def main() -> list[int]:
-        published = await _published(registry)
-        run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
-        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-        # The SDK does not wait for a cancelled tool's task; the loop
-        # finishes its join, and only then is the result published.
-        await asyncio.wait_for(published.wait(), 10)
-        return pids
-
-    pids = asyncio.run(main())
-    _assert_stopped_and_joined(registry, recorder, pids)
-
-
-def test_a_loop_that_ends_right_after_the_cancel_still_joins_the_body(
-    registry: ToolRegistry, recorder: CallEventRecorder
-) -> None:
-    async def main() -> list[int]:
-        run = asyncio.create_task(Runner.run(_slow_agent(registry), "sleep", run_config=CONFIG))
-        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-        # The tool's task is (usually) still joining here: asyncio.run cancels
-        # it once more on the way out, and the join is shielded from that.
-        return pids
-
-    pids = asyncio.run(main())
-    _assert_stopped_and_joined(registry, recorder, pids)
-
-
-def test_a_streamed_runs_cancel_aborts_and_joins_the_body(registry: ToolRegistry, recorder: CallEventRecorder) -> None:
-    async def main() -> list[int]:
-        published = await _published(registry)
-        result = Runner.run_streamed(_slow_agent(registry), "sleep", run_config=CONFIG)
-
-        async def drain() -> None:
-            async for _event in result.stream_events():
-                pass
-
-        drained = asyncio.create_task(drain())
-        pids = await asyncio.to_thread(partial(wait_for_descendant, matching_only=True), os.getpid(), SLEEP, 10)
-        result.cancel()
-        await asyncio.wait_for(drained, 10)
-        await asyncio.wait_for(published.wait(), 10)
-        return pids
-
-    pids = asyncio.run(main())
+    pids = asyncio.run(cancel(registry))
     _assert_stopped_and_joined(registry, recorder, pids)
 
 

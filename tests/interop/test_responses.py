@@ -31,7 +31,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools import openai as doa
-from tests.helpers import error_of, tool, value_of
+from tests.helpers import error_of, output_message, tool, value_of
 
 ADD_PARAMS = {
     "type": "object",
@@ -68,13 +68,7 @@ def _chat_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-MESSAGE = {
-    "type": "message",
-    "id": "msg_1",
-    "role": "assistant",
-    "status": "completed",
-    "content": [{"type": "output_text", "text": "Working on it.", "annotations": []}],
-}
+MESSAGE = output_message("Working on it.")
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 WEB_SEARCH = {
     "type": "web_search_call",

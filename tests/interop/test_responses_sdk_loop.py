@@ -24,7 +24,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import FakeProvider
+from tests.helpers import FakeProvider, output_message
 
 openai = pytest.importorskip("openai", reason="the openai SDK is in the test extra")
 from dshtools import openai as doa  # noqa: E402
@@ -101,13 +101,7 @@ def _client(*answers: dict[str, Any]) -> Iterator[tuple[Any, FakeProvider]]:
         provider.close()
 
 
-DONE = {
-    "type": "message",
-    "id": "msg_2",
-    "role": "assistant",
-    "status": "completed",
-    "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
-}
+DONE = output_message("Done.", item_id="msg_2")
 
 
 @pytest.mark.timeout(60)

@@ -20,6 +20,7 @@ from openai.types.responses import Response
 from dshtools import AbortController
 from dshtools import anthropic as dan
 from dshtools import openai as doa
+from tests.helpers import output_message
 
 FUNCTION_CALL = {
     "type": "function_call",
@@ -29,13 +30,7 @@ FUNCTION_CALL = {
     "arguments": json.dumps({"page": 1}),
     "status": "completed",
 }
-TEXT = {
-    "type": "message",
-    "id": "msg_1",
-    "role": "assistant",
-    "status": "completed",
-    "content": [{"type": "output_text", "text": "done", "annotations": []}],
-}
+TEXT = output_message("done")
 
 
 def _response(*items: dict[str, Any]) -> dict[str, Any]:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult, ToolSuccess
+from dshtools.mcp import MCPClient
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
@@ -35,6 +39,40 @@ def teed(log: Path, command: list[str]) -> list[str]:
 def own_server(log: Path) -> list[str]:
     """dshtools' own server (``mcp_tools:registry``) behind a recorder."""
     return teed(log, [sys.executable, "-m", "dshtools", "mcp", "--tools", "mcp_tools:registry"])
+
+
+def own_client(tmp_path: Path, **options: Any) -> tuple[MCPClient, Path, Path]:
+    """``(client, log, records)``: an ``MCPClient.stdio`` (``options`` passed
+    on) of dshtools' own server behind a recorder; ``log`` holds what the
+    server received, ``records`` (created) what its bodies wrote."""
+    records = tmp_path / "records"
+    records.mkdir()
+    log = tmp_path / "log.jsonl"
+    return MCPClient.stdio(own_server(log), env=env_for(records), **options), log, records
+
+
+@contextmanager
+def http_server_command(tools: str, env: dict[str, str], cwd: Path | None = None) -> Iterator[tuple[str, str]]:
+    """``python -m dshtools mcp --http 127.0.0.1:0 --tools tools`` as a
+    subprocess; yields ``(its ready line, its URL)``. On leaving the block
+    the server gets ``SIGTERM``; when the block did not raise, it must have
+    exited by that signal (after joining any call) within 20 seconds."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dshtools", "mcp", "--http", "127.0.0.1:0", "--tools", tools],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    try:
+        assert server.stderr is not None
+        ready = server.stderr.readline()
+        assert "serving MCP on http://127.0.0.1:" in ready, ready
+        yield ready, ready.split(" on ", 1)[1].split(" ", 1)[0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        status = server.wait(20)
+    assert status == 128 + signal.SIGTERM
 
 
 def fast_server(log: Path) -> list[str]:

@@ -89,29 +89,11 @@ registry.register(
         is_concurrency_safe=_parallel,
     )
 )
+TAGGED = {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}
+"""The arguments of the tools whose records are named by their ``tag``."""
+
 registry.register(
-    ToolDefinition(
-        "slow",
-        "Run sleep 60 in a child process",
-        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
-        _slow,
-        is_concurrency_safe=_parallel,
-    )
+    ToolDefinition("slow", "Run sleep 60 in a child process", TAGGED, _slow, is_concurrency_safe=_parallel)
 )
-registry.register(
-    ToolDefinition(
-        "wait",
-        "Wait until cancelled",
-        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
-        _wait,
-        is_concurrency_safe=_parallel,
-    )
-)
-registry.register(
-    ToolDefinition(
-        "note",
-        "Record the time (an exclusive tool)",
-        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
-        _note,
-    )
-)
+registry.register(ToolDefinition("wait", "Wait until cancelled", TAGGED, _wait, is_concurrency_safe=_parallel))
+registry.register(ToolDefinition("note", "Record the time (an exclusive tool)", TAGGED, _note))

@@ -36,9 +36,8 @@ from tests.mcp.client_support import (
     call,
     call_ids,
     cancels,
-    env_for,
     eventually,
-    own_server,
+    own_client,
     received,
     scripted_server,
     sleep_children,
@@ -98,10 +97,7 @@ def test_a_call_aborted_before_its_request_is_written_never_reaches_the_server(t
 
 @pytest.mark.timeout(60)
 def test_cancelling_mid_call_aborts_the_server_side_body_with_one_cancel_for_its_id(tmp_path: Path) -> None:
-    log = tmp_path / "log.jsonl"
-    records = tmp_path / "records"
-    records.mkdir()
-    client = MCPClient.stdio(own_server(log), env=env_for(records), cancel_grace=GRACE)
+    client, log, records = own_client(tmp_path, cancel_grace=GRACE)
     with client, ToolRegistry() as registry:
         client.register_tools(registry)
         assert value_of(registry.execute(call("echo", {"text": "warm"}))) == "warm"
@@ -165,10 +161,7 @@ def _run_into(registry: ToolRegistry, execution: ToolExecutionInput, into: list[
 
 @pytest.mark.timeout(120)
 def test_fifty_concurrent_calls_half_cancelled_each_get_one_result(tmp_path: Path) -> None:
-    log = tmp_path / "log.jsonl"
-    records = tmp_path / "records"
-    records.mkdir()
-    client = MCPClient.stdio(own_server(log), env=env_for(records), cancel_grace=GRACE)
+    client, log, records = own_client(tmp_path, cancel_grace=GRACE)
     published: dict[str, int] = {}
     lock = threading.Lock()
 

@@ -28,9 +28,8 @@ from tests.mcp.client_support import (
     call,
     cancels,
     client_threads,
-    env_for,
     eventually,
-    own_server,
+    own_client,
     scripted_server,
     session_alive,
     sleep_children,
@@ -58,28 +57,39 @@ def test_a_server_that_dies_mid_call_is_worker_lost_and_restarts_on_the_next_cal
         assert second is not None and second != first
 
 
+def three_slow_calls(
+    client: MCPClient, registry: ToolRegistry, prefix: str
+) -> tuple[list[threading.Thread], list[ToolExecutionResult], int]:
+    """``(workers, outcomes, server pid)``: three ``slow`` calls (tags
+    ``prefix0`` ... ``prefix2``) started on threads, returned once the
+    server runs all three bodies; each thread appends its result."""
+    outcomes: list[ToolExecutionResult] = []
+    workers = [
+        threading.Thread(target=lambda i=i: outcomes.append(registry.execute(call("slow", {"tag": f"{prefix}{i}"}))))
+        for i in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    pid = client.server_pid
+    assert pid is not None
+    eventually(lambda: len(sleep_children(pid)) == 3, what="three remote bodies")
+    return workers, outcomes, pid
+
+
+def assert_joined(workers: list[threading.Thread]) -> None:
+    for worker in workers:
+        worker.join(10)
+        assert not worker.is_alive()
+
+
 @pytest.mark.timeout(60)
 def test_a_killed_server_loses_every_call_in_flight_and_restart_false_refuses(tmp_path: Path) -> None:
-    records = tmp_path / "records"
-    records.mkdir()
-    log = tmp_path / "log.jsonl"
-    client = MCPClient.stdio(own_server(log), env=env_for(records), cancel_grace=GRACE, restart=False)
+    client, _, _ = own_client(tmp_path, cancel_grace=GRACE, restart=False)
     with client, ToolRegistry() as registry:
         client.register_tools(registry)
-        outcomes: list[ToolExecutionResult] = []
-        workers = [
-            threading.Thread(target=lambda i=i: outcomes.append(registry.execute(call("slow", {"tag": f"k{i}"}))))
-            for i in range(3)
-        ]
-        for worker in workers:
-            worker.start()
-        pid = client.server_pid
-        assert pid is not None
-        eventually(lambda: len(sleep_children(pid)) == 3, what="three remote bodies")
+        workers, outcomes, pid = three_slow_calls(client, registry, "k")
         os.killpg(pid, signal.SIGKILL)
-        for worker in workers:
-            worker.join(10)
-            assert not worker.is_alive()
+        assert_joined(workers)
         assert [r.code for r in outcomes] == [WORKER_LOST] * 3
         refused = registry.execute(call("echo", {"text": "again"}))
         assert refused.code == TOOL_ABORTED_BEFORE_DISPATCH
@@ -91,28 +101,14 @@ def test_a_killed_server_loses_every_call_in_flight_and_restart_false_refuses(tm
 
 @pytest.mark.timeout(60)
 def test_close_with_calls_in_flight_cancels_them_and_leaves_nothing_running(tmp_path: Path) -> None:
-    records = tmp_path / "records"
-    records.mkdir()
-    log = tmp_path / "log.jsonl"
     threads_before = set(threading.enumerate())
-    client = MCPClient.stdio(own_server(log), env=env_for(records), cancel_grace=GRACE)
+    client, log, records = own_client(tmp_path, cancel_grace=GRACE)
     registry = ToolRegistry()
     client.register_tools(registry)
-    outcomes: list[ToolExecutionResult] = []
-    workers = [
-        threading.Thread(target=lambda i=i: outcomes.append(registry.execute(call("slow", {"tag": f"c{i}"}))))
-        for i in range(3)
-    ]
-    for worker in workers:
-        worker.start()
-    pid = client.server_pid
-    assert pid is not None
-    eventually(lambda: len(sleep_children(pid)) == 3, what="three remote bodies")
+    workers, outcomes, pid = three_slow_calls(client, registry, "c")
     server_tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     client.close()
-    for worker in workers:
-        worker.join(10)
-        assert not worker.is_alive()
+    assert_joined(workers)
     assert [r.code for r in outcomes] == [WORKER_LOST] * 3
     assert all(r.meta is not None and r.meta["remote"] == f"cancelled, no answer in {GRACE:.1f} s" for r in outcomes)
     assert len(cancels(log)) == 3

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.mcp.client_support import ROOT, TESTS
+from tests.mcp.client_support import ROOT, TESTS, http_server_command
 
 SUITE_VERSION = "0.1.16"
 CACHE = ROOT / ".cache" / "conformance"
@@ -90,27 +88,14 @@ def _results(out: Path) -> dict[str, list[dict[str, object]]]:
 
 def test_the_conformance_suite_passes_every_scenario_for_what_the_server_offers(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "mcp", "--http", "127.0.0.1:0", "--tools", "conformance_tools:registry"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert server.stderr is not None
-        ready = server.stderr.readline()
-        assert "serving MCP on http://127.0.0.1:" in ready, ready
-        url = ready.split(" on ", 1)[1].split(" ", 1)[0]
+    # The server is stopped by SIGTERM, after joining any call.
+    with http_server_command("conformance_tools:registry", env) as (_, url):
         run = subprocess.run(
             [str(NODE), str(SUITE), "server", "--url", url, "--suite", "all", "-o", str(tmp_path)],
             capture_output=True,
             text=True,
             timeout=90,
         )
-    finally:
-        server.send_signal(signal.SIGTERM)
-        status = server.wait(20)
-    assert status == 128 + signal.SIGTERM  # stopped by the signal, after joining any call
     results = _results(tmp_path)
     assert set(results) == PASSING | set(NOT_APPLICABLE), run.stdout[-2000:]
     failed = {

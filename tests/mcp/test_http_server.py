@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +33,7 @@ from dshtools import (
 from dshtools._cli.main import main
 from dshtools.mcp import MCPClient, serve_http
 from tests.helpers import run_cli
-from tests.mcp.client_support import call, client_threads, eventually, value_of
+from tests.mcp.client_support import call, client_threads, eventually, http_server_command, value_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,10 +84,14 @@ def registry_with(bodies: Bodies) -> ToolRegistry:
 
 
 @contextmanager
-def serving(registry: ToolRegistry, **options: Any) -> Iterator[tuple[str, list[int]]]:
-    """``serve_http(registry, "127.0.0.1", 0, **options)`` on a thread:
-    yields its URL and the list its return status lands in once stopped."""
-    stop = AbortController()
+def serving(
+    registry: ToolRegistry, stop: AbortController | None = None, **options: Any
+) -> Iterator[tuple[str, list[int]]]:
+    """``serve_http(registry, "127.0.0.1", 0, **options)`` on a thread,
+    stopped by ``stop`` (the test may abort it first; else on leaving the
+    block): yields its URL and the list its return status lands in once it
+    returned."""
+    stop = stop or AbortController()
     urls: list[str] = []
     ready = threading.Event()
     status: list[int] = []
@@ -274,24 +275,21 @@ def test_mcp_client_cancel_over_http_reaches_the_body() -> None:
 
 def test_stopping_aborts_and_joins_the_calls_in_flight_and_answers_them() -> None:
     bodies = Bodies()
-    with registry_with(bodies) as registry, httpx.Client(timeout=20) as raw:
-        stop = AbortController()
-        urls: list[str] = []
-        status: list[int] = []
-        server = threading.Thread(
-            target=lambda: status.append(serve_http(registry, "127.0.0.1", 0, signal=stop.signal, on_ready=urls.append))
-        )
-        server.start()
-        eventually(lambda: bool(urls), what="the server to listen")
-        session = open_session(raw, urls[0])
+    stop = AbortController()
+    with (
+        registry_with(bodies) as registry,
+        httpx.Client(timeout=20) as raw,
+        serving(registry, stop) as (url, status),
+    ):
+        session = open_session(raw, url)
         streamed: list[httpx.Response] = []
         request = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
-        poster = threading.Thread(target=lambda: streamed.append(raw.post(urls[0], json=request, headers=session)))
+        poster = threading.Thread(target=lambda: streamed.append(raw.post(url, json=request, headers=session)))
         poster.start()
         assert bodies.started.wait(10)
         stop.abort("shutdown")
-        server.join(20)
-        assert not server.is_alive() and status == [0]
+        eventually(lambda: status != [], timeout=20, what="serve_http to return")
+        assert status == [0]
         # serve_http returned only after the body was joined.
         assert bodies.ended.is_set() and bodies.reasons == ["the MCP server is stopping"]
         poster.join(10)
@@ -421,21 +419,11 @@ def test_ids_are_matched_exactly_as_sent_over_http() -> None:
 def test_the_command_line_takes_its_token_from_the_environment(tmp_path: Path) -> None:
     (tmp_path / "few_tools.py").write_text("from dshtools import ToolRegistry\nregistry = ToolRegistry()\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "mcp", "--http", "127.0.0.1:0", "--tools", "few_tools:registry"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**env, "DSHTOOLS_MCP_TOKEN": "from-env"},
-        cwd=tmp_path,
-    )
-    try:
-        assert server.stderr is not None
-        ready = server.stderr.readline()
+    with http_server_command("few_tools:registry", {**env, "DSHTOOLS_MCP_TOKEN": "from-env"}, cwd=tmp_path) as (
+        ready,
+        url,
+    ):
         assert "(a bearer token required)" in ready, ready
-        url = ready.split(" on ", 1)[1].split(" ", 1)[0]
         with httpx.Client(timeout=10) as raw:
             assert initialize(raw, url).status_code == 401
             assert initialize(raw, url, Authorization="Bearer from-env").status_code == 200
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(20) == 128 + signal.SIGTERM

@@ -4,9 +4,10 @@
 Each test starts the server as a subprocess serving ``tests/mcp/mcp_tools.py``
 and talks to it through ``mcp.ClientSession`` over the process's pipes. The
 transport here is a thin line pump (the SDK's ``stdio_client`` hides the
-process, and these tests need its pid, its exit status and its stdin); it
-records every message in both directions and fails on any stdout line that
-is not JSON-RPC, so stray output would break the test.
+process, and these tests need its pid, its exit status and its stdin),
+``benchmarks/_mcp_session.py``, shared with the MCP benchmark; it records
+every message in both directions and fails on any stdout line that is not
+JSON-RPC, so stray output would break the test.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import anyio.abc
 import mcp_types as types
 import psutil
 from mcp.client.session import ClientSession
-from mcp.shared.message import SessionMessage
 
+from benchmarks._mcp_session import line_session
 from dshtools import AbortController
 
 TESTS = Path(__file__).resolve().parent
@@ -98,43 +99,13 @@ async def serving(tmp_path: Path) -> AsyncIterator[Server]:
             stderr=err,
             env=env,
         )
-    to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_server, from_client = anyio.create_memory_object_stream[SessionMessage](0)
-    box: list[Server] = []
-
-    async def pump_out() -> None:
-        assert process.stdout is not None
-        pending = b""
-        async with to_client:
-            async for chunk in process.stdout:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    # Anything but JSON-RPC on stdout fails here.
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    box[0].received.append(message)
-                    await to_client.send(SessionMessage(message))
-
-    async def pump_in() -> None:
-        assert process.stdin is not None
-        async with from_client:
-            async for item in from_client:
-                box[0].sent.append(item.message)
-                data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                try:
-                    await process.stdin.send(data.encode())
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
-
+    sent: list[types.JSONRPCMessage] = []
+    received: list[types.JSONRPCMessage] = []
     try:
-        async with anyio.create_task_group() as tg, ClientSession(from_server, to_server) as session:
-            box.append(Server(process, session, out, stderr))
-            tg.start_soon(pump_out)
-            tg.start_soon(pump_in)
-            with anyio.fail_after(10):
-                await session.initialize()
-            yield box[0]
-            tg.cancel_scope.cancel()
+        async with line_session(process, sent, received, timeout=10) as session:
+            server = Server(process, session, out, stderr)
+            server.sent, server.received = sent, received
+            yield server
     finally:
         if process.returncode is None:
             process.kill()

@@ -26,6 +26,7 @@ from dshtools import (
     RetryPolicy,
     TimeoutPolicy,
     ToolDefinition,
+    ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
     execute_batch,
@@ -72,6 +73,20 @@ def _first_waits_for_the_callers_abort(_a: Any, run: ToolRunContext) -> str:
     return "stopped"
 
 
+def _batch_aborted_by(
+    registry: ToolRegistry, second: str, abort: Callable[[AbortController], None]
+) -> list[ToolExecutionResult]:
+    """``execute_batch`` of ``first`` (call id ``a``) and ``second`` (``b``)
+    on a controller's signal while another thread runs ``abort(controller)``
+    (it waits for its moment, then aborts); the thread is joined."""
+    controller = AbortController()
+    aborter = threading.Thread(target=abort, args=(controller,))
+    aborter.start()
+    results = execute_batch(registry, [call("first", call_id="a"), call(second, call_id="b")], signal=controller.signal)
+    aborter.join(10)
+    return results
+
+
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("overrun", [False, True], ids=["returned", "ran-on-until-the-callers-abort"])
 def test_a_batch_call_keeps_the_timeout_its_body_saw_not_the_callers_later_abort(
@@ -97,21 +112,15 @@ def test_a_batch_call_keeps_the_timeout_its_body_saw_not_the_callers_later_abort
     registry.add_around_dispatch(TimeoutPolicy())
     registry.register(_parallel("first", _first_waits_for_the_callers_abort))
     registry.register(_parallel("timed", timed, timeout=0.05))
-    controller = AbortController()
     aborted_at: list[int] = []
 
-    def abort_later() -> None:
+    def abort_later(controller: AbortController) -> None:
         (saw_timeout if overrun else dispatch_settled["b"]).wait(10)
         aborted_at.append(time.time_ns())
         controller.abort()
         caller_aborted.set()
 
-    aborter = threading.Thread(target=abort_later)
-    aborter.start()
-    results = execute_batch(
-        registry, [call("first", call_id="a"), call("timed", call_id="b")], signal=controller.signal
-    )
-    aborter.join(10)
+    results = _batch_aborted_by(registry, "timed", abort_later)
     assert [r.code for r in results] == [TOOL_ABORTED, TOOL_TIMEOUT]
     spans = _by_call_id(traced)
     (timeout,) = _events(spans["b"], otel.ABORT_EVENT)
@@ -133,18 +142,12 @@ def test_a_success_that_waited_for_its_turn_when_the_caller_aborted_has_no_abort
     (docs/contract.md#a1); its span says no abort reached it."""
     registry.register(_parallel("first", _first_waits_for_the_callers_abort))
     registry.register(_parallel("quick", lambda a, r: "done"))
-    controller = AbortController()
 
-    def abort_later() -> None:
+    def abort_later(controller: AbortController) -> None:
         dispatch_settled["b"].wait(10)
         controller.abort()
 
-    aborter = threading.Thread(target=abort_later)
-    aborter.start()
-    results = execute_batch(
-        registry, [call("first", call_id="a"), call("quick", call_id="b")], signal=controller.signal
-    )
-    aborter.join(10)
+    results = _batch_aborted_by(registry, "quick", abort_later)
     assert [r.code for r in results] == [TOOL_ABORTED, None]
     spans = _by_call_id(traced)
     assert _events(spans["b"], otel.ABORT_EVENT) == []

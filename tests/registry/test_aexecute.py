@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 from dshtools import (
@@ -41,14 +42,9 @@ from dshtools import (
     ToolRunContext,
     ToolSuccess,
 )
-from tests.helpers import call, error_of, run_python, tool, value_of, wait_until
+from tests.helpers import call, cancel_during_join, error_of, run_python, tool, value_of, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class Published:
@@ -227,11 +223,7 @@ async def test_plain_asyncio_task_cancel_joins_the_body() -> None:
         await wait_event(body.started)
         task.cancel()
         await wait_event(body.aborted)
-        for _ in range(3):
-            task.cancel()  # again, during the join
-            for _ in range(10):  # loop turns in which an abandoning wait would have ended
-                await asyncio.sleep(0)
-            assert not task.done()
+        await cancel_during_join(task, times=3, turns=10)  # again, during the join
         body.release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -272,6 +264,33 @@ async def test_a_second_cancellation_does_not_abandon_the_join() -> None:
         assert done == [True]
         assert outer.cancel_called
         assert registry.statistics().bodies_in_flight == 0
+
+
+async def queue_behind(
+    tg: anyio.abc.TaskGroup,
+    registry: ToolRegistry,
+    holder: Blocking,
+    queued: str,
+    results: dict[str, ToolExecutionResult],
+) -> AbortController:
+    """Start ``hold`` (the ``holder`` body) in ``tg`` and, once it runs,
+    ``queued`` behind it; return when ``queued`` is submitted (``aexecute``
+    submits before its first checkpoint, in the same step that entered
+    it). Each result lands in ``results`` under its tool's name; the
+    returned controller's abort releases the holder."""
+    holder_signal = AbortController()
+    entered: list[str] = []
+
+    async def run_one(name: str, signal: AbortSignal) -> None:
+        entered.append(name)
+        results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
+
+    tg.start_soon(run_one, "hold", holder_signal.signal)
+    await wait_event(holder.started)
+    tg.start_soon(run_one, queued, AbortController().signal)
+    while queued not in entered:
+        await anyio.lowlevel.checkpoint()
+    return holder_signal
 
 
 class TestQueued:
@@ -342,20 +361,9 @@ class TestQueued:
         ran: list[str] = []
         registry.register(tool("hold", holder))
         registry.register(tool("queued", lambda a, run: ran.append("ran")))
-        holder_signal = AbortController()
         results: dict[str, ToolExecutionResult] = {}
-        entered: list[str] = []
-
-        async def run_one(name: str, signal: AbortSignal) -> None:
-            entered.append(name)  # aexecute submits before its first checkpoint: in the same step
-            results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_one, "hold", holder_signal.signal)
-            await wait_event(holder.started)
-            tg.start_soon(run_one, "queued", AbortController().signal)
-            while "queued" not in entered:
-                await anyio.lowlevel.checkpoint()
+            holder_signal = await queue_behind(tg, registry, holder, "queued", results)
             closing = threading.Thread(target=registry.close)
             closing.start()
             await anyio.to_thread.run_sync(lambda: wait_until(lambda: registry.statistics().closed))
@@ -372,20 +380,9 @@ class TestQueued:
         holder = Blocking()
         registry.register(tool("hold", holder))
         registry.register(tool("quick", lambda a, run: "in time", timeout=0.2))
-        holder_signal = AbortController()
         results: dict[str, ToolExecutionResult] = {}
-        entered: list[str] = []
-
-        async def run_one(name: str, signal: AbortSignal) -> None:
-            entered.append(name)
-            results[name] = await registry.aexecute(call(name, signal=signal, call_id=name))
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_one, "hold", holder_signal.signal)
-            await wait_event(holder.started)
-            tg.start_soon(run_one, "quick", AbortController().signal)
-            while "quick" not in entered:
-                await anyio.lowlevel.checkpoint()
+            holder_signal = await queue_behind(tg, registry, holder, "quick", results)
             queued_at = time.monotonic()
             await anyio.sleep(0.4)  # time passing in the queue, twice the timeout
             holder_signal.abort("done holding")

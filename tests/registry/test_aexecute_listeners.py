@@ -34,14 +34,9 @@ from dshtools import (
     ToolRunContext,
     execute_batch_async,
 )
-from tests.helpers import call, tool
+from tests.helpers import call, cancel_during_join, tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class BlockingCleanup:
@@ -161,11 +156,7 @@ async def test_a_plain_asyncio_cancel_waits_for_the_listener(registry: ToolRegis
     assert await asyncio.get_running_loop().run_in_executor(None, body.started.wait, 5)
     task.cancel()
     assert await asyncio.get_running_loop().run_in_executor(None, body.listener_started.wait, 5)
-    for _ in range(3):
-        task.cancel()
-        for _ in range(10):  # loop turns in which an abandoning wait would have ended
-            await asyncio.sleep(0)
-        assert not task.done()
+    await cancel_during_join(task, times=3, turns=10)
     body.release.set()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -40,11 +40,6 @@ from tests.helpers import call, tool, value_of
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def defer(_request: ApprovalRequest) -> str:
     return "deferred"
 

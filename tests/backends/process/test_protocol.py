@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ProcessBackend, TimeoutReason, ToolError
-from dshtools._backends.base import BodyReport, Error, NotInvoked, Value
+from dshtools._backends.base import Body, BodyReport, Dispatch, Error, NotInvoked, Value
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult
 from dshtools._types.tools import ToolRunContext
@@ -91,6 +91,14 @@ class Fifos:
     def wait_started(self) -> str:
         with open(self.started, encoding="ascii") as f:  # blocks until a body opens it
             return f.readline().strip()
+
+    def start(self, backend: ProcessBackend, body: Body) -> tuple[AbortController, Dispatch, str]:
+        """Submit ``body`` (its arguments ``{"started": self.started}``) to
+        ``backend`` on a fresh controller's signal and return once it runs:
+        ``(controller, dispatch, the line the body wrote)``."""
+        controller = AbortController()
+        dispatch = backend.submit(body, {"started": self.started}, ctx(controller.signal))
+        return controller, dispatch, self.wait_started()
 
     def let_go(self) -> None:
         with open(self.release, "w", encoding="ascii") as f:
@@ -208,11 +216,9 @@ def test_workers_are_reused_across_calls(backend: ProcessBackend) -> None:
 def test_a_cooperative_body_sees_the_same_reason_and_returns_without_being_killed(
     backend: ProcessBackend, tmp_path: Path
 ) -> None:
-    fifos = Fifos(tmp_path)
     kills = backend.kills
-    controller = AbortController()
-    dispatch = backend.submit(cooperative_body, {"started": fifos.started}, ctx(controller.signal))
-    fifos.wait_started()
+    fifos = Fifos(tmp_path)
+    controller, dispatch, _ = fifos.start(backend, cooperative_body)
     reason = TimeoutReason("TOOL_TIMEOUT", 0.25)
     controller.abort(reason)
     report = settle(dispatch)
@@ -231,9 +237,7 @@ def test_a_reason_that_does_not_pickle_arrives_as_an_abort_error_with_its_text(
     backend: ProcessBackend, tmp_path: Path
 ) -> None:
     fifos = Fifos(tmp_path)
-    controller = AbortController()
-    dispatch = backend.submit(cooperative_body, {"started": fifos.started}, ctx(controller.signal))
-    fifos.wait_started()
+    controller, dispatch, _ = fifos.start(backend, cooperative_body)
 
     class Holder:
         def __init__(self) -> None:
@@ -253,11 +257,10 @@ def test_a_reason_that_does_not_pickle_arrives_as_an_abort_error_with_its_text(
 def test_a_body_ignoring_its_signal_is_killed_after_kill_after_with_nothing_left(
     backend: ProcessBackend, tmp_path: Path
 ) -> None:
-    fifos = Fifos(tmp_path)
     kills = backend.kills
-    controller = AbortController()
-    dispatch = backend.submit(stubborn_body, {"started": fifos.started}, ctx(controller.signal))
-    worker = int(fifos.wait_started())
+    fifos = Fifos(tmp_path)
+    controller, dispatch, line = fifos.start(backend, stubborn_body)
+    worker = int(line)
     t0 = time.monotonic()
     controller.abort("stop")
     report = settle(dispatch)
@@ -279,9 +282,8 @@ def test_a_forced_stop_takes_every_process_the_body_started_in_any_session(
     backend: ProcessBackend, tmp_path: Path
 ) -> None:
     fifos = Fifos(tmp_path)
-    controller = AbortController()
-    dispatch = backend.submit(spawning_body, {"started": fifos.started}, ctx(controller.signal))
-    worker, *started = map(int, fifos.wait_started().split())
+    controller, dispatch, line = fifos.start(backend, spawning_body)
+    worker, *started = map(int, line.split())
     assert all(psutil.pid_exists(p) and not gone(p) for p in started)
     controller.abort("stop")
     report = settle(dispatch)
