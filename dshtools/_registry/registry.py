@@ -703,9 +703,11 @@ class ToolRegistry:
         signal = run.call.signal
         # Aborted while waiting for its turn: not this call's own time.
         waited_out = waited and signal.aborted
+        view: ToolExecution | None = None  # built once for the hooks and the observers
         try:
             if not run.skip_post and run.hooks.post_execute:
-                result = self._post_execute(run, run.view, result)
+                view = run.view
+                result = self._post_execute(run, view, result)
             if signal.aborted and not waited_out:
                 # The kind of what post-execute passed on, or of its own result.
                 kind = run.kind if result is run.result else kind_of(result)
@@ -729,7 +731,8 @@ class ToolRegistry:
         run.published = True
         observers = run.hooks.observers
         if observers:
-            view = run.view
+            if view is None:
+                view = run.view
             for observer in observers:
                 try:
                     observer(view, result)

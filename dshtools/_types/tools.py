@@ -158,14 +158,18 @@ class ToolDispatchExecution(_ViewBase):
 
     @signal.setter
     def signal(self, value: AbortSignal) -> None:
+        # Reached only through ``object.__setattr__``: an assignment goes to
+        # ``__setattr__``, which holds the check.
+        ToolDispatchExecution.__setattr__(self, "signal", value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # ``signal`` is the one assignable field: a wrapper replaces the
+        # dispatch signal for the rest of the waterfall (and puts it back).
+        if name != "signal":
+            raise attrs.exceptions.FrozenInstanceError()
         if not isinstance(value, AbortSignal):
             raise TypeError(f"signal must be an AbortSignal, not {type(value).__name__}")
         self._slot.signal = value
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name != "signal":
-            raise attrs.exceptions.FrozenInstanceError()
-        _set(self, name, value)  # the generic setattr honours the property's setter
 
     def __delattr__(self, name: str) -> None:
         if name == "signal":
