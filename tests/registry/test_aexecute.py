@@ -492,8 +492,12 @@ async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backe
             if isinstance(result, ToolFailure) and result.code == TOOL_ABORTED_BEFORE_DISPATCH:
                 assert started[int(call_id[1:])] == 0
         assert all(count == 1 for count in started.values())
-        # Most cancellations find their call still queued.
-        assert Counter(published.one(c).code for c in cancelled_ids)[TOOL_ABORTED_BEFORE_DISPATCH] > 0
+        # A cancellation found its call queued (never ran), running (aborted
+        # and joined) or already settled (the task was cancelled after the
+        # result was ready); how many of each depends on the machine's load,
+        # and the queued case is pinned by its own test above.
+        codes = Counter(published.one(c).code for c in cancelled_ids)
+        assert set(codes) <= {TOOL_ABORTED_BEFORE_DISPATCH, TOOL_ABORTED, None}, codes
         # Bodies ran on the registry's 16 workers, and no thread was started
         # per call (a little room for the loop library's own helper threads).
         assert len(body_threads) <= 16
