@@ -15,6 +15,10 @@ A shell that starts the test run as a background job without job control
 starts it with SIGINT ignored, and Python then installs no handler of its
 own; the Ctrl-C tests need the interpreter's default, so the session
 restores it (``pytest_configure``).
+
+Every test leaves the thread's trace function as it found it
+(``_the_tracer_stays``): one that cleared it would silently switch the
+coverage measurement off for every test after it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ from dshtools import ToolRegistry
 def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _the_tracer_stays() -> Iterator[None]:
+    before = sys.gettrace()
+    yield
+    assert sys.gettrace() is before, "the test changed sys.settrace and did not put the tracer back"
 
 
 @pytest.fixture

@@ -60,11 +60,12 @@ def test_a_report_while_the_call_is_queued_is_one_python_frame(registry: ToolReg
         run.report_progress(0)
         assert entered.wait(10)  # the delivery thread holds update 0
         run.report_progress(1)  # queues the call again
+        before = sys.getprofile()
         sys.setprofile(profile)
         try:
             run.report_progress(2, 3, "step")
         finally:
-            sys.setprofile(None)
+            sys.setprofile(before)
         return "done"
 
     registry.register(tool("t", body))
@@ -242,10 +243,11 @@ def test_a_workers_run_gets_the_update_through_its_own_method_without_an_excepti
         events.append(event)
         return trace
 
+    before = sys.gettrace()  # coverage's tracer, when measuring: put back
     sys.settrace(trace)
     try:
         ctx.report_progress(1, 2, "half")
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     assert received == [(1, 2, "half")]
     assert "exception" not in events and events.count("call") == 3  # the method, RemoteRun's, the sink
