@@ -7,7 +7,9 @@
   registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
-  the start and end of each body (``recorded_tool`` wraps a body for it).
+  the start and end of each body (``recorded_tool`` wraps a body for it);
+  ``ProgressRecorder`` is a progress observer that records the updates it
+  is handed (and can hold the delivery thread).
 * Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
@@ -62,6 +64,7 @@ from dshtools._backends import thread as _thread_backend
 if TYPE_CHECKING:  # only in annotations
     from dshtools import (
         ErrorDetail,
+        ProgressUpdate,
         ToolDispatchExecution,
         ToolExecution,
         ToolExecutionResult,
@@ -259,6 +262,34 @@ class CallEventRecorder:
         registry.add_pre_execute(pre)
         registry.add_post_execute(post)
         registry.add_result_observer(observe)
+
+
+class ProgressRecorder:
+    """A progress observer recording each update it is handed
+    (``updates``), the thread that handed it (``threads``) and its call id
+    (``call_ids``); it sets ``last`` once it sees ``progress == final``.
+    With ``hold``, each delivery first sets ``entered``, then holds the
+    delivery thread until ``hold`` is set (10 seconds at most) before it
+    records the update."""
+
+    def __init__(self, final: float | None = None, *, hold: threading.Event | None = None) -> None:
+        self.final = final
+        self.hold = hold
+        self.updates: list[ProgressUpdate] = []
+        self.threads: set[str] = set()
+        self.call_ids: set[str] = set()
+        self.entered = threading.Event()
+        self.last = threading.Event()
+
+    def __call__(self, execution: ToolExecution, update: ProgressUpdate) -> None:
+        if self.hold is not None:
+            self.entered.set()
+            assert self.hold.wait(10)
+        self.updates.append(update)
+        self.threads.add(threading.current_thread().name)
+        self.call_ids.add(execution.call_id)
+        if update.progress == self.final:
+            self.last.set()
 
 
 def recorded_tool(
