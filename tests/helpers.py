@@ -22,6 +22,10 @@
   ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
+* Faults: ``Unprintable`` (an exception whose ``str`` and ``repr`` raise)
+  and ``Unrepresentable`` (an object whose ``repr`` raises, with methods
+  that raise ``Unprintable`` in the place of a hook, an observer or a
+  listener).
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
   the official SDK clients with canned JSON and keeps the request bodies;
   ``output_message``, an assistant message item of the Responses API.
@@ -658,6 +662,40 @@ def error_of(result: ToolExecutionResult) -> ErrorDetail:
     """A failure's error; a success fails the test, showing it."""
     assert isinstance(result, ToolFailure), f"expected a failure, got {result!r}"
     return result.error
+
+
+class Unprintable(Exception):
+    """An exception whose ``str`` and ``repr`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+class Unrepresentable:
+    """An object whose ``repr`` raises. Its bound methods raise
+    ``Unprintable`` where a hook, a result observer or an abort listener
+    goes; the observer and the listener first append ``"observer ran"`` or
+    ``"listener ran"`` to ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def raising_observer(self, e: Any, r: Any) -> None:
+        self.log.append("observer ran")
+        raise Unprintable
+
+    def raising_listener(self, signal: Any) -> None:
+        self.log.append("listener ran")
+        raise Unprintable
+
+    def raising_hook(self, *a: Any) -> Any:
+        raise Unprintable
 
 
 @contextlib.contextmanager
