@@ -13,7 +13,8 @@
 * Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
-  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
+  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``,
+  ``Gate`` (holds the thread that reaches it until the test opens it).
 * Child processes: ``wait_for_descendant``, ``alive``,
   ``signal_and_collect``, ``run_cli``, ``run_mypy``, ``run_python`` and
   ``fork_while_held`` (a script that forks while a lock is held).
@@ -409,6 +410,19 @@ def race_in_lockstep(
     assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
     if errors:
         raise errors[0]
+
+
+class Gate:
+    """Where a test holds another thread: ``hold()`` sets ``entered``, then
+    blocks until ``opened`` is set (10 seconds at most)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.set()
+        self.opened.wait(10)
 
 
 def stops_when_aborted(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
-from tests.helpers import blocked_in_wait, race_in_lockstep, wait_until
+from tests.helpers import Gate, blocked_in_wait, race_in_lockstep, run_in_thread, wait_until
 
 
 def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
@@ -298,8 +298,7 @@ def test_listeners_run_in_the_aborting_thread() -> None:
     c = AbortController()
     threads: list[int] = []
     c.signal.add_listener(lambda s: threads.append(threading.get_ident()))
-    t = threading.Thread(target=c.abort)
-    t.start()
+    t, _ = run_in_thread(c.abort)
     t.join(5)
     assert threads == [t.ident]
 
@@ -307,8 +306,7 @@ def test_listeners_run_in_the_aborting_thread() -> None:
 @pytest.mark.timeout(30)
 def test_listener_added_after_abort_runs_immediately_in_the_registering_thread() -> None:
     c = AbortController()
-    t = threading.Thread(target=c.abort)
-    t.start()
+    t, _ = run_in_thread(c.abort)
     t.join(5)
     threads: list[int] = []
     handle = c.signal.add_listener(lambda s: threads.append(threading.get_ident()))
@@ -488,24 +486,21 @@ def test_listener_handle_is_a_context_manager_that_removes() -> None:
 @pytest.mark.timeout(30)
 def test_remove_does_not_wait_for_a_listener_running_on_another_thread() -> None:
     c = AbortController()
-    started = threading.Event()
-    release = threading.Event()
+    gate = Gate()
     finished = threading.Event()
 
     def slow(s: AbortSignal) -> None:
-        started.set()
-        release.wait(10)
+        gate.hold()
         finished.set()
 
     handle = c.signal.add_listener(slow)
-    t = threading.Thread(target=c.abort)
-    t.start()
-    assert started.wait(5)
+    t, _ = run_in_thread(c.abort)
+    assert gate.entered.wait(5)
     t0 = time.monotonic()
     handle.remove()  # must return while `slow` is still blocked
     assert time.monotonic() - t0 < 1.0
     assert not finished.is_set()
-    release.set()
+    gate.opened.set()
     t.join(5)
     assert finished.is_set()
 
@@ -515,23 +510,20 @@ def test_once_remove_returns_a_listener_that_had_not_started_never_starts() -> N
     # The aborting thread runs `first`, which blocks until the main thread has
     # removed `second` - so `second` has certainly not started yet.
     c = AbortController()
-    first_running = threading.Event()
-    removed = threading.Event()
+    removed = Gate()
     ran: list[str] = []
 
     def first(s: AbortSignal) -> None:
         ran.append("first")
-        first_running.set()
-        removed.wait(10)
+        removed.hold()
 
     c.signal.add_listener(first)
     second = c.signal.add_listener(lambda s: ran.append("second"))
     c.signal.add_listener(lambda s: ran.append("third"))
-    t = threading.Thread(target=c.abort)
-    t.start()
-    assert first_running.wait(5)
+    t, _ = run_in_thread(c.abort)
+    assert removed.entered.wait(5)
     second.remove()
-    removed.set()
+    removed.opened.set()
     t.join(5)
     assert ran == ["first", "third"]
 
