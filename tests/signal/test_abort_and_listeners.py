@@ -18,6 +18,13 @@ from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, T
 from tests.helpers import Gate, blocked_in_wait, race_in_lockstep, run_in_thread, wait_until
 
 
+def _derived_of_each(rounds: int) -> tuple[list[AbortController], list[AbortSignal], list[int]]:
+    """``rounds`` controllers, a signal derived from each one's signal
+    alone (``any_of``), and a count per round at zero."""
+    controllers = [AbortController() for _ in range(rounds)]
+    return controllers, [AbortSignal.any_of([c.signal]) for c in controllers], [0] * rounds
+
+
 def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
     """A listener that counts its runs in ``counts[i]``."""
 
@@ -662,9 +669,7 @@ def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_o
     fast_switching: Any,
 ) -> None:
     rounds = 2000
-    controllers = [AbortController() for _ in range(rounds)]
-    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
-    counts = [0] * rounds
+    controllers, derived, counts = _derived_of_each(rounds)
     race_in_lockstep(rounds, lambda i: derived[i].add_listener(_counter(counts, i)), lambda i: controllers[i].abort())
     assert counts == [1] * rounds
 
@@ -674,9 +679,7 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     # Once remove() has returned on a signal that was not aborted yet, the
     # listener never runs; otherwise it runs at most once.
     rounds = 2000
-    controllers = [AbortController() for _ in range(rounds)]
-    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
-    counts = [0] * rounds
+    controllers, derived, counts = _derived_of_each(rounds)
     handles = [d.add_listener(_counter(counts, i)) for i, d in enumerate(derived)]
     aborted_at_removal = [False] * rounds
 
@@ -1084,9 +1087,7 @@ def test_closing_an_intermediate_does_not_detach_signals_flattened_from_it() -> 
 @pytest.mark.timeout(60)
 def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching: Any) -> None:
     rounds = 2000
-    xs = [AbortController() for _ in range(rounds)]
-    ds = [AbortSignal.any_of([x.signal]) for x in xs]
-    counts = [0] * rounds
+    xs, ds, counts = _derived_of_each(rounds)
     for i, d in enumerate(ds):
         d.add_listener(_counter(counts, i))
     race_in_lockstep(rounds, lambda i: ds[i].close(), lambda i: xs[i].abort())
