@@ -8,7 +8,8 @@ per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
 never more bodies at once than the concurrency limit, no listener left on
 a caller's signal and no limit state left behind. Some calls are aborted
 by their own body's start, so that an abort while a body runs is exercised
-however long a loaded machine keeps the others queued behind the limit."""
+however long a loaded machine keeps the others queued behind the limit (one
+queued there past its timeout times out before its body starts)."""
 
 from __future__ import annotations
 
@@ -71,19 +72,26 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
 
     codes = check_every_call(plans, results, controllers, seen)
     assert seen.most <= LIMIT
+    aborted_while_running = 0
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         assert result.body_invoked is (seen.invoked[cid] > 0), cid
-        if plan["abort"] == "running":
+        if plan["abort"] == "running" and seen.invoked[cid] == 0:
+            # Queued behind the limit past its timeout (a loaded machine):
+            # it timed out before its body could start and abort it.
+            assert result.code == TOOL_TIMEOUT, (cid, result)
+        elif plan["abort"] == "running":
             # Aborted by its body's start: the body's own ToolError stands,
             # anything else is ABORTED, and no attempt follows the abort.
             assert result.code == ("E_TRANSIENT" if plan["mode"] == "fail" else TOOL_ABORTED), (cid, result)
             assert seen.invoked[cid] == 1, cid
+            aborted_while_running += 1
         if plan["abort"] == "none":
             assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
         if isinstance(result, ToolSuccess):
             assert result.value == "x" * 40 and "truncated" in result.meta
     assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes
+    assert aborted_while_running > 0, "no call was aborted while its body ran"
     assert concurrency._gates == {}
     assert not rate._gates or all(not g.waiters for g in rate._gates.values())
