@@ -1,6 +1,7 @@
 """What several test modules share, defined once.
 
-* Building: ``OBJECT`` (the empty object schema), ``tool`` (one tool
+* Building: ``OBJECT`` (the empty object schema), ``ADD_PARAMS`` with
+  the bodies ``add`` and ``broken`` (the provider tests' two tools), ``tool`` (one tool
   definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
   defaults most tests want; ``swapping_signal`` (an around-dispatch hook
   that hands the dispatch another signal); ``registry_serving`` (a
@@ -53,6 +54,7 @@ from dshtools import (
     AbortSignal,
     TimeoutPolicy,
     ToolDefinition,
+    ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolSuccess,
@@ -75,6 +77,24 @@ T = TypeVar("T")
 
 OBJECT: dict[str, Any] = {"type": "object"}
 """The parameter schema of a tool that takes any object."""
+
+ADD_PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+"""The parameter schema of ``add``: two integers ``a`` and ``b``, nothing else."""
+
+
+def add(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """The body of the provider tests' ``add`` tool: ``{"sum": a + b}``."""
+    return {"sum": args["a"] + args["b"]}
+
+
+def broken(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body that always fails with the ``ToolError`` ``BROKEN``, text ``it broke``."""
+    raise ToolError("it broke", "BROKEN")
 
 
 def call(
