@@ -18,7 +18,8 @@
   ``fork_while_held`` (a script that forks while a lock is held).
 * Worker bodies (imported by reference in a worker process): ``write_line``
   (to a FIFO the test reads), ``blocked_until_released``,
-  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
+  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``, ``returns_exiting_value``
+  and ``raises_exiting_error`` (an outcome whose unpickling exits).
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
@@ -740,6 +741,28 @@ def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry,
     assert error_of(plain).message == "the index is 3 days old"
     assert coded.code == "QUOTA_EXCEEDED", coded
     assert error_of(coded).message == "3 of 3 calls used"
+
+
+def returns_exiting_value(args: object, run: object) -> object:
+    """A body for a worker: returns a value whose unpickling, where the
+    outcome is read, calls ``sys.exit(3)``."""
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def raises_exiting_error(args: object, run: object) -> object:
+    """A body for a worker: raises ``ExitsWhenLoadedError("boom")``, whose
+    unpickling, where the outcome is read, calls ``sys.exit(4)``."""
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
 
 
 # ------------------------------------------------------------------ providers

@@ -49,7 +49,9 @@ from tests.helpers import (  # noqa: E402
     assert_worker_only_errors_keep_name_message_and_code,
     call,
     events_handle,
+    raises_exiting_error,
     raises_worker_only,
+    returns_exiting_value,
     start_events,
     tool,
 )
@@ -665,26 +667,6 @@ def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
     assert ray.is_initialized()
 
 
-def _exits_when_loaded(_args: Any, _run: ToolRunContext) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoaded:
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (3,))
-
-    return ExitsWhenLoaded()
-
-
-def _raises_exiting_error(_args: Any, _run: ToolRunContext) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoadedError(Exception):
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (4,))
-
-    raise ExitsWhenLoadedError("boom")
-
-
 @pytest.mark.timeout(60)
 def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
     registry: ToolRegistry,
@@ -693,8 +675,8 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
     # execute(): foreign code. Its SystemExit must fail only that call
     # (docs/contract.md §8 A4, §9), never escape execute() half-settled.
     removes = [
-        _register(registry, "exits_v", _exits_when_loaded),
-        _register(registry, "exits_e", _raises_exiting_error),
+        _register(registry, "exits_v", returns_exiting_value),
+        _register(registry, "exits_e", raises_exiting_error),
     ]
     try:
         bad_value = registry.execute(call("exits_v", {}, call_id="v1"))
