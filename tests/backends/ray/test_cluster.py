@@ -11,6 +11,7 @@ interleaving. Skipped only when ``ray`` is not importable.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import functools
 import os
 import signal
@@ -129,6 +130,23 @@ class _InThread:
         return self._out[0]
 
 
+@contextlib.contextmanager
+def _started(
+    registry: ToolRegistry, events: Any, name: str, body: Callable[[Any, Any], object], tag: str
+) -> Iterator[tuple[AbortController, _InThread, Any]]:
+    """Registers ``body`` as tool ``name`` and calls it with ``{"tag": tag}``
+    in a thread, on a fresh controller's signal; yields once the body
+    announced ``tag``: ``(controller, the running call, what it announced)``.
+    The tool is removed on exit."""
+    remove = _register(registry, name, body)
+    controller = AbortController()
+    try:
+        running = _InThread(registry, call(name, {"tag": tag}, signal=controller.signal))
+        yield controller, running, ray.get(events.wait.remote(tag, 30))
+    finally:
+        remove()
+
+
 # ------------------------------------------------------------------ bodies
 # Module-level functions: Ray pickles them by reference (workers import this module).
 
@@ -227,15 +245,10 @@ def test_a_body_runs_remotely_and_its_contexts_come_back(registry: ToolRegistry)
 
 @pytest.mark.timeout(60)
 def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "coop", _cooperative)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("coop", {"tag": "coop-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("coop-started", 30)) is not None
+    with _started(registry, events, "coop", _cooperative, "coop-started") as (controller, running, announced):
+        assert announced is not None
         controller.abort(ValueError("user pressed stop"))
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert isinstance(_meta(result)["reason"], ValueError)
     # The worker's own run.signal aborted with the same reason (it pickles).
@@ -246,16 +259,11 @@ def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolR
 
 @pytest.mark.timeout(60)
 def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "coop", _cooperative)
-    controller = AbortController()
     reason = threading.Lock()
-    try:
-        running = _InThread(registry, call("coop", {"tag": "lock-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("lock-started", 30)) is not None
+    with _started(registry, events, "coop", _cooperative, "lock-started") as (controller, running, announced):
+        assert announced is not None
         controller.abort(reason)
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["reason"] is reason  # the caller's result keeps the caller's object
     (context,) = result.additional_contexts
@@ -267,18 +275,13 @@ def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistr
 def test_non_cooperative_body_is_killed_after_kill_after(
     registry: ToolRegistry, backend: _Recording, events: Any
 ) -> None:
-    remove = _register(registry, "stubborn", _stubborn)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("stubborn", {"tag": "stubborn-started"}, signal=controller.signal))
-        worker_pid, child_pid = ray.get(events.wait.remote("stubborn-started", 30))
+    with _started(registry, events, "stubborn", _stubborn, "stubborn-started") as (controller, running, announced):
+        worker_pid, child_pid = announced
         dispatch = backend.dispatches[-1]
         aborted_at = time.monotonic()
         controller.abort("stop")
         result = running.result()
         returned_after = time.monotonic() - aborted_at
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["killed"] is True
     overrun = _meta(result)["overrun_s"]
@@ -437,14 +440,9 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
 
 @pytest.mark.timeout(60)
 def test_worker_killed_from_outside_is_worker_lost(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "victim", _cooperative)
-    try:
-        running = _InThread(registry, call("victim", {"tag": "victim-started"}))
-        pid = ray.get(events.wait.remote("victim-started", 30))
+    with _started(registry, events, "victim", _cooperative, "victim-started") as (_, running, pid):
         os.kill(pid, signal.SIGKILL)
         result = running.result()
-    finally:
-        remove()
     assert result.code == WORKER_LOST
     info = _failure(result).error.info
     assert info is not None and info.name == "WorkerLost"
@@ -506,17 +504,12 @@ def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
     # The withdrawal sends ray.cancel(force=False) to a task that may have
     # started: Ray delivers it as an interrupt, which the worker's guard
     # must keep out of a claimed body (docs/contract.md §9: no injection).
-    remove = _register(registry, "guarded", _guarded)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("guarded", {"tag": "guarded-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("guarded-started", 30)) is not None
+    with _started(registry, events, "guarded", _guarded, "guarded-started") as (controller, running, announced):
+        assert announced is not None
         ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
         assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
         controller.abort("stop")  # the body still runs and still cooperates
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["reason"] == "stop"
     assert "killed" not in _meta(result)
