@@ -9,10 +9,11 @@ tests/backends/conftest.py), shared with test_cluster.py; the probe is the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -61,6 +62,36 @@ def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
 
     registry.add_result_observer(observe)
     return seen
+
+
+@contextlib.contextmanager
+def _serving(
+    body: Callable[[Any, ToolRunContext], object], kill_after: float | None = None
+) -> Iterator[tuple[RayBackend, ToolRegistry]]:
+    """A registry on a fresh ``RayBackend(kill_after=kill_after)`` whose one
+    tool, ``t``, runs ``body``; the registry (and with it the backend) is
+    closed on exit."""
+    backend = RayBackend(kill_after=kill_after)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, body))
+        yield backend, registry
+
+
+class _InFlight:
+    """``with _InFlight(backend) as left:`` - on exit, ``left.count`` is how
+    many calls ``backend`` still held in flight, and the backend forgets
+    them all, so that a failure cannot leave ``close()`` waiting on one."""
+
+    def __init__(self, backend: RayBackend) -> None:
+        self.backend = backend
+        self.count = -1
+
+    def __enter__(self) -> _InFlight:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.count = len(self.backend._in_flight)
+        self.backend._in_flight.clear()
 
 
 # ------------------------------------------------------------------ bodies
@@ -264,13 +295,11 @@ def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_with
 @pytest.mark.timeout(60)
 def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worker(probe: Any) -> None:
     tag = "short-load"
-    backend = RayBackend(kill_after=30.0)
     controller = AbortController()
     out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
+    with _serving(_SlowToLoad(os.getpid(), tag), kill_after=30.0) as (backend, registry):
         runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="g1")))
+            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="g1")))
         )
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
@@ -294,13 +323,11 @@ def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(p
     # claim impossible: the body never started, so the call is withdrawn,
     # not WORKER_LOST (which says the body may have had effects).
     tag = "lost-load"
-    backend = RayBackend(kill_after=None)
     controller = AbortController()
     out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
+    with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (backend, registry):
         runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="l1")))
+            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="l1")))
         )
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
@@ -319,11 +346,9 @@ def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe
     # the task is lost, the conservative answer (the caller cannot tell a
     # load from a body).
     tag = "lost-unaborted"
-    backend = RayBackend(kill_after=None)
     out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(call("slow", call_id="u1"))))
+    with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (_backend, registry):
+        runner = threading.Thread(target=lambda: out.append(registry.execute(call("t", call_id="u1"))))
         runner.start()
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         probe.set.remote(f"{tag}-release")
@@ -531,11 +556,9 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
     # The forget after an aborted call settled is bookkeeping: Ray refusing
     # it must neither fail the call nor leave it in flight (close() would
     # then wait forever).
-    backend = RayBackend(kill_after=None)
     controller = AbortController()
     out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
+    with _serving(_waits_for_its_abort) as (backend, registry):
         runner = threading.Thread(
             target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="refused")))
         )
@@ -543,16 +566,15 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
         assert ray.get(probe.wait.remote("refused-started", 30)) is True
         actor = backend._actor
         backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
-        try:
-            controller.abort("stop")
-            runner.join(30)
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._actor = actor
-            backend._in_flight.clear()  # so that a failure here does not hang close()
+        with _InFlight(backend) as left:
+            try:
+                controller.abort("stop")
+                runner.join(30)
+            finally:
+                backend._actor = actor
     (result,) = out
     assert result.code == TOOL_ABORTED, result
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -563,11 +585,9 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
     # Ray whether the task ended. Ray refusing to answer (shut down
     # meanwhile: ray.wait raises) must not fail the call or leave it in
     # flight; the task's own end settles it.
-    backend = RayBackend(kill_after=0.0)
     controller = AbortController()
     out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_release))
+    with _serving(_waits_for_its_release, kill_after=0.0) as (backend, registry):
         runner = threading.Thread(
             target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
         )
@@ -580,19 +600,15 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
             asked.set()
             raise ValueError("You are trying to access Ray objects whose owner is unknown")  # what Ray raises
 
-        try:
-            with monkeypatch.context() as patch:
-                patch.setattr(ray, "wait", refuses)
-                controller.abort("stop")
-                assert asked.wait(30)  # the forced stop asked Ray, and was refused
-                probe.set.remote("no-wait-release")
-                runner.join(30)
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._in_flight.clear()  # so that a failure here does not hang close()
+        with _InFlight(backend) as left, monkeypatch.context() as patch:
+            patch.setattr(ray, "wait", refuses)
+            controller.abort("stop")
+            assert asked.wait(30)  # the forced stop asked Ray, and was refused
+            probe.set.remote("no-wait-release")
+            runner.join(30)
     (result,) = out
     assert result.code == TOOL_ABORTED, result
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -603,21 +619,15 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
     # wait, which would leave the call in flight for close() to wait on.
     # The refusal keeps its class name and message (N14); why
     # it did not deserialize is in its cause.
-    backend = RayBackend(kill_after=None)
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
-        try:
-            result = registry.execute(call("t", call_id="refused-here"))
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._in_flight.clear()  # so that a failure here does not hang close()
+    with _serving(_RefusedInTheWorker(os.getpid())) as (backend, registry), _InFlight(backend) as left:
+        result = registry.execute(call("t", call_id="refused-here"))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     reason = (result.meta or {})["reason"]
     assert isinstance(reason, BaseException), reason
     assert type(reason).__name__ == "_LoadsOnlyInTheWorker"
     assert str(reason) == f"body refused in the worker (driver {os.getpid()})"
     assert "cannot be rebuilt in the driver" in str(reason.__cause__)
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -626,9 +636,7 @@ def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any
     # SystemExit fails the call before dispatch, as any other fault there;
     # it must not end the Ray worker and read as a worker lost under a body
     # that never started.
-    backend = RayBackend(kill_after=None)
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _ExitsInTheWorker(os.getpid())))
+    with _serving(_ExitsInTheWorker(os.getpid())) as (_backend, registry):
         result = registry.execute(call("t", call_id="exits-loading"))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "SystemExit" in repr((result.meta or {})["reason"])
