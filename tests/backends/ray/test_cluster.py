@@ -55,6 +55,7 @@ from tests.helpers import (  # noqa: E402
     returns_exiting_value,
     start_events,
     tool,
+    wait_until,
 )
 
 EVENTS = "dshtools-test-events"
@@ -145,6 +146,19 @@ def _started(
         yield controller, running, ray.get(events.wait.remote(tag, 30))
     finally:
         remove()
+
+
+def _holding_both_slots(registry: ToolRegistry, events: Any, signal: Any, prefix: str) -> list[_InThread]:
+    """Two calls of the registered ``coop`` tool on ``signal`` (tags and
+    call ids ``prefix-0`` and ``prefix-1``), returned once both bodies
+    announced they run: they hold both CPU slots until ``signal`` aborts."""
+    held = [
+        _InThread(registry, call("coop", {"tag": f"{prefix}-{i}"}, signal=signal, call_id=f"{prefix}-{i}"))
+        for i in range(2)
+    ]
+    for i in range(2):
+        assert ray.get(events.wait.remote(f"{prefix}-{i}", 30)) is not None
+    return held
 
 
 # ------------------------------------------------------------------ bodies
@@ -304,22 +318,13 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
     holders = AbortController()
     queued = AbortController()
     try:
-        # Two bodies hold both CPU slots until `holders` aborts.
-        held = [
-            _InThread(registry, call("coop", {"tag": f"hold-{i}"}, signal=holders.signal, call_id=f"h{i}"))
-            for i in range(2)
-        ]
-        for i in range(2):
-            assert ray.get(events.wait.remote(f"hold-{i}", 30)) is not None
+        held = _holding_both_slots(registry, events, holders.signal, "hold")
         before = len(backend.dispatches)
         waiting = [
             _InThread(registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}"))
             for i in range(4)
         ]
-        deadline = time.monotonic() + 30
-        while len(backend.dispatches) < before + 4:  # the four tasks are submitted (queued in Ray)
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: len(backend.dispatches) >= before + 4, 30)  # the four tasks are submitted (queued in Ray)
         queued.abort("withdraw")
         results = [w.result() for w in waiting]
         holders.abort("release")
@@ -344,20 +349,12 @@ def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registr
     holders = AbortController()
     eager = RayBackend(kill_after=0.0)
     try:
-        held = [
-            _InThread(registry, call("coop", {"tag": f"zero-hold-{i}"}, signal=holders.signal, call_id=f"z{i}"))
-            for i in range(2)
-        ]
-        for i in range(2):
-            assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
+        held = _holding_both_slots(registry, events, holders.signal, "zero-hold")
         with ToolRegistry(backend=eager) as other:
             _register(other, "counted", _counted)
             queued = AbortController()
             waiting = _InThread(other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq"))
-            deadline = time.monotonic() + 30
-            while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            wait_until(lambda: eager.tasks_started >= 1, 30)  # submitted (queued in Ray behind the holders)
             queued.abort("withdraw")
             result = waiting.result()
         holders.abort("release")

@@ -164,18 +164,27 @@ def _refuse_in_the_worker(driver_pid: int) -> _RefusedInTheWorker:
     return _RefusedInTheWorker(driver_pid)
 
 
-class _RefusedInTheWorker:
-    """A body that loads in the driver (``validate``) and fails to load in
-    a worker, before the claim."""
+class _LoadedBy:
+    """A body that loads in the driver (``validate`` round-trips it) and is
+    loaded in a worker by ``load(driver_pid)``, before the claim; it returns
+    ``"ran"`` if it ever runs."""
+
+    load: Callable[[int], object]
 
     def __init__(self, driver_pid: int) -> None:
         self.driver_pid = driver_pid
 
     def __reduce__(self) -> tuple[Any, tuple[int]]:
-        return (_refuse_in_the_worker, (self.driver_pid,))
+        return (type(self).load, (self.driver_pid,))
 
     def __call__(self, args: Any, run: ToolRunContext) -> object:
         return "ran"
+
+
+class _RefusedInTheWorker(_LoadedBy):
+    """Fails to load in a worker."""
+
+    load = staticmethod(_refuse_in_the_worker)
 
 
 def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
@@ -184,18 +193,10 @@ def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
     return _ExitsInTheWorker(driver_pid)
 
 
-class _ExitsInTheWorker:
-    """A body that loads in the driver and raises ``SystemExit`` when a
-    worker loads it, before the claim."""
+class _ExitsInTheWorker(_LoadedBy):
+    """Raises ``SystemExit`` when a worker loads it."""
 
-    def __init__(self, driver_pid: int) -> None:
-        self.driver_pid = driver_pid
-
-    def __reduce__(self) -> tuple[Any, tuple[int]]:
-        return (_exit_in_the_worker, (self.driver_pid,))
-
-    def __call__(self, args: Any, run: ToolRunContext) -> object:
-        return "ran"
+    load = staticmethod(_exit_in_the_worker)
 
 
 # ------------------------------------------------------------------ tests
