@@ -38,10 +38,8 @@ from dshtools import (  # noqa: E402
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
-    ToolFailure,
     ToolRegistry,
     ToolRunContext,
-    ToolSuccess,
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
@@ -49,12 +47,14 @@ from tests.helpers import (  # noqa: E402
     announce,
     assert_worker_only_errors_keep_name_message_and_code,
     call,
+    error_of,
     events_handle,
     raises_exiting_error,
     raises_worker_only,
     returns_exiting_value,
     start_events,
     tool,
+    value_of,
     wait_until,
 )
 
@@ -221,16 +221,6 @@ def _raises_unpicklable(args: Any, run: ToolRunContext) -> object:
     raise _Stubborn(1, 2)
 
 
-def _failure(result: ToolExecutionResult) -> ToolFailure:
-    assert isinstance(result, ToolFailure), result
-    return result
-
-
-def _success(result: ToolExecutionResult) -> ToolSuccess:
-    assert isinstance(result, ToolSuccess), result
-    return result
-
-
 def _meta(result: ToolExecutionResult) -> Mapping[str, Any]:
     return result.meta or {}
 
@@ -252,7 +242,7 @@ def test_a_body_runs_remotely_and_its_contexts_come_back(registry: ToolRegistry)
         result = registry.execute(call("echo", {"x": 7}, call_id="call-7"))
     finally:
         remove()
-    assert _success(result).value == {"echo": 7, "call_id": "call-7", "name": "echo"}
+    assert value_of(result) == {"echo": 7, "call_id": "call-7", "name": "echo"}
     (context,) = result.additional_contexts
     assert context["worker_pid"] != os.getpid()
 
@@ -425,7 +415,7 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
         if result.is_error:
             assert result.code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH), (i, result)
         else:
-            assert i < 5 and _success(result).value == i
+            assert i < 5 and value_of(result) == i
     # From call 5 on every body waits for the abort: one that ran (it says
     # so first thing) is ABORTED, one that never started ABORTED_BEFORE_DISPATCH.
     ran = [i for i in range(5, 20) if ray.get(events.wait.remote(f"batch-{i}", 0)) is not None]
@@ -441,7 +431,7 @@ def test_worker_killed_from_outside_is_worker_lost(registry: ToolRegistry, event
         os.kill(pid, signal.SIGKILL)
         result = running.result()
     assert result.code == WORKER_LOST
-    info = _failure(result).error.info
+    info = error_of(result).info
     assert info is not None and info.name == "WorkerLost"
 
 
@@ -552,8 +542,8 @@ def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -
         second = registry.execute(call("large", {}, call_id="l2"))
     finally:
         remove()
-    assert _success(first).value == 200_000
-    assert _success(second).value == 200_000
+    assert value_of(first) == 200_000
+    assert value_of(second) == 200_000
 
 
 @pytest.mark.timeout(60)
@@ -563,7 +553,7 @@ def test_run_dispatch_raises_in_a_remote_body(registry: ToolRegistry) -> None:
         result = registry.execute(call("nested", {}))
     finally:
         remove()
-    assert "thread backend" in _success(result).value
+    assert "thread backend" in value_of(result)
 
 
 @pytest.mark.timeout(60)
@@ -582,8 +572,8 @@ def test_what_does_not_pickle(registry: ToolRegistry) -> None:
         for remove in removes:
             remove()
     assert value.code == INVALID_TOOL_OUTPUT
-    assert "cannot be serialized by Ray" in _failure(value).error.message
-    detail = _failure(error).error
+    assert "cannot be serialized by Ray" in error_of(value).message
+    detail = error_of(error)
     assert detail.info is not None and detail.info.name == "_Stubborn"
     assert detail.message == "1+2"
 
@@ -672,7 +662,7 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
         bad_value = registry.execute(call("exits_v", {}, call_id="v1"))
         assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
         bad_error = registry.execute(call("exits_e", {}, call_id="e1"))
-        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+        assert bad_error.code == TOOL_ERROR, bad_error
     finally:
         for remove in removes:
             remove()

@@ -34,7 +34,7 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, announce, call, events_handle, start_events  # noqa: E402
+from tests.helpers import OBJECT, announce, call, events_handle, run_in_thread, start_events  # noqa: E402
 
 PROBE = "dshtools-review-probe"
 
@@ -257,14 +257,10 @@ def _stopped_while_loading(probe: Any, backend: RayBackend, tag: str) -> tuple[T
     the task does). Returns the result and whether the task's worker was
     still alive when ``execute`` returned; the load is released afterwards."""
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id=tag)))
-            )
-            runner.start()
+            runner, out = run_in_thread(lambda: registry.execute(call("slow", signal=controller.signal, call_id=tag)))
             assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
             worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
             controller.abort("stop")
@@ -297,12 +293,8 @@ def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_with
 def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worker(probe: Any) -> None:
     tag = "short-load"
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     with _serving(_SlowToLoad(os.getpid(), tag), kill_after=30.0) as (backend, registry):
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="g1")))
-        )
-        runner.start()
+        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="g1")))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
         controller.abort("stop")
@@ -325,12 +317,8 @@ def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(p
     # not WORKER_LOST (which says the body may have had effects).
     tag = "lost-load"
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (backend, registry):
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="l1")))
-        )
-        runner.start()
+        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="l1")))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         controller.abort("stop")
         assert _report(backend)[0] == _ray_remote.WITHDRAWN
@@ -347,10 +335,8 @@ def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe
     # the task is lost, the conservative answer (the caller cannot tell a
     # load from a body).
     tag = "lost-unaborted"
-    out: list[ToolExecutionResult] = []
     with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (_backend, registry):
-        runner = threading.Thread(target=lambda: out.append(registry.execute(call("t", call_id="u1"))))
-        runner.start()
+        runner, out = run_in_thread(lambda: registry.execute(call("t", call_id="u1")))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         probe.set.remote(f"{tag}-release")
         runner.join(40)
@@ -558,12 +544,8 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
     # it must neither fail the call nor leave it in flight (close() would
     # then wait forever).
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     with _serving(_waits_for_its_abort) as (backend, registry):
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="refused")))
-        )
-        runner.start()
+        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="refused")))
         assert ray.get(probe.wait.remote("refused-started", 30)) is True
         actor = backend._actor
         backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
@@ -587,12 +569,8 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
     # meanwhile: ray.wait raises) must not fail the call or leave it in
     # flight; the task's own end settles it.
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     with _serving(_waits_for_its_release, kill_after=0.0) as (backend, registry):
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
-        )
-        runner.start()
+        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
         assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
 
         asked = threading.Event()
@@ -666,15 +644,11 @@ def test_a_body_whose_abort_listener_blocks_is_still_swept_with_its_descendants(
     # processes and leaves the body's child alive (decisions 0037, 0046).
     backend = RayBackend(kill_after=0.3)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     child = 0
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_listener_body))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="sl1")))
-            )
-            runner.start()
+            runner, out = run_in_thread(lambda: registry.execute(call("slow", signal=controller.signal, call_id="sl1")))
             child = ray.get(probe.wait.remote("sl1-child", 30))
             controller.abort("stop")
             runner.join(40)
