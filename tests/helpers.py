@@ -9,7 +9,8 @@
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it).
-* Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+* Waiting without sleeping: ``run_in_thread``, ``ExecutingInThread`` (one
+  ``execute`` in a thread of its own), ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
@@ -319,6 +320,22 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+class ExecutingInThread:
+    """``registry.execute(call)`` running in a daemon thread of its own;
+    ``result(timeout)`` joins it and returns the result, failing the test
+    if ``execute`` has not returned within ``timeout`` seconds."""
+
+    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
+        self._out: list[ToolExecutionResult] = []
+        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
+        self._thread.join(timeout)
+        assert self._out, "execute did not return"
+        return self._out[0]
 
 
 async def cancel_during_join(task: asyncio.Future[Any], *, times: int, turns: int) -> None:

@@ -36,7 +36,6 @@ from dshtools import (  # noqa: E402
     AbortController,
     TimeoutPolicy,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
@@ -44,6 +43,7 @@ from dshtools import (  # noqa: E402
 )
 from dshtools.ray import RayBackend  # noqa: E402
 from tests.helpers import (  # noqa: E402
+    ExecutingInThread,
     announce,
     assert_worker_only_errors_keep_name_message_and_code,
     call,
@@ -117,24 +117,10 @@ def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], obje
     return registry.register(tool(name, body, **kw))
 
 
-class _InThread:
-    """Runs ``registry.execute`` in a thread; ``result()`` joins it."""
-
-    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
-        self._out: list[ToolExecutionResult] = []
-        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
-        self._thread.start()
-
-    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
-        self._thread.join(timeout)
-        assert self._out, "execute did not return"
-        return self._out[0]
-
-
 @contextlib.contextmanager
 def _started(
     registry: ToolRegistry, events: Any, name: str, body: Callable[[Any, Any], object], tag: str
-) -> Iterator[tuple[AbortController, _InThread, Any]]:
+) -> Iterator[tuple[AbortController, ExecutingInThread, Any]]:
     """Registers ``body`` as tool ``name`` and calls it with ``{"tag": tag}``
     in a thread, on a fresh controller's signal; yields once the body
     announced ``tag``: ``(controller, the running call, what it announced)``.
@@ -142,18 +128,18 @@ def _started(
     remove = _register(registry, name, body)
     controller = AbortController()
     try:
-        running = _InThread(registry, call(name, {"tag": tag}, signal=controller.signal))
+        running = ExecutingInThread(registry, call(name, {"tag": tag}, signal=controller.signal))
         yield controller, running, ray.get(events.wait.remote(tag, 30))
     finally:
         remove()
 
 
-def _holding_both_slots(registry: ToolRegistry, events: Any, signal: Any, prefix: str) -> list[_InThread]:
+def _holding_both_slots(registry: ToolRegistry, events: Any, signal: Any, prefix: str) -> list[ExecutingInThread]:
     """Two calls of the registered ``coop`` tool on ``signal`` (tags and
     call ids ``prefix-0`` and ``prefix-1``), returned once both bodies
     announced they run: they hold both CPU slots until ``signal`` aborts."""
     held = [
-        _InThread(registry, call("coop", {"tag": f"{prefix}-{i}"}, signal=signal, call_id=f"{prefix}-{i}"))
+        ExecutingInThread(registry, call("coop", {"tag": f"{prefix}-{i}"}, signal=signal, call_id=f"{prefix}-{i}"))
         for i in range(2)
     ]
     for i in range(2):
@@ -311,7 +297,9 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
         held = _holding_both_slots(registry, events, holders.signal, "hold")
         before = len(backend.dispatches)
         waiting = [
-            _InThread(registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}"))
+            ExecutingInThread(
+                registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}")
+            )
             for i in range(4)
         ]
         wait_until(lambda: len(backend.dispatches) >= before + 4, 30)  # the four tasks are submitted (queued in Ray)
@@ -343,7 +331,9 @@ def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registr
         with ToolRegistry(backend=eager) as other:
             _register(other, "counted", _counted)
             queued = AbortController()
-            waiting = _InThread(other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq"))
+            waiting = ExecutingInThread(
+                other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq")
+            )
             wait_until(lambda: eager.tasks_started >= 1, 30)  # submitted (queued in Ray behind the holders)
             queued.abort("withdraw")
             result = waiting.result()
@@ -705,7 +695,9 @@ def test_b56_a_forced_stop_kills_what_the_body_forked_in_its_group_and_in_a_new_
     controller = AbortController()
     with ToolRegistry(backend=backend) as registry:
         registry.register(tool("b56", _stubborn_with_two_children))
-        running = _InThread(registry, call("b56", {"tag": "b56-started"}, signal=controller.signal, call_id="b56"))
+        running = ExecutingInThread(
+            registry, call("b56", {"tag": "b56-started"}, signal=controller.signal, call_id="b56")
+        )
         _worker, same_group, own_session = ray.get(events.wait.remote("b56-started", 30))
         aborted_at = time.monotonic()
         controller.abort("stop")

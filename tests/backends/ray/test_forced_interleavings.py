@@ -34,7 +34,7 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, announce, call, events_handle, run_in_thread, start_events  # noqa: E402
+from tests.helpers import OBJECT, ExecutingInThread, announce, call, events_handle, start_events  # noqa: E402
 
 PROBE = "dshtools-review-probe"
 
@@ -260,16 +260,14 @@ def _stopped_while_loading(probe: Any, backend: RayBackend, tag: str) -> tuple[T
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner, out = run_in_thread(lambda: registry.execute(call("slow", signal=controller.signal, call_id=tag)))
+            running = ExecutingInThread(registry, call("slow", signal=controller.signal, call_id=tag))
             assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
             worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
             controller.abort("stop")
-            runner.join(40)
-            assert not runner.is_alive(), "execute waited for the load"
+            result = running.result(40)  # execute must not wait for the load
             alive = _alive(worker)
     finally:
         probe.set.remote(f"{tag}-release")
-    (result,) = out
     return result, alive
 
 
@@ -294,16 +292,14 @@ def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worke
     tag = "short-load"
     controller = AbortController()
     with _serving(_SlowToLoad(os.getpid(), tag), kill_after=30.0) as (backend, registry):
-        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="g1")))
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="g1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
         controller.abort("stop")
         assert _report(backend)[0] == _ray_remote.WITHDRAWN  # before the release: the claim lost already
         probe.set.remote(f"{tag}-release")
-        runner.join(20)  # well before kill_after
-        assert out, "execute did not return within the grace"
+        result = running.result(20)  # within the grace, well before kill_after
         survived = _alive(worker)
-    (result,) = out
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert backend.tasks_killed == 0
     assert survived  # nothing was stopped by force
@@ -318,13 +314,12 @@ def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(p
     tag = "lost-load"
     controller = AbortController()
     with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (backend, registry):
-        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="l1")))
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="l1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         controller.abort("stop")
         assert _report(backend)[0] == _ray_remote.WITHDRAWN
         probe.set.remote(f"{tag}-release")  # the worker now exits
-        runner.join(40)
-    (result,) = out
+        result = running.result(40)
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
 
@@ -336,11 +331,10 @@ def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe
     # load from a body).
     tag = "lost-unaborted"
     with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (_backend, registry):
-        runner, out = run_in_thread(lambda: registry.execute(call("t", call_id="u1")))
+        running = ExecutingInThread(registry, call("t", call_id="u1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         probe.set.remote(f"{tag}-release")
-        runner.join(40)
-    (result,) = out
+        result = running.result(40)
     assert result.code == WORKER_LOST, result
 
 
@@ -545,17 +539,16 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
     # then wait forever).
     controller = AbortController()
     with _serving(_waits_for_its_abort) as (backend, registry):
-        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="refused")))
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="refused"))
         assert ray.get(probe.wait.remote("refused-started", 30)) is True
         actor = backend._actor
         backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
         with _InFlight(backend) as left:
             try:
                 controller.abort("stop")
-                runner.join(30)
+                result = running.result(30)
             finally:
                 backend._actor = actor
-    (result,) = out
     assert result.code == TOOL_ABORTED, result
     assert left.count == 0
 
@@ -570,7 +563,7 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
     # flight; the task's own end settles it.
     controller = AbortController()
     with _serving(_waits_for_its_release, kill_after=0.0) as (backend, registry):
-        runner, out = run_in_thread(lambda: registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="no-wait"))
         assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
 
         asked = threading.Event()
@@ -584,8 +577,7 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
             controller.abort("stop")
             assert asked.wait(30)  # the forced stop asked Ray, and was refused
             probe.set.remote("no-wait-release")
-            runner.join(30)
-    (result,) = out
+            result = running.result(30)
     assert result.code == TOOL_ABORTED, result
     assert left.count == 0
 
@@ -648,16 +640,15 @@ def test_a_body_whose_abort_listener_blocks_is_still_swept_with_its_descendants(
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_listener_body))
-            runner, out = run_in_thread(lambda: registry.execute(call("slow", signal=controller.signal, call_id="sl1")))
+            running = ExecutingInThread(registry, call("slow", signal=controller.signal, call_id="sl1"))
             child = ray.get(probe.wait.remote("sl1-child", 30))
             controller.abort("stop")
-            runner.join(40)
+            result = running.result(40)
             swept = not _alive(child)
     finally:
         probe.set.remote("sl1-release")
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
-    (result,) = out
     assert result.code == TOOL_ABORTED, result
     assert (result.meta or {}).get("killed") is True
     assert swept, "the body's child survived the forced stop"
