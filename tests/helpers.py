@@ -4,7 +4,8 @@
   the bodies ``add`` and ``broken`` (the provider tests' two tools), ``tool`` (one tool
   definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
   defaults most tests want; ``swapping_signal`` (an around-dispatch hook
-  that hands the dispatch another signal); ``registry_serving`` (a
+  that hands the dispatch another signal); ``FirstCallSkipped`` (a
+  function whose first matching call does not happen); ``registry_serving`` (a
   registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
@@ -64,6 +65,8 @@ from dshtools import (
 from dshtools._backends import thread as _thread_backend
 
 if TYPE_CHECKING:  # only in annotations
+    import pytest
+
     from dshtools import (
         ErrorDetail,
         ToolDispatchExecution,
@@ -177,6 +180,35 @@ def swapping_signal(
             e.signal = own
 
     return wrapper
+
+
+class FirstCallSkipped:
+    """Replaces ``owner.name`` (through ``monkeypatch``, so the test's end
+    puts it back) with a wrapper that skips the first call for which
+    ``matching(*args, **kwargs)`` holds (it returns ``None`` without running
+    the real function, as a check that passed or a request that was lost)
+    and runs the real function for every other call. ``calls`` holds the
+    positional arguments of every call, ``skipped`` those of the one skipped."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        owner: object,
+        name: str,
+        matching: Callable[..., bool] = lambda *args, **kwargs: True,
+    ) -> None:
+        real = getattr(owner, name)
+        self.calls: list[tuple[Any, ...]] = []
+        self.skipped: list[tuple[Any, ...]] = []
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(args)
+            if not self.skipped and matching(*args, **kwargs):
+                self.skipped.append(args)
+                return None
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
 
 
 # ------------------------------------------------------------------ recording

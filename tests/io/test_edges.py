@@ -17,7 +17,7 @@ import pytest
 import dshtools
 from dshtools import AbortController, AbortError, AbortSignal, timeout_of
 from dshtools import io as dio
-from tests.helpers import AbortLater
+from tests.helpers import AbortLater, FirstCallSkipped
 
 # B47's child, verbatim, except that the caller-abort variant first tells
 # the test (by opening a FIFO) that both lines are written.
@@ -125,17 +125,9 @@ def test_read_file_refuses_a_path_swapped_for_a_fifo_after_the_first_check(
     # The first (path) check is made to pass, as if the path were still a
     # regular file when it ran: the non-blocking open returns at once and
     # the check on the opened descriptor refuses the FIFO.
-    real = dio._check_regular
-    calls: list[int] = []
-
-    def first_passes(path: str | os.PathLike[str], mode: int) -> None:
-        calls.append(mode)
-        if len(calls) > 1:
-            real(path, mode)
-
-    monkeypatch.setattr(dio, "_check_regular", first_passes)
+    checks = FirstCallSkipped(monkeypatch, dio, "_check_regular")
     fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(ValueError, match="a FIFO"):
         dio.read_file(fifo, AbortController().signal)
-    assert len(calls) == 2
+    assert len(checks.calls) == 2
     assert len(os.listdir("/proc/self/fd")) == fds  # the descriptor was closed

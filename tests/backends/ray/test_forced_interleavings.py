@@ -34,7 +34,7 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, ExecutingInThread, announce, call, events_handle, start_events  # noqa: E402
+from tests.helpers import OBJECT, ExecutingInThread, FirstCallSkipped, announce, call, events_handle, start_events  # noqa: E402
 
 PROBE = "dshtools-review-probe"
 
@@ -379,21 +379,12 @@ def test_a_forced_stop_that_ray_drops_is_sent_again_until_the_task_ends(
     # arrive, and the call would wait for a load that may never end.
     import dshtools._backends.ray.backend as dray
 
-    real_cancel = dray._cancel
-    dropped: list[Any] = []
-
-    def dropping_the_first_forced(ref: Any, *, force: bool) -> None:
-        if force and not dropped:
-            dropped.append(ref)
-            return
-        real_cancel(ref, force=force)
-
-    monkeypatch.setattr(dray, "_cancel", dropping_the_first_forced)
+    forced_stops = FirstCallSkipped(monkeypatch, dray, "_cancel", matching=lambda ref, *, force: force)
     backend = RayBackend(kill_after=0.0)
     real = backend._actor_handle
     monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
     result, _alive_then = _stopped_while_loading(probe, backend, "dropped-stop")  # returned: stopped after all
-    assert dropped  # the first forced stop was lost
+    assert forced_stops.skipped  # the first forced stop was lost
     assert result.code == TOOL_ABORTED and (result.meta or {})["killed"] is True, result
     assert backend.tasks_killed == 1
 
