@@ -9,12 +9,15 @@
   registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
-  the start and end of each body (``recorded_tool`` wraps a body for it).
+  the start and end of each body (``recorded_tool`` wraps a body for it);
+  ``ProgressRecorder`` is a progress observer that records the updates it
+  is handed (and can hold the delivery thread).
 * Waiting without sleeping: ``run_in_thread``, ``ExecutingInThread`` (one
   ``execute`` in a thread of its own), ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
-  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
+  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``,
+  ``Gate`` (holds the thread that reaches it until the test opens it).
 * Child processes: ``wait_for_descendant``, ``alive``,
   ``signal_and_collect``, ``run_cli``, ``run_mypy``, ``run_python`` and
   ``fork_while_held`` (a script that forks while a lock is held).
@@ -24,6 +27,10 @@
   and ``raises_exiting_error`` (an outcome whose unpickling exits).
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
+* Faults: ``Unprintable`` (an exception whose ``str`` and ``repr`` raise)
+  and ``Unrepresentable`` (an object whose ``repr`` raises, with methods
+  that raise ``Unprintable`` in the place of a hook, an observer or a
+  listener).
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
   the official SDK clients with canned JSON and keeps the request bodies;
   ``output_message``, an assistant message item of the Responses API.
@@ -69,6 +76,7 @@ if TYPE_CHECKING:  # only in annotations
 
     from dshtools import (
         ErrorDetail,
+        ProgressUpdate,
         ToolDispatchExecution,
         ToolExecution,
         ToolExecutionResult,
@@ -315,6 +323,34 @@ class CallEventRecorder:
         registry.add_result_observer(observe)
 
 
+class ProgressRecorder:
+    """A progress observer recording each update it is handed
+    (``updates``), the thread that handed it (``threads``) and its call id
+    (``call_ids``); it sets ``last`` once it sees ``progress == final``.
+    With ``hold``, each delivery first sets ``entered``, then holds the
+    delivery thread until ``hold`` is set (10 seconds at most) before it
+    records the update."""
+
+    def __init__(self, final: float | None = None, *, hold: threading.Event | None = None) -> None:
+        self.final = final
+        self.hold = hold
+        self.updates: list[ProgressUpdate] = []
+        self.threads: set[str] = set()
+        self.call_ids: set[str] = set()
+        self.entered = threading.Event()
+        self.last = threading.Event()
+
+    def __call__(self, execution: ToolExecution, update: ProgressUpdate) -> None:
+        if self.hold is not None:
+            self.entered.set()
+            assert self.hold.wait(10)
+        self.updates.append(update)
+        self.threads.add(threading.current_thread().name)
+        self.call_ids.add(execution.call_id)
+        if update.progress == self.final:
+            self.last.set()
+
+
 def recorded_tool(
     name: str,
     recorder: CallEventRecorder,
@@ -444,6 +480,19 @@ def race_in_lockstep(
     assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
     if errors:
         raise errors[0]
+
+
+class Gate:
+    """Where a test holds another thread: ``hold()`` sets ``entered``, then
+    blocks until ``opened`` is set (10 seconds at most)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.set()
+        self.opened.wait(10)
 
 
 def stops_when_aborted(
@@ -697,6 +746,40 @@ def error_of(result: ToolExecutionResult) -> ErrorDetail:
     """A failure's error; a success fails the test, showing it."""
     assert isinstance(result, ToolFailure), f"expected a failure, got {result!r}"
     return result.error
+
+
+class Unprintable(Exception):
+    """An exception whose ``str`` and ``repr`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+class Unrepresentable:
+    """An object whose ``repr`` raises. Its bound methods raise
+    ``Unprintable`` where a hook, a result observer or an abort listener
+    goes; the observer and the listener first append ``"observer ran"`` or
+    ``"listener ran"`` to ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def raising_observer(self, e: Any, r: Any) -> None:
+        self.log.append("observer ran")
+        raise Unprintable
+
+    def raising_listener(self, signal: Any) -> None:
+        self.log.append("listener ran")
+        raise Unprintable
+
+    def raising_hook(self, *a: Any) -> Any:
+        raise Unprintable
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ pytest.importorskip("ray")
 
 from dshtools import ToolDefinition, ToolRegistry
 from tests.otel import test_process_context as process_case
+from tests.otel.conftest import Traced
 
 
 @pytest.fixture
@@ -28,4 +29,9 @@ def ray_registry(ray_cluster: None) -> Iterator[ToolRegistry]:
 
 @pytest.mark.timeout(120)
 def test_a_span_started_in_a_ray_task_is_a_child_of_its_call_span(ray_registry: ToolRegistry) -> None:
-    process_case.test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(ray_registry)
+    traced = Traced()
+    try:
+        process_case.test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(ray_registry, traced)
+    finally:
+        traced.provider.shutdown()
+        traced.meters.shutdown()
