@@ -1,16 +1,19 @@
 """What several test modules share, defined once.
 
-* Building: ``OBJECT`` (the empty object schema), ``tool`` (one tool
+* Building: ``OBJECT`` (the empty object schema), ``ADD_PARAMS`` with
+  the bodies ``add`` and ``broken`` (the provider tests' two tools), ``tool`` (one tool
   definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
   defaults most tests want; ``swapping_signal`` (an around-dispatch hook
-  that hands the dispatch another signal); ``registry_serving`` (a
+  that hands the dispatch another signal); ``FirstCallSkipped`` (a
+  function whose first matching call does not happen); ``registry_serving`` (a
   registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it);
   ``ProgressRecorder`` is a progress observer that records the updates it
   is handed (and can hold the delivery thread).
-* Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+* Waiting without sleeping: ``run_in_thread``, ``ExecutingInThread`` (one
+  ``execute`` in a thread of its own), ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
   ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``,
@@ -20,7 +23,8 @@
   ``fork_while_held`` (a script that forks while a lock is held).
 * Worker bodies (imported by reference in a worker process): ``write_line``
   (to a FIFO the test reads), ``blocked_until_released``,
-  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
+  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``, ``returns_exiting_value``
+  and ``raises_exiting_error`` (an outcome whose unpickling exits).
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
 * Faults: ``Unprintable`` (an exception whose ``str`` and ``repr`` raise)
@@ -60,6 +64,7 @@ from dshtools import (
     AbortSignal,
     TimeoutPolicy,
     ToolDefinition,
+    ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolSuccess,
@@ -67,6 +72,8 @@ from dshtools import (
 from dshtools._backends import thread as _thread_backend
 
 if TYPE_CHECKING:  # only in annotations
+    import pytest
+
     from dshtools import (
         ErrorDetail,
         ProgressUpdate,
@@ -83,6 +90,24 @@ T = TypeVar("T")
 
 OBJECT: dict[str, Any] = {"type": "object"}
 """The parameter schema of a tool that takes any object."""
+
+ADD_PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+"""The parameter schema of ``add``: two integers ``a`` and ``b``, nothing else."""
+
+
+def add(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """The body of the provider tests' ``add`` tool: ``{"sum": a + b}``."""
+    return {"sum": args["a"] + args["b"]}
+
+
+def broken(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body that always fails with the ``ToolError`` ``BROKEN``, text ``it broke``."""
+    raise ToolError("it broke", "BROKEN")
 
 
 def call(
@@ -163,6 +188,35 @@ def swapping_signal(
             e.signal = own
 
     return wrapper
+
+
+class FirstCallSkipped:
+    """Replaces ``owner.name`` (through ``monkeypatch``, so the test's end
+    puts it back) with a wrapper that skips the first call for which
+    ``matching(*args, **kwargs)`` holds (it returns ``None`` without running
+    the real function, as a check that passed or a request that was lost)
+    and runs the real function for every other call. ``calls`` holds the
+    positional arguments of every call, ``skipped`` those of the one skipped."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        owner: object,
+        name: str,
+        matching: Callable[..., bool] = lambda *args, **kwargs: True,
+    ) -> None:
+        real = getattr(owner, name)
+        self.calls: list[tuple[Any, ...]] = []
+        self.skipped: list[tuple[Any, ...]] = []
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(args)
+            if not self.skipped and matching(*args, **kwargs):
+                self.skipped.append(args)
+                return None
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
 
 
 # ------------------------------------------------------------------ recording
@@ -334,6 +388,22 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+class ExecutingInThread:
+    """``registry.execute(call)`` running in a daemon thread of its own;
+    ``result(timeout)`` joins it and returns the result, failing the test
+    if ``execute`` has not returned within ``timeout`` seconds."""
+
+    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
+        self._out: list[ToolExecutionResult] = []
+        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
+        self._thread.join(timeout)
+        assert self._out, "execute did not return"
+        return self._out[0]
 
 
 async def cancel_during_join(task: asyncio.Future[Any], *, times: int, turns: int) -> None:
@@ -803,6 +873,28 @@ def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry,
     assert error_of(plain).message == "the index is 3 days old"
     assert coded.code == "QUOTA_EXCEEDED", coded
     assert error_of(coded).message == "3 of 3 calls used"
+
+
+def returns_exiting_value(args: object, run: object) -> object:
+    """A body for a worker: returns a value whose unpickling, where the
+    outcome is read, calls ``sys.exit(3)``."""
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def raises_exiting_error(args: object, run: object) -> object:
+    """A body for a worker: raises ``ExitsWhenLoadedError("boom")``, whose
+    unpickling, where the outcome is read, calls ``sys.exit(4)``."""
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
 
 
 # ------------------------------------------------------------------ providers
