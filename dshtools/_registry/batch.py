@@ -1,4 +1,6 @@
-"""Batch execution of one model turn's tool calls (docs/contract.md §4).
+"""Batch execution of one model turn's tool calls (docs/contract.md §4),
+for a synchronous caller (``execute_batch``) and an async one
+(``execute_batch_async``, awaited as ``aio`` awaits a call).
 
 Guarantees:
 
@@ -55,10 +57,11 @@ from .._backends.thread import on_worker
 from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
+from .aio import await_job, start_on_thread
 from .registry import ToolRegistry
 from .run import Run
 
-__all__ = ["execute_batch"]
+__all__ = ["execute_batch", "execute_batch_async"]
 
 
 def _check_max_parallel(value: object) -> int:
@@ -380,3 +383,41 @@ def execute_batch(
             raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
     registry._check_open()
     return _Batch(registry, items, signal, limit).run_all()
+
+
+async def execute_batch_async(
+    registry: ToolRegistry,
+    calls: Iterable[ToolExecutionInput],
+    *,
+    signal: AbortSignal,
+    max_parallel: int = 10,
+) -> list[ToolExecutionResult]:
+    """``execute_batch`` for an async caller; returns one result per call,
+    in model order.
+
+    The options and what is raised for them are ``execute_batch``'s
+    (``TypeError``, ``ValueError``, ``RuntimeError`` when the registry is
+    closed), raised before anything runs. The batch runs on a thread of its
+    own (its hooks run there, in model order), its dispatches on the
+    registry's workers; the event loop is not blocked. Cancelling the
+    awaiting task aborts the batch's signal with ``TaskCancelled``: started
+    bodies are signalled and joined, unstarted calls settled
+    ``ABORTED_BEFORE_DISPATCH`` and every result published to the result
+    observers; then the cancellation is re-raised. ``signal`` itself is
+    never aborted. Source: docs/contract.md#async.
+    """
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    limit = _check_max_parallel(max_parallel)
+    items = list(calls)
+    for call in items:
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    registry._check_open()
+    if on_worker():
+        return execute_batch(registry, items, signal=signal, max_parallel=limit)
+
+    def batch(private: AbortSignal) -> list[ToolExecutionResult]:
+        return execute_batch(registry, items, signal=private, max_parallel=limit)
+
+    return await await_job(batch, signal, start_on_thread)
