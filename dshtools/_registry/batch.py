@@ -54,6 +54,7 @@ from collections.abc import Iterable
 import attrs
 
 from .._backends.thread import on_worker
+from .._core.errors import check_items
 from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
@@ -62,6 +63,15 @@ from .registry import ToolRegistry
 from .run import Run
 
 __all__ = ["execute_batch", "execute_batch_async"]
+
+
+def _check_calls(calls: object) -> list[ToolExecutionInput]:
+    return check_items(
+        calls,
+        ToolExecutionInput,
+        one="calls must be an iterable of ToolExecutionInput, not one: for a single call pass [call]",
+        item="calls must be ToolExecutionInput objects, not {}",
+    )
 
 
 def _check_max_parallel(value: object) -> int:
@@ -375,12 +385,7 @@ def execute_batch(
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     limit = _check_max_parallel(max_parallel)
-    if isinstance(calls, ToolExecutionInput):
-        raise TypeError("calls must be an iterable of ToolExecutionInput, not one: for a single call pass [call]")
-    items = list(calls)
-    for call in items:
-        if not isinstance(call, ToolExecutionInput):
-            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    items = _check_calls(calls)
     registry._check_open()
     return _Batch(registry, items, signal, limit).run_all()
 
@@ -409,10 +414,7 @@ async def execute_batch_async(
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     limit = _check_max_parallel(max_parallel)
-    items = list(calls)
-    for call in items:
-        if not isinstance(call, ToolExecutionInput):
-            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    items = _check_calls(calls)
     registry._check_open()
     if on_worker():
         return execute_batch(registry, items, signal=signal, max_parallel=limit)

@@ -59,11 +59,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overl
 import attrs
 
 from .._backends.base import Backend, ListeningBackend
-from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
+from .._backends.thread import ThreadBackend
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
 from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortSignal, abort_owned
+from .._types import hooks as hook_types
 from .._types.calls import (
     ANY_OBJECT,
     INVALID_ARGS,
@@ -77,24 +78,7 @@ from .._types.calls import (
     exception_failure,
     failure,
 )
-from .._types.hooks import (
-    Accept,
-    Allow,
-    ApprovalRequest,
-    Approver,
-    AroundDispatch,
-    Ask,
-    Block,
-    Deny,
-    Guard,
-    PostExecuteDecision,
-    PostExecuteHook,
-    PreExecuteHook,
-    ProgressObserver,
-    ResultObserver,
-    ResumeDecision,
-    ToolDefinition,
-)
+from .._types.hooks import Accept, Block, ToolDefinition
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
 from .admission import HookReturnError, Waterfall, admit, admit_resumed
@@ -123,25 +107,12 @@ _log = logging.getLogger("dshtools")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-__all__ = [
-    "DEFAULT_MAX_WORKERS",
-    "Accept",
-    "Allow",
-    "ApprovalRequest",
-    "Ask",
-    "Block",
-    "Deny",
-    "RegistryStatistics",
-    # defined in _hooks, re-exported here (the registry's vocabulary)
-    "ToolDefinition",
-    "ToolRegistry",
-    "on_worker_of",
-]
+__all__ = ["ToolRegistry", "around_dispatch_hooks", "registered"]
 
 _ACCEPT: Final = Accept()
 
 
-def _accept() -> PostExecuteDecision:
+def _accept() -> hook_types.PostExecuteDecision:
     return _ACCEPT
 
 
@@ -181,7 +152,7 @@ class ToolRegistry:
         *,
         max_workers: int | None = None,
         executor: Executor | None = None,
-        approver: Approver | None = None,
+        approver: hook_types.Approver | None = None,
         backend: Backend | None = None,
         tickets: ApprovalTickets | None = None,
     ) -> None:
@@ -320,30 +291,30 @@ class ToolRegistry:
 
         return unregister
 
-    def add_pre_execute(self, fn: PreExecuteHook) -> Callable[[], None]:
+    def add_pre_execute(self, fn: hook_types.PreExecuteHook) -> Callable[[], None]:
         """``fn(exec, next) -> Allow() | Deny(reason) | Ask(reason=None)``;
         first registered runs outermost. Returns ``unregister()``."""
         return self._add("pre_execute", fn)
 
-    def add_guard(self, fn: Guard) -> Callable[[], None]:
+    def add_guard(self, fn: hook_types.Guard) -> Callable[[], None]:
         """``fn(exec) -> str | None``: a string denies (final)."""
         return self._add("guards", fn)
 
-    def add_around_dispatch(self, fn: AroundDispatch) -> Callable[[], None]:
+    def add_around_dispatch(self, fn: hook_types.AroundDispatch) -> Callable[[], None]:
         """``fn(exec: ToolDispatchExecution, next) -> result``; may replace
         ``exec.signal`` (and must restore it) or return without ``next()``."""
         return self._add("around", fn)
 
-    def add_post_execute(self, fn: PostExecuteHook) -> Callable[[], None]:
+    def add_post_execute(self, fn: hook_types.PostExecuteHook) -> Callable[[], None]:
         """``fn(exec, result, next) -> Accept(...) | Block(...)``."""
         return self._add("post_execute", fn)
 
-    def add_result_observer(self, fn: ResultObserver) -> Callable[[], None]:
+    def add_result_observer(self, fn: hook_types.ResultObserver) -> Callable[[], None]:
         """``fn(exec, result) -> None``: sees each call's frozen final result
         exactly once; an exception goes to ``sys.unraisablehook``."""
         return self._add("observers", fn)
 
-    def add_progress_observer(self, fn: ProgressObserver) -> Callable[[], None]:
+    def add_progress_observer(self, fn: hook_types.ProgressObserver) -> Callable[[], None]:
         """``fn(exec, update) -> None``: sees the ``ProgressUpdate``s a body
         reports with ``run.report_progress``, on the ``dshtools-progress``
         thread (never the body's): a slow observer sees only the latest
@@ -448,7 +419,7 @@ class ToolRegistry:
     def resume(
         self,
         ticket: object,
-        decision: ResumeDecision,
+        decision: hook_types.ResumeDecision,
         *,
         arguments: object = None,
         signal: AbortSignal,
@@ -482,7 +453,7 @@ class ToolRegistry:
     async def aresume(
         self,
         ticket: object,
-        decision: ResumeDecision,
+        decision: hook_types.ResumeDecision,
         *,
         arguments: object = None,
         signal: AbortSignal,
@@ -779,7 +750,7 @@ def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:
     return tuple(registry._definitions.values())
 
 
-def around_dispatch_hooks(registry: ToolRegistry) -> tuple[AroundDispatch, ...]:
+def around_dispatch_hooks(registry: ToolRegistry) -> tuple[hook_types.AroundDispatch, ...]:
     """The around-dispatch wrappers installed on ``registry``, outermost
     first (a snapshot). Package-internal (the command line's checks)."""
     return registry._hooks.around
