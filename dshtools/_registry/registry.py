@@ -98,7 +98,7 @@ from .run import (
     prepare_body_arguments,
 )
 from .tickets import ApprovalTickets, check_resume
-from .trusted import trusted_dispatch_view
+from .trusted import trusted_view
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -386,18 +386,7 @@ class ToolRegistry:
         non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
         ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
         the body, publishes the ``ABORTED`` result, then is re-raised."""
-        # `_run`'s body, written out here: one call frame less on every call.
-        run = self._begin(call)
-        try:
-            self._dispatch(run)
-        except BaseException:
-            # The run holds its cancellation result; publish it, then re-raise.
-            self._complete(run)
-            raise
-        result = self._complete(run)
-        if run.interrupt is not None:  # arrived during post-execute/observers
-            raise run.interrupt
-        return result
+        return self._run(self._begin(call))
 
     async def aexecute(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """``execute`` for an asyncio or trio caller (anyio's cancel scopes
@@ -595,7 +584,7 @@ class ToolRegistry:
                 result = Waterfall(
                     "around-dispatch hook",
                     around,
-                    (trusted_dispatch_view(run, slot),),
+                    (trusted_view(run, slot),),
                     partial(run.invoke, slot),
                     (ToolSuccess, ToolFailure),
                     partial(_check_unsettled, run),
