@@ -98,7 +98,7 @@ from .run import (
     prepare_body_arguments,
 )
 from .tickets import ApprovalTickets, check_resume
-from .trusted import trusted_view
+from .trusted import trusted_dispatch_view
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -584,7 +584,7 @@ class ToolRegistry:
                 result = Waterfall(
                     "around-dispatch hook",
                     around,
-                    (trusted_view(run, slot),),
+                    (trusted_dispatch_view(run, slot),),
                     partial(run.invoke, slot),
                     (ToolSuccess, ToolFailure),
                     partial(_check_unsettled, run),

@@ -6,23 +6,26 @@ call (and the body's context, in ``Run.invoke``). ``attrs``' generated
 per field; these build the same frozen instances through a twin
 (``dshtools/_core/construct.py``, the one way the package builds an object
 without its ``__init__``) from values the registry produced itself, so
-there is nothing to convert or check. A view takes the call's run and
-reads its fields there; both views are built by one function, which writes
-the fields they share once. Not public: users build results and views
-with the classes. Tests compare each with the class's own ``__init__``,
-field by field.
+there is nothing to convert or check. The views take the call's run and
+read its fields there; each constructor writes the fields it shares with
+the others itself, so that each store site sees one class and CPython
+specializes it: one builder for both views (its sites seeing two classes)
+or a shared step per view is measurably slower on the path of every call
+with hooks (``benchmarks.instructions``, case ``execute_hooks``). Not
+public: users build results and views with the classes. Tests compare
+each with the class's own ``__init__``, field by field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Protocol, overload
+from typing import Any, Final, Protocol
 
 from .._core.construct import twin
 from .._types.calls import EMPTY_META, ContentBlock, ExecutionToken, ToolExecutionInput, ToolSuccess
 from .._types.hooks import ToolDefinition
 from .._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
-__all__ = ["RunFields", "trusted_success", "trusted_view"]
+__all__ = ["RunFields", "trusted_dispatch_view", "trusted_success", "trusted_view"]
 
 
 class RunFields(Protocol):
@@ -54,20 +57,10 @@ def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSucces
     return result  # type: ignore[no-any-return]
 
 
-@overload
-def trusted_view(run: RunFields) -> ToolExecution: ...
-
-
-@overload
-def trusted_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecution: ...
-
-
-def trusted_view(run: RunFields, slot: SignalSlot | None = None) -> ToolExecution | ToolDispatchExecution:
-    """``ToolExecution(...)`` of ``run`` with the caller's signal; with a
-    ``slot``, the around-dispatch ``ToolDispatchExecution(...)`` whose
-    replaceable signal is ``slot``."""
+def trusted_view(run: RunFields) -> ToolExecution:
+    """``ToolExecution(...)`` of ``run``, with the caller's signal."""
     call = run.call
-    view = _ExecutionTwin() if slot is None else _DispatchExecutionTwin()
+    view = _ExecutionTwin()
     view.token = run.token
     view.call_id = call.call_id
     view.root_call_id = run.root_call_id
@@ -76,10 +69,23 @@ def trusted_view(run: RunFields, slot: SignalSlot | None = None) -> ToolExecutio
     view.agent = call.agent
     view.parent = call.parent
     view.definition = run.definition
-    if slot is None:
-        view.signal = call.signal
-        view.__class__ = ToolExecution
-    else:
-        view._slot = slot
-        view.__class__ = ToolDispatchExecution
+    view.signal = call.signal
+    view.__class__ = ToolExecution
+    return view  # type: ignore[no-any-return]
+
+
+def trusted_dispatch_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecution:
+    """``ToolDispatchExecution(...)`` of ``run``, whose replaceable signal is ``slot``."""
+    call = run.call
+    view = _DispatchExecutionTwin()
+    view.token = run.token
+    view.call_id = call.call_id
+    view.root_call_id = run.root_call_id
+    view.name = call.name
+    view.arguments = run.arguments
+    view.agent = call.agent
+    view.parent = call.parent
+    view.definition = run.definition
+    view._slot = slot
+    view.__class__ = ToolDispatchExecution
     return view  # type: ignore[no-any-return]

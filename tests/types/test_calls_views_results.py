@@ -346,7 +346,7 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
 
 
 def test_trusted_views_set_every_field_like_the_classes() -> None:
-    from dshtools._registry.trusted import trusted_view
+    from dshtools._registry.trusted import trusted_dispatch_view, trusted_view
     from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
@@ -354,7 +354,7 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
     run = run_of(values, signal)
     _same_fields(ToolExecution(**values, signal=signal), trusted_view(run))
     slot = SignalSlot(signal)
-    built, fast = ToolDispatchExecution(**values, slot=slot), trusted_view(run, slot)
+    built, fast = ToolDispatchExecution(**values, slot=slot), trusted_dispatch_view(run, slot)
     _same_fields(built, fast)
     assert repr(built) == repr(fast)
     # The retyped view behaves as the class: frozen fields, a replaceable signal.
