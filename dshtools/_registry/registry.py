@@ -32,8 +32,9 @@ Guarantees:
   publication. Without one the call path pays one attribute test per phase.
 
 What is not the call path lives beside it: the call-observer seam in
-``observer``; hook registration's copy-on-write, backend sharing, the fork
-reset and ``RegistryStatistics`` in ``lifecycle``.
+``observer``; registration of tools and hooks (copy-on-write), backend
+sharing, ``close()``, the fork reset and ``RegistryStatistics`` in
+``lifecycle``.
 
 Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
 calling thread; the body runs where its backend puts it. Hook registration
@@ -62,7 +63,6 @@ from .._backends.base import Backend, ListeningBackend
 from .._backends.thread import ThreadBackend
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
-from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortSignal, abort_owned
 from .._types import hooks as hook_types
 from .._types.calls import (
@@ -82,7 +82,15 @@ from .._types.hooks import Accept, Block, ToolDefinition
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
 from .admission import HookReturnError, Waterfall, admit, admit_resumed
-from .lifecycle import RegistryStatistics, adopt, check_hook, release, track, with_hook, without_hook
+from .lifecycle import (
+    RegistryStatistics,
+    add_hook,
+    adopt,
+    close_registry,
+    register_definition,
+    statistics_of,
+    track,
+)
 from .observer import CallObserver, enter_watch, exit_watch
 from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
 from .run import (
@@ -195,18 +203,7 @@ class ToolRegistry:
         """A snapshot of the registry's state, for tests, monitoring and
         quiescence checks (nothing here is a lock-protected invariant: read
         it after the calls you care about returned)."""
-        hooks = self._hooks
-        return RegistryStatistics(
-            bodies_in_flight=len(self._bodies),
-            tools=len(self._definitions),
-            pre_execute_hooks=len(hooks.pre_execute),
-            guards=len(hooks.guards),
-            around_dispatch_hooks=len(hooks.around),
-            post_execute_hooks=len(hooks.post_execute),
-            result_observers=len(hooks.observers),
-            backends=len(self._backends),
-            closed=self._closed,
-        )
+        return statistics_of(self)
 
     # ------------------------------------------------------------ registration
 
@@ -216,33 +213,7 @@ class ToolRegistry:
         already registered or a body its backend cannot run
         (``Backend.validate``), ``RuntimeError`` after ``close()``
         (docs/contract.md#a13)."""
-        if not isinstance(definition, ToolDefinition):
-            raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
-        if self._closed:
-            raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
-        own = definition.backend
-        (own or self._backend).validate(definition.name, definition.execute)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
-            if definition.name in self._definitions:
-                raise ValueError(f"a tool named {definition.name!r} is already registered")
-            if own is not None and not any(b is own for b in self._backends):
-                adopt(own)
-                self._backends.append(own)
-            # Copy-on-write: a call's definition lookup never sees a half-update.
-            defs = dict(self._definitions)
-            defs[definition.name] = definition
-            self._definitions = defs
-
-        def unregister() -> None:
-            with self._lock:
-                if self._definitions.get(definition.name) is definition:
-                    defs = dict(self._definitions)
-                    del defs[definition.name]
-                    self._definitions = defs
-
-        return unregister
+        return register_definition(self, definition)
 
     @overload
     def tool(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
@@ -273,46 +244,28 @@ class ToolRegistry:
         order, as fresh mutable data."""
         return [d.schema() for d in self._definitions.values()]
 
-    def _add(self, kind: str, fn: object) -> Callable[[], None]:
-        """What every ``add_*`` method does: check ``fn``, add it to the
-        ``kind`` hooks (copy-on-write) and return its idempotent
-        ``unregister()``."""
-        check_hook(kind, fn)
-        with self._lock:
-            self._hooks = with_hook(self._hooks, kind, fn)
-        removed = False
-
-        def unregister() -> None:
-            nonlocal removed
-            with self._lock:
-                if not removed:
-                    removed = True
-                    self._hooks = without_hook(self._hooks, kind, fn)
-
-        return unregister
-
     def add_pre_execute(self, fn: hook_types.PreExecuteHook) -> Callable[[], None]:
         """``fn(exec, next) -> Allow() | Deny(reason) | Ask(reason=None)``;
         first registered runs outermost. Returns ``unregister()``."""
-        return self._add("pre_execute", fn)
+        return add_hook(self, "pre_execute", fn)
 
     def add_guard(self, fn: hook_types.Guard) -> Callable[[], None]:
         """``fn(exec) -> str | None``: a string denies (final)."""
-        return self._add("guards", fn)
+        return add_hook(self, "guards", fn)
 
     def add_around_dispatch(self, fn: hook_types.AroundDispatch) -> Callable[[], None]:
         """``fn(exec: ToolDispatchExecution, next) -> result``; may replace
         ``exec.signal`` (and must restore it) or return without ``next()``."""
-        return self._add("around", fn)
+        return add_hook(self, "around", fn)
 
     def add_post_execute(self, fn: hook_types.PostExecuteHook) -> Callable[[], None]:
         """``fn(exec, result, next) -> Accept(...) | Block(...)``."""
-        return self._add("post_execute", fn)
+        return add_hook(self, "post_execute", fn)
 
     def add_result_observer(self, fn: hook_types.ResultObserver) -> Callable[[], None]:
         """``fn(exec, result) -> None``: sees each call's frozen final result
         exactly once; an exception goes to ``sys.unraisablehook``."""
-        return self._add("observers", fn)
+        return add_hook(self, "observers", fn)
 
     def add_progress_observer(self, fn: hook_types.ProgressObserver) -> Callable[[], None]:
         """``fn(exec, update) -> None``: sees the ``ProgressUpdate``s a body
@@ -320,7 +273,7 @@ class ToolRegistry:
         thread (never the body's): a slow observer sees only the latest
         update of a call, the last one included; an exception goes to
         ``sys.unraisablehook`` (docs/policies.md#progress)."""
-        return self._add("progress", fn)
+        return add_hook(self, "progress", fn)
 
     def execution_mode(self, call: ToolExecutionInput) -> Literal["parallel", "exclusive"]:
         """``"parallel"`` when the tool's ``is_concurrency_safe(args)``
@@ -351,24 +304,7 @@ class ToolRegistry:
         interrupted by Ctrl-C is finished by the next. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
-        if on_worker_of(self):
-            raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
-        # Not "already closed" by the flag alone: a close() interrupted by
-        # Ctrl-C while waiting left `_closed` set, and the next one must
-        # still wait for the bodies and close the backends.
-        with self._lock:
-            self._closed = True
-            while self._bodies:
-                self._idle.wait(INTERRUPT_SLICE)
-            if self._closing is None:
-                # Decided once: the own thread backend is this registry's
-                # alone; another backend is closed by the last registry that
-                # uses it. A close() interrupted below is finished by the next.
-                self._closing = [b for b in self._backends if b is self._threads or release(b)]
-            closing = self._closing
-        while closing:
-            closing[0].close()  # idempotent
-            closing.pop(0)
+        close_registry(self)
 
     def __enter__(self) -> ToolRegistry:
         return self
