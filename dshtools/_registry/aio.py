@@ -187,27 +187,40 @@ class _Abort:
             self.wake()
 
 
-class _AsyncioWaiter:
-    """The loop side under asyncio: an ``asyncio.Event`` the worker sets
-    through ``call_soon_threadsafe``."""
+class _Waiter:
+    """The loop side of one wait: an event of the loop's library that the
+    worker sets through the loop's thread-safe scheduler (``schedule``),
+    from any thread, never blocking it; a loop that finished (``schedule``
+    raises ``gone``) has nobody waiting."""
 
-    __slots__ = ("event", "loop")
+    __slots__ = ("event", "gone", "schedule")
+    event: Any
+    schedule: Callable[[Callable[[], object]], object]
+    gone: type[BaseException]
+
+    def wake(self) -> None:
+        try:
+            self.schedule(self.event.set)
+        except self.gone:
+            pass
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+class _AsyncioWaiter(_Waiter):
+    """The loop side under asyncio: an ``asyncio.Event`` the worker sets
+    through ``call_soon_threadsafe`` (a closed loop raises ``RuntimeError``)."""
+
+    __slots__ = ("loop",)
     library: Final = "asyncio"
     cancelled: Final = asyncio.CancelledError
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
-
-    def wake(self) -> None:
-        """From any thread, never blocking it; a closed loop has nobody waiting."""
-        try:
-            self.loop.call_soon_threadsafe(self.event.set)
-        except RuntimeError:
-            pass
-
-    async def wait(self) -> None:
-        await self.event.wait()
+        self.schedule = loop.call_soon_threadsafe
+        self.gone = RuntimeError
 
     def another(self) -> _AsyncioWaiter:
         return _AsyncioWaiter(self.loop)
@@ -221,30 +234,23 @@ class _AsyncioWaiter:
         return nullcontext() if anyio is None else anyio.CancelScope(shield=True)
 
 
-class _TrioWaiter:
+class _TrioWaiter(_Waiter):
     """The loop side under trio: a ``trio.Event`` the worker sets through
-    the trio token's ``run_sync_soon``."""
+    the trio token's ``run_sync_soon`` (a finished run raises
+    ``trio.RunFinishedError``)."""
 
-    __slots__ = ("event", "token", "trio")
+    __slots__ = ("trio",)
     library: Final = "trio"
 
     def __init__(self, trio: Any) -> None:
         self.trio = trio
-        self.token = trio.lowlevel.current_trio_token()
+        self.schedule = trio.lowlevel.current_trio_token().run_sync_soon  # RuntimeError outside trio
         self.event = trio.Event()
+        self.gone = trio.RunFinishedError
 
     @property
     def cancelled(self) -> type[BaseException]:
         return self.trio.Cancelled  # type: ignore[no-any-return]
-
-    def wake(self) -> None:
-        try:
-            self.token.run_sync_soon(self.event.set)
-        except self.trio.RunFinishedError:
-            pass
-
-    async def wait(self) -> None:
-        await self.event.wait()
 
     def another(self) -> _TrioWaiter:
         return _TrioWaiter(self.trio)
