@@ -82,24 +82,23 @@ def _check_max_parallel(value: object) -> int:
     return value
 
 
+@attrs.define(eq=False)
 class _Slot:
-    """One call's progress through the batch."""
+    """One call's progress through the batch. Dispatch on a worker:
+    ``submitted`` is set *before* the executor is asked,
+    ``started``/``withdrawn`` are decided under the batch lock, and
+    ``finished`` is set by the worker when its dispatch returned; ``done``:
+    the dispatch finished, or was never needed."""
 
-    __slots__ = ("call", "done", "error", "finished", "index", "run", "started", "submitted", "withdrawn")
-
-    def __init__(self, index: int, call: ToolExecutionInput) -> None:
-        self.index = index
-        self.call = call
-        self.run: Run | None = None
-        # Dispatch on a worker: `submitted` is set *before* the executor is
-        # asked, `started`/`withdrawn` are decided under the batch lock, and
-        # `finished` is set by the worker when its dispatch returned.
-        self.submitted = False
-        self.started = False
-        self.withdrawn = False
-        self.finished = threading.Event()
-        self.done = False  # dispatch finished, or never needed
-        self.error: BaseException | None = None
+    index: int
+    call: ToolExecutionInput
+    run: Run | None = attrs.field(init=False, default=None)
+    submitted: bool = attrs.field(init=False, default=False)
+    started: bool = attrs.field(init=False, default=False)
+    withdrawn: bool = attrs.field(init=False, default=False)
+    finished: threading.Event = attrs.field(init=False, factory=threading.Event)
+    done: bool = attrs.field(init=False, default=False)
+    error: BaseException | None = attrs.field(init=False, default=None)
 
 
 class _Batch:
