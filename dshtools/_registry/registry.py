@@ -54,13 +54,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 
 from .._backends.base import Backend, ListeningBackend
 from .._backends.thread import ThreadBackend
+from .._core.closing import Closing
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
 from .._signal import AbortSignal, abort_owned
@@ -129,7 +129,7 @@ def _check_unsettled(run: Run) -> None:
         raise RuntimeError("next() called after the around-dispatch waterfall settled")
 
 
-class ToolRegistry:
+class ToolRegistry(Closing):
     """Registered tools, their policies, and the backend their bodies run on.
 
     ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
@@ -305,14 +305,6 @@ class ToolRegistry:
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
         close_registry(self)
-
-    def __enter__(self) -> ToolRegistry:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # --------------------------------------------------------------- execute
 
