@@ -101,31 +101,34 @@ class _Slot:
     error: BaseException | None = attrs.field(init=False, default=None)
 
 
+@attrs.define(eq=False)
 class _Batch:
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        calls: list[ToolExecutionInput],
-        signal: AbortSignal,
-        max_parallel: int,
-    ) -> None:
-        self.registry = registry
-        self.calls = calls
-        self.signal = signal
-        self.max_parallel = max_parallel
-        self.interrupt = AbortController()
-        self.results: list[ToolExecutionResult | None] = [None] * len(calls)
-        self.fused: list[AbortSignal] = []
-        self.window: list[_Slot] = []  # begun, not yet completed, model order
-        self.begun = 0  # calls [0, begun) have been begun
-        self.in_flight = 0  # for max_parallel; not trusted when draining
-        self.lock = threading.Lock()
-        # Worker -> calling thread: a finished slot, or None as a wake-up
-        # when the batch signal aborts.
-        self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        # The first KeyboardInterrupt (or hook BaseException,
-        # docs/contract.md#a3) to re-raise once every result is published.
-        self.interrupted: BaseException | None = None
+    """One ``execute_batch``: its calls and options, and the scheduler's
+    state. ``window``: the calls begun, not yet completed, in model order;
+    calls ``[0, begun)`` have been begun; ``in_flight`` counts dispatches
+    for ``max_parallel`` (not trusted when draining); ``events`` carries a
+    finished slot from a worker to the calling thread, or ``None`` as a
+    wake-up when the batch signal aborts; ``interrupted`` is the first
+    ``KeyboardInterrupt`` (or hook ``BaseException``, docs/contract.md#a3)
+    to re-raise once every result is published."""
+
+    registry: ToolRegistry
+    calls: list[ToolExecutionInput]
+    signal: AbortSignal
+    max_parallel: int
+    interrupt: AbortController = attrs.field(init=False, factory=AbortController)
+    results: list[ToolExecutionResult | None] = attrs.field(init=False)
+    fused: list[AbortSignal] = attrs.field(init=False, factory=list)
+    window: list[_Slot] = attrs.field(init=False, factory=list)
+    begun: int = attrs.field(init=False, default=0)
+    in_flight: int = attrs.field(init=False, default=0)
+    lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    events: queue.SimpleQueue[_Slot | None] = attrs.field(init=False, factory=queue.SimpleQueue)
+    interrupted: BaseException | None = attrs.field(init=False, default=None)
+
+    @results.default
+    def _no_results(self) -> list[ToolExecutionResult | None]:
+        return [None] * len(self.calls)
 
     def cancelled(self) -> bool:
         return self.signal.aborted or self.interrupt.signal.aborted
