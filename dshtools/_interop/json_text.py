@@ -42,6 +42,20 @@ class TooDeep(Exception):
     """Raised by ``parse_iterative`` past its depth limit."""
 
 
+def _member_key(s: str, idx: int) -> tuple[str, int]:
+    """The key of an object member starting at ``idx`` (whitespace already
+    skipped), and where its value starts: after the ``:`` and whitespace.
+    Raises ``json.JSONDecodeError`` with ``json.loads``'s messages."""
+    ws = _WS.match
+    if idx >= len(s) or s[idx] != '"':
+        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", s, idx)
+    key, idx = scanstring(s, idx + 1, True)
+    idx = ws(s, idx).end()  # type: ignore[union-attr]
+    if idx >= len(s) or s[idx] != ":":
+        raise json.JSONDecodeError("Expecting ':' delimiter", s, idx)
+    return key, ws(s, idx + 1).end()  # type: ignore[union-attr]
+
+
 def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
     """``json.loads(s)`` without recursion (so the caller's stack depth
     does not matter) and without ``NaN``/``Infinity``. Raises
@@ -50,7 +64,7 @@ def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
     ws = _WS.match
     n = len(s)
     err = json.JSONDecodeError
-    # Each frame: [container, pending key (objects only)].
+    # Each frame: [container, its closing bracket, pending key (objects only)].
     stack: list[list[Any]] = []
     idx = ws(s, 0).end()  # type: ignore[union-attr]
     while True:
@@ -67,17 +81,11 @@ def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
                 value: Any = {} if c == "{" else []
                 idx += 1
             elif c == "[":
-                stack.append([[], None])
+                stack.append([[], close, None])
                 continue
             else:
-                if idx >= n or s[idx] != '"':
-                    raise err("Expecting property name enclosed in double quotes", s, idx)
-                key, idx = scanstring(s, idx + 1, True)
-                idx = ws(s, idx).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != ":":
-                    raise err("Expecting ':' delimiter", s, idx)
-                idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                stack.append([{}, key])
+                key, idx = _member_key(s, idx)
+                stack.append([{}, close, key])
                 continue
         elif c == '"':
             value, idx = scanstring(s, idx + 1, True)
@@ -102,29 +110,17 @@ def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
                     raise err("Extra data", s, idx)
                 return value
             frame = stack[-1]
-            container = frame[0]
-            if isinstance(container, list):
+            container, close = frame[0], frame[1]
+            if close == "]":
                 container.append(value)
-                if idx < n and s[idx] == ",":
-                    idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                    break
-                if idx < n and s[idx] == "]":
-                    idx += 1
-                    value = stack.pop()[0]
-                    continue
-                raise err("Expecting ',' delimiter", s, idx)
-            container[frame[1]] = value
+            else:
+                container[frame[2]] = value
             if idx < n and s[idx] == ",":
                 idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != '"':
-                    raise err("Expecting property name enclosed in double quotes", s, idx)
-                frame[1], idx = scanstring(s, idx + 1, True)
-                idx = ws(s, idx).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != ":":
-                    raise err("Expecting ':' delimiter", s, idx)
-                idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+                if close == "}":
+                    frame[2], idx = _member_key(s, idx)
                 break
-            if idx < n and s[idx] == "}":
+            if idx < n and s[idx] == close:
                 idx += 1
                 value = stack.pop()[0]
                 continue
