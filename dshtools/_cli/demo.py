@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import attrs
 from pydantic import Field
@@ -137,7 +137,24 @@ class _Server(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
-class DemoServer:
+_C = TypeVar("_C", bound="_ClosedOnExit")
+
+
+class _ClosedOnExit:
+    """A demo resource used as a context manager: ``with`` gives the object
+    itself and calls its ``close()`` on the way out, whatever happened."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DemoServer(_ClosedOnExit):
     """Local HTTP server with ``/fast`` and ``/stall`` endpoints; use as a
     context manager. ``base_url`` is ``http://127.0.0.1:<port>``."""
 
@@ -160,12 +177,6 @@ class DemoServer:
             self._server.shutdown()
             self._thread.join()
         self._server.server_close()
-
-    def __enter__(self) -> DemoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------
@@ -193,7 +204,7 @@ def _stubborn(seconds: Annotated[float, Field(ge=0)]) -> dict[str, float]:
     return {"slept": seconds}
 
 
-class DemoTools:
+class DemoTools(_ClosedOnExit):
     """The demo's registry and the bookkeeping that proves quiescence.
 
     ``base_url``: where ``http_get`` resolves relative URLs. ``workdir``: a
@@ -326,12 +337,6 @@ class DemoTools:
         self.registry.close()
         self.process_backend.close()
 
-    def __enter__(self) -> DemoTools:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # ---------------------------------------------------------------------------
 # The remote tool: our own MCP server over stdio
@@ -341,7 +346,7 @@ REMOTE_MODULE = "dshtools._cli.demo_remote_tools"
 REMOTE_TOOL = "remote_sleep"
 
 
-class RemoteTool:
+class RemoteTool(_ClosedOnExit):
     """The demo's remote tool: ``remote_sleep`` of our own MCP server
     (``python -m dshtools mcp --tools dshtools._cli.demo_remote_tools``),
     started over stdio by ``MCPClient.stdio`` and registered as a registry
@@ -439,9 +444,3 @@ class RemoteTool:
         client, self._client = self._client, None
         if client is not None:
             client.close()
-
-    def __enter__(self) -> RemoteTool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

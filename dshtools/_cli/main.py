@@ -425,6 +425,23 @@ def build_parser() -> argparse.ArgumentParser:
             "the spans there as OTLP JSON; needs the SDK: pip install 'dshtools[otel]' opentelemetry-sdk",
         )
 
+    def registry_arguments(p: argparse.ArgumentParser) -> None:
+        """The registry a command serves or replays against: ``--tools``, and
+        ``--traceback`` for when loading it fails."""
+        p.add_argument(
+            "--tools",
+            required=True,
+            metavar="MODULE:ATTRIBUTE",
+            help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose "
+            "@dshtools.tool functions become the tools: a module name, not a file path (the current directory "
+            "is importable)",
+        )
+        p.add_argument(
+            "--traceback",
+            action="store_true",
+            help="on a usage error caused by an exception (importing --tools failed), print its traceback",
+        )
+
     demo = sub.add_parser(
         "demo",
         help="replay the bundled transcript against real blocking tools and a local HTTP server",
@@ -467,23 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TRANSCRIPT.json",
         help="the transcript file; '-' reads it from standard input",
     )
-    replay.add_argument(
-        "--tools",
-        required=True,
-        metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
-        "functions become the tools: a module name, not a file path (the current directory is importable)",
-    )
+    registry_arguments(replay)
     replay.add_argument(
         "--format",
         choices=("openai", "anthropic"),
         default=None,
         help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
-    )
-    replay.add_argument(
-        "--traceback",
-        action="store_true",
-        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
     )
     common(replay, None)
     replay.set_defaults(func=cmd_replay, subparser=replay)
@@ -496,13 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
         "joins the body. Exit status: 0 at end of input; 128 + signum after SIGTERM or SIGINT, once every "
         "call in flight was aborted and joined.",
     )
-    mcp.add_argument(
-        "--tools",
-        required=True,
-        metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
-        "functions become the tools (the current directory is importable)",
-    )
+    registry_arguments(mcp)
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
     mcp.add_argument(
         "--http",
@@ -538,11 +538,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         metavar="SECONDS",
         help="with --http: close a session after this long without a request in flight (default 600)",
-    )
-    mcp.add_argument(
-        "--traceback",
-        action="store_true",
-        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
     )
     mcp.set_defaults(func=cmd_mcp, subparser=mcp)
     return parser
