@@ -39,13 +39,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import attrs
 from pydantic import Field
 
 from .. import io as dio
 from .._backends.process.backend import ProcessBackend
+from .._core.closing import ClosedOnExit
 from .._io.session import _group_alive
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry
@@ -137,24 +138,7 @@ class _Server(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
-_C = TypeVar("_C", bound="_ClosedOnExit")
-
-
-class _ClosedOnExit:
-    """A demo resource used as a context manager: ``with`` gives the object
-    itself and calls its ``close()`` on the way out, whatever happened."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _C) -> _C:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class DemoServer(_ClosedOnExit):
+class DemoServer(ClosedOnExit):
     """Local HTTP server with ``/fast`` and ``/stall`` endpoints; use as a
     context manager. ``base_url`` is ``http://127.0.0.1:<port>``."""
 
@@ -204,7 +188,7 @@ def _stubborn(seconds: Annotated[float, Field(ge=0)]) -> dict[str, float]:
     return {"slept": seconds}
 
 
-class DemoTools(_ClosedOnExit):
+class DemoTools(ClosedOnExit):
     """The demo's registry and the bookkeeping that proves quiescence.
 
     ``base_url``: where ``http_get`` resolves relative URLs. ``workdir``: a
@@ -346,7 +330,7 @@ REMOTE_MODULE = "dshtools._cli.demo_remote_tools"
 REMOTE_TOOL = "remote_sleep"
 
 
-class RemoteTool(_ClosedOnExit):
+class RemoteTool(ClosedOnExit):
     """The demo's remote tool: ``remote_sleep`` of our own MCP server
     (``python -m dshtools mcp --tools dshtools._cli.demo_remote_tools``),
     started over stdio by ``MCPClient.stdio`` and registered as a registry
