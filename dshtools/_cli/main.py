@@ -442,8 +442,19 @@ def build_parser() -> argparse.ArgumentParser:
             help="on a usage error caused by an exception (importing --tools failed), print its traceback",
         )
 
-    demo = sub.add_parser(
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], *, help: str, description: str
+    ) -> argparse.ArgumentParser:
+        """The sub-command ``name``, which runs ``func(namespace)``; its own
+        parser is ``namespace.subparser`` (for usage errors found after
+        parsing)."""
+        p = sub.add_parser(name, help=help, description=description)
+        p.set_defaults(func=func, subparser=p)
+        return p
+
+    demo = command(
         "demo",
+        cmd_demo,
         help="replay the bundled transcript against real blocking tools and a local HTTP server",
         description="Replay the bundled transcript (shell, http_get, read_file, sleep against a local "
         "server; stubborn in a worker process; remote_sleep on our own MCP server over stdio) with "
@@ -462,10 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
         "connected (needs the 'ray' extra; the non-cooperative call is stopped by force)",
     )
-    demo.set_defaults(func=cmd_demo, subparser=demo)
 
-    replay = sub.add_parser(
+    replay = command(
         "replay",
+        cmd_replay,
         help="replay a transcript's tool calls against your own registry",
         description='Replay TRANSCRIPT.json (a message list, a {"messages": [...]} object, or one assistant '
         "message, in OpenAI Chat Completions or Anthropic Messages format; each assistant message's tool calls "
@@ -492,9 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
     )
     common(replay, None)
-    replay.set_defaults(func=cmd_replay, subparser=replay)
-    mcp = sub.add_parser(
+    mcp = command(
         "mcp",
+        cmd_mcp,
         help="serve your registry's tools as a Model Context Protocol server over stdio or HTTP",
         description="Serve the registry named by --tools as an MCP server on stdin/stdout, or over streamable "
         "HTTP with --http (needs the mcp extra). "
@@ -539,7 +550,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --http: close a session after this long without a request in flight (default 600)",
     )
-    mcp.set_defaults(func=cmd_mcp, subparser=mcp)
     return parser
 
 
