@@ -40,20 +40,15 @@ their JSON), which the API always accepts, including when it is empty.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from ._interop.calls import (
-    INVALID_CALL,
-    Aliases,
     CallIds,
-    InvalidCall,
     MalformedArguments,
-    alias_names,
     as_mapping,
     assistant_fields,
     check_decoded,
     checked_call_id,
-    checked_name,
     field,
     paired,
     parse_arguments,
@@ -61,8 +56,9 @@ from ._interop.calls import (
     provider_tools,
     refuse_other_shapes,
 )
+from ._interop.names import Aliases, HasSchemas, alias_names, checked_name
 from ._signal import AbortSignal
-from ._types.calls import ToolExecutionInput, ToolExecutionResult
+from ._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput, ToolExecutionResult
 
 __all__ = [
     "INVALID_CALL",
@@ -76,10 +72,6 @@ __all__ = [
     "tool_results",
     "tools_param",
 ]
-
-
-class _HasSchemas(Protocol):
-    def schemas(self) -> list[dict[str, Any]]: ...
 
 
 if TYPE_CHECKING:
@@ -109,7 +101,7 @@ else:
         is_error: bool
 
 
-def tools_param(registry: _HasSchemas) -> list[ToolParam]:
+def tools_param(registry: HasSchemas) -> list[ToolParam]:
     """The Messages API ``tools`` parameter for every tool in ``registry``
     (a ``ToolRegistry``), in ``registry.schemas()`` order: ``{"name": ...,
     "description": ..., "input_schema": <JSON Schema object>}``.
@@ -131,7 +123,7 @@ def calls_from_message(
     *,
     signal: AbortSignal,
     agent: str | None = None,
-    registry: _HasSchemas | None = None,
+    registry: HasSchemas | None = None,
 ) -> list[ToolExecutionInput]:
     """The ``tool_use`` blocks of an assistant message as
     ``ToolExecutionInput``s: one per block, in order, each with ``call_id``

@@ -81,7 +81,6 @@ import signal as _signals
 import socket
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
@@ -101,6 +100,7 @@ from ._core.errors import safe_str
 from ._core.freeze import thaw
 from ._interop.calls import check_decoded, provider_text, result_text
 from ._interop.jsonrpc import INVALID_REQUEST, Forward, Reply, RequestIds, read_line
+from ._mcp.admission import Gate
 from ._mcp.client import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, MCPClient
 from ._mcp.content import OutputShape, mcp_blocks, output_shape, text_block
 from ._mcp.progress import FLUSH_S, ProgressRelay, flush
@@ -177,83 +177,6 @@ def _claim_stdio() -> Iterator[tuple[int, int]]:
         # blocked reading it, and a closed number could be reused under it.
 
 
-class _Ticket:
-    __slots__ = ("admitted", "exclusive")
-
-    def __init__(self, exclusive: bool) -> None:
-        self.exclusive = exclusive
-        self.admitted = False
-
-
-class _Gate:
-    """First-come admission of calls: parallel calls overlap, an exclusive
-    call runs alone. Invariants (under ``_cond``): tickets are admitted only
-    from the head of ``_queue``, so in arrival order; ``_exclusive`` implies
-    ``_running == 1``; a parallel ticket never passes an earlier exclusive
-    one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: deque[_Ticket] = deque()
-        self._running = 0
-        self._exclusive = False
-
-    def enqueue(self, exclusive: bool) -> _Ticket:
-        ticket = _Ticket(exclusive)
-        with self._cond:
-            self._queue.append(ticket)
-            self._admit_locked()
-        return ticket
-
-    def _admit_locked(self) -> None:
-        while self._queue:
-            head = self._queue[0]
-            if head.exclusive:
-                if self._running:
-                    break
-                self._exclusive = True
-            elif self._exclusive:
-                break
-            self._queue.popleft()
-            self._running += 1
-            head.admitted = True
-        self._cond.notify_all()
-
-    def wait(self, ticket: _Ticket, signal: AbortSignal) -> bool:
-        """Block until ``ticket`` is admitted (``True``; call ``leave``) or
-        ``signal`` aborted first (``False``; the ticket is withdrawn)."""
-
-        def wake(_signal: AbortSignal) -> None:
-            with self._cond:
-                self._cond.notify_all()
-
-        with signal.add_listener(wake), self._cond:
-            while not ticket.admitted:
-                if signal.aborted:
-                    self._queue.remove(ticket)
-                    self._admit_locked()
-                    return False
-                self._cond.wait()
-        return True
-
-    def drop(self, ticket: _Ticket) -> None:
-        """Give up ``ticket`` whether or not it was admitted (its call will
-        not run)."""
-        with self._cond:
-            if not ticket.admitted:
-                self._queue.remove(ticket)
-                self._admit_locked()
-                return
-        self.leave(ticket)
-
-    def leave(self, ticket: _Ticket) -> None:
-        with self._cond:
-            self._running -= 1
-            if ticket.exclusive:
-                self._exclusive = False
-            self._admit_locked()
-
-
 def _tool_result(
     outcome: ToolExecutionResult | BaseException, shape: OutputShape | None = None
 ) -> types.CallToolResult:
@@ -282,7 +205,7 @@ class _StdioServer:
         self._name = name
         self._in_fd = in_fd
         self._out_fd = out_fd
-        self._gate = _Gate()
+        self._gate = Gate()
         self._ids = RequestIds()
         self._progress = ProgressRelay(registry)
         self.stop_reason: str | None = None

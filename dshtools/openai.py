@@ -45,7 +45,7 @@ Guarantees:
   a result's text or in an id become U+FFFD.
 * **Names the provider accepts** (docs/contract.md §8 A12): ``tools_param``
   sends a name breaking ``^[a-zA-Z0-9_-]{1,64}$`` under an alias
-  (``dshtools._interop.calls.alias_names`` states the rule; the registry keeps
+  (``dshtools._interop.names.alias_names`` states the rule; the registry keeps
   the user's names), and ``calls_from_message(..., registry=registry)``
   maps aliases back.
 * Nothing here runs a tool, blocks, or touches the signal beyond handing it
@@ -60,15 +60,11 @@ only text for ``role: "tool"``, and every compatible server takes a string.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from ._interop.calls import (
-    INVALID_CALL,
-    Aliases,
     CallIds,
-    InvalidCall,
     MalformedArguments,
-    alias_names,
     as_mapping,
     assistant_fields,
     checked_call_id,
@@ -80,9 +76,10 @@ from ._interop.calls import (
     refuse_other_shapes,
     utf8_safe,
 )
+from ._interop.names import Aliases, HasSchemas, alias_names
 from ._interop.responses import function_calls, output_items
 from ._signal import AbortSignal
-from ._types.calls import ToolExecutionInput, ToolExecutionResult
+from ._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
     # mypy checks what tools_param, responses_tools_param and
@@ -111,10 +108,6 @@ __all__ = [
 ]
 
 
-class _HasSchemas(Protocol):
-    def schemas(self) -> list[dict[str, Any]]: ...
-
-
 class ToolMessage(TypedDict):
     """One ``role: "tool"`` message. ``content`` is always a ``str`` at run
     time; it is annotated ``Any`` so that the dict is accepted wherever the
@@ -127,7 +120,7 @@ class ToolMessage(TypedDict):
     content: Any
 
 
-def tools_param(registry: _HasSchemas) -> list[ChatCompletionToolParam]:
+def tools_param(registry: HasSchemas) -> list[ChatCompletionToolParam]:
     """The Chat Completions ``tools`` parameter for every tool in
     ``registry`` (a ``ToolRegistry``), in ``registry.schemas()`` order:
     ``{"type": "function", "function": {"name": ..., "description": ...,
@@ -152,7 +145,7 @@ def tools_param(registry: _HasSchemas) -> list[ChatCompletionToolParam]:
     return tools
 
 
-def _registered(registry: _HasSchemas) -> list[tuple[str, bool]]:
+def _registered(registry: HasSchemas) -> list[tuple[str, bool]]:
     """``(registered name, defined with strict=True)`` for every tool, in
     ``registry.schemas()`` order (``False`` for a registry without ``get``)."""
     get = getattr(registry, "get", None)
@@ -165,7 +158,7 @@ def calls_from_message(
     *,
     signal: AbortSignal,
     agent: str | None = None,
-    registry: _HasSchemas | None = None,
+    registry: HasSchemas | None = None,
 ) -> list[ToolExecutionInput]:
     """An assistant message's ``tool_calls`` as ``ToolExecutionInput``s: one
     per model tool call, in order, each with ``call_id`` = the call's ``id``
@@ -251,7 +244,7 @@ def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExe
 # The Responses API (docs/contract.md §17)
 
 
-def responses_tools_param(registry: _HasSchemas, *names: str) -> list[FunctionToolParam]:
+def responses_tools_param(registry: HasSchemas, *names: str) -> list[FunctionToolParam]:
     """The Responses API ``tools`` parameter: ``{"type": "function",
     "name": ..., "description": ..., "parameters": <JSON Schema object>,
     "strict": <bool>}`` for every tool in ``registry`` (a ``ToolRegistry``),
@@ -289,7 +282,7 @@ def calls_from_response(
     *,
     signal: AbortSignal,
     agent: str | None = None,
-    registry: _HasSchemas | None = None,
+    registry: HasSchemas | None = None,
 ) -> list[ToolExecutionInput]:
     """The ``function_call`` items of a Responses API response as
     ``ToolExecutionInput``s: one per item, in output order, each with

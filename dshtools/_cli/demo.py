@@ -46,6 +46,7 @@ from pydantic import Field
 
 from .. import io as dio
 from .._backends.process.backend import ProcessBackend
+from .._core.closing import Closing
 from .._io.session import _group_alive
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry
@@ -137,7 +138,7 @@ class _Server(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
-class DemoServer:
+class DemoServer(Closing):
     """Local HTTP server with ``/fast`` and ``/stall`` endpoints; use as a
     context manager. ``base_url`` is ``http://127.0.0.1:<port>``."""
 
@@ -160,12 +161,6 @@ class DemoServer:
             self._server.shutdown()
             self._thread.join()
         self._server.server_close()
-
-    def __enter__(self) -> DemoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------
@@ -193,7 +188,7 @@ def _stubborn(seconds: Annotated[float, Field(ge=0)]) -> dict[str, float]:
     return {"slept": seconds}
 
 
-class DemoTools:
+class DemoTools(Closing):
     """The demo's registry and the bookkeeping that proves quiescence.
 
     ``base_url``: where ``http_get`` resolves relative URLs. ``workdir``: a
@@ -326,12 +321,6 @@ class DemoTools:
         self.registry.close()
         self.process_backend.close()
 
-    def __enter__(self) -> DemoTools:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # ---------------------------------------------------------------------------
 # The remote tool: our own MCP server over stdio
@@ -341,7 +330,7 @@ REMOTE_MODULE = "dshtools._cli.demo_remote_tools"
 REMOTE_TOOL = "remote_sleep"
 
 
-class RemoteTool:
+class RemoteTool(Closing):
     """The demo's remote tool: ``remote_sleep`` of our own MCP server
     (``python -m dshtools mcp --tools dshtools._cli.demo_remote_tools``),
     started over stdio by ``MCPClient.stdio`` and registered as a registry
@@ -439,9 +428,3 @@ class RemoteTool:
         client, self._client = self._client, None
         if client is not None:
             client.close()
-
-    def __enter__(self) -> RemoteTool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

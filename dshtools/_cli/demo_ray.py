@@ -33,9 +33,10 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from contextlib import ExitStack
 from importlib import resources
-from typing import Any
+from typing import Any, Final
 
 from .. import io as dio
 from .._registry.policies import TimeoutPolicy
@@ -75,6 +76,7 @@ def _record_pid(workdir: str, kind: str, pid: int) -> None:
 
 
 def _shell(workdir: str, args: Any, run: ToolRunContext) -> object:
+    """Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true."""
     # The shell leads the session run_process creates (pid == pgid) and
     # records itself before running anything.
     directory = os.path.join(workdir, _PIDS)
@@ -90,22 +92,26 @@ def _shell(workdir: str, args: Any, run: ToolRunContext) -> object:
 
 
 def _http_get(base_url: str, args: Any, run: ToolRunContext) -> object:
+    """GET a URL; relative URLs resolve against the demo's local server."""
     url = urllib.parse.urljoin(base_url + "/", args["url"])
     response = dio.http_request("GET", url, run.signal)
     return {"status": response.status, "body": response.body.decode(errors="replace")}
 
 
 def _read_file(workdir: str, args: Any, run: ToolRunContext) -> object:
+    """Read a text file from the demo's work directory."""
     data = dio.read_file(os.path.join(workdir, args["path"]), run.signal)
     return {"path": args["path"], "text": data.decode(errors="replace")}
 
 
 def _sleep(args: Any, run: ToolRunContext) -> object:
+    """Sleep for some seconds (cancellable)."""
     dio.sleep(float(args["seconds"]), run.signal)
     return {"slept": args["seconds"]}
 
 
 def _stubborn(workdir: str, args: Any, run: ToolRunContext) -> object:
+    """Sleep for some seconds, ignoring cancellation (stopped by force)."""
     _record_pid(workdir, "worker", os.getpid())
     time.sleep(float(args["seconds"]))  # ignores run.signal on purpose
     return {"slept": args["seconds"]}
@@ -127,48 +133,41 @@ def _read_only(args: Any) -> bool:
     return args.get("read_only") is True
 
 
+_STRING: Final = {"type": "string"}
+_SECONDS: Final = {"seconds": {"type": "number", "minimum": 0}}
+
+
+def _definition(
+    body: Callable[..., object],
+    properties: dict[str, Any],
+    required: list[str],
+    timeout: float,
+    *bound: str,
+    safe: Callable[[Any], bool] = _always,
+) -> ToolDefinition:
+    """The tool whose body is ``body`` with ``bound`` as its first arguments:
+    named after the function (without its underscore), described by its
+    docstring, taking an object of exactly ``properties``."""
+    assert body.__doc__ is not None
+    execute = functools.partial(body, *bound) if bound else body
+    return ToolDefinition(
+        body.__name__.lstrip("_"),
+        body.__doc__,
+        _obj(properties, required),
+        execute,
+        timeout=timeout,
+        is_concurrency_safe=safe,
+    )
+
+
 def _definitions(base_url: str, workdir: str) -> list[ToolDefinition]:
+    shell = {"command": _STRING, "read_only": {"type": "boolean"}}
     return [
-        ToolDefinition(
-            "shell",
-            "Run a POSIX shell command in the demo's work directory. Exclusive unless read_only is true.",
-            _obj({"command": {"type": "string"}, "read_only": {"type": "boolean"}}, ["command"]),
-            functools.partial(_shell, workdir),
-            timeout=SHELL_TIMEOUT,
-            is_concurrency_safe=_read_only,
-        ),
-        ToolDefinition(
-            "http_get",
-            "GET a URL; relative URLs resolve against the demo's local server.",
-            _obj({"url": {"type": "string"}}, ["url"]),
-            functools.partial(_http_get, base_url),
-            timeout=HTTP_TIMEOUT,
-            is_concurrency_safe=_always,
-        ),
-        ToolDefinition(
-            "read_file",
-            "Read a text file from the demo's work directory.",
-            _obj({"path": {"type": "string"}}, ["path"]),
-            functools.partial(_read_file, workdir),
-            timeout=READ_TIMEOUT,
-            is_concurrency_safe=_always,
-        ),
-        ToolDefinition(
-            "sleep",
-            "Sleep for some seconds (cancellable).",
-            _obj({"seconds": {"type": "number", "minimum": 0}}, ["seconds"]),
-            _sleep,
-            timeout=SLEEP_TIMEOUT,
-            is_concurrency_safe=_always,
-        ),
-        ToolDefinition(
-            "stubborn",
-            "Sleep for some seconds, ignoring cancellation (stopped by force).",
-            _obj({"seconds": {"type": "number", "minimum": 0}}, ["seconds"]),
-            functools.partial(_stubborn, workdir),
-            timeout=STUBBORN_TIMEOUT,
-            is_concurrency_safe=_always,
-        ),
+        _definition(_shell, shell, ["command"], SHELL_TIMEOUT, workdir, safe=_read_only),
+        _definition(_http_get, {"url": _STRING}, ["url"], HTTP_TIMEOUT, base_url),
+        _definition(_read_file, {"path": _STRING}, ["path"], READ_TIMEOUT, workdir),
+        _definition(_sleep, _SECONDS, ["seconds"], SLEEP_TIMEOUT),
+        _definition(_stubborn, _SECONDS, ["seconds"], STUBBORN_TIMEOUT, workdir),
     ]
 
 

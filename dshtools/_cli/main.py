@@ -425,8 +425,36 @@ def build_parser() -> argparse.ArgumentParser:
             "the spans there as OTLP JSON; needs the SDK: pip install 'dshtools[otel]' opentelemetry-sdk",
         )
 
-    demo = sub.add_parser(
+    def registry_arguments(p: argparse.ArgumentParser) -> None:
+        """The registry a command serves or replays against: ``--tools``, and
+        ``--traceback`` for when loading it fails."""
+        p.add_argument(
+            "--tools",
+            required=True,
+            metavar="MODULE:ATTRIBUTE",
+            help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose "
+            "@dshtools.tool functions become the tools: a module name, not a file path (the current directory "
+            "is importable)",
+        )
+        p.add_argument(
+            "--traceback",
+            action="store_true",
+            help="on a usage error caused by an exception (importing --tools failed), print its traceback",
+        )
+
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], *, help: str, description: str
+    ) -> argparse.ArgumentParser:
+        """The sub-command ``name``, which runs ``func(namespace)``; its own
+        parser is ``namespace.subparser`` (for usage errors found after
+        parsing)."""
+        p = sub.add_parser(name, help=help, description=description)
+        p.set_defaults(func=func, subparser=p)
+        return p
+
+    demo = command(
         "demo",
+        cmd_demo,
         help="replay the bundled transcript against real blocking tools and a local HTTP server",
         description="Replay the bundled transcript (shell, http_get, read_file, sleep against a local "
         "server; stubborn in a worker process; remote_sleep on our own MCP server over stdio) with "
@@ -445,10 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="where tool bodies run: threads (default) or Ray tasks on a local Ray, started if none is "
         "connected (needs the 'ray' extra; the non-cooperative call is stopped by force)",
     )
-    demo.set_defaults(func=cmd_demo, subparser=demo)
 
-    replay = sub.add_parser(
+    replay = command(
         "replay",
+        cmd_replay,
         help="replay a transcript's tool calls against your own registry",
         description='Replay TRANSCRIPT.json (a message list, a {"messages": [...]} object, or one assistant '
         "message, in OpenAI Chat Completions or Anthropic Messages format; each assistant message's tool calls "
@@ -467,28 +495,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TRANSCRIPT.json",
         help="the transcript file; '-' reads it from standard input",
     )
-    replay.add_argument(
-        "--tools",
-        required=True,
-        metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
-        "functions become the tools: a module name, not a file path (the current directory is importable)",
-    )
+    registry_arguments(replay)
     replay.add_argument(
         "--format",
         choices=("openai", "anthropic"),
         default=None,
         help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
     )
-    replay.add_argument(
-        "--traceback",
-        action="store_true",
-        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
-    )
     common(replay, None)
-    replay.set_defaults(func=cmd_replay, subparser=replay)
-    mcp = sub.add_parser(
+    mcp = command(
         "mcp",
+        cmd_mcp,
         help="serve your registry's tools as a Model Context Protocol server over stdio or HTTP",
         description="Serve the registry named by --tools as an MCP server on stdin/stdout, or over streamable "
         "HTTP with --http (needs the mcp extra). "
@@ -496,13 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
         "joins the body. Exit status: 0 at end of input; 128 + signum after SIGTERM or SIGINT, once every "
         "call in flight was aborted and joined.",
     )
-    mcp.add_argument(
-        "--tools",
-        required=True,
-        metavar="MODULE:ATTRIBUTE",
-        help="a ToolRegistry, or a zero-argument callable returning one; or MODULE alone, whose @dshtools.tool "
-        "functions become the tools (the current directory is importable)",
-    )
+    registry_arguments(mcp)
     mcp.add_argument("--name", default="dshtools", help="the server name announced to the client (default dshtools)")
     mcp.add_argument(
         "--http",
@@ -539,12 +550,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --http: close a session after this long without a request in flight (default 600)",
     )
-    mcp.add_argument(
-        "--traceback",
-        action="store_true",
-        help="on a usage error caused by an exception (importing --tools failed), print its traceback",
-    )
-    mcp.set_defaults(func=cmd_mcp, subparser=mcp)
     return parser
 
 

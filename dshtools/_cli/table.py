@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from .._core.freeze import thaw
-from .._interop.calls import InvalidCall, MalformedArguments, utf8_safe
-from .._types.calls import ToolExecutionResult
+from .._interop.calls import MalformedArguments, utf8_safe
+from .._types.calls import InvalidCall, ToolExecutionResult
 from .._types.hooks import ProgressUpdate
 from .run import _Row
 

@@ -1,7 +1,8 @@
-"""What the provider formats share (docs/contract.md §6, §8 A11, A12, §11):
-reading model output that never raises, the tool-name alias scheme, and
-text that always encodes as UTF-8. Used by ``dshtools.openai`` and
-``dshtools.anthropic``; package-internal.
+"""What the provider formats share (docs/contract.md §6, §8 A11, §11):
+reading model output that never raises, and text that always encodes as
+UTF-8; JSON text itself is read by ``json_text``, tool names are
+``names``'. Used by ``dshtools.openai`` and ``dshtools.anthropic``;
+package-internal.
 
 Guarantees:
 
@@ -17,46 +18,40 @@ Guarantees:
   ``INVALID_CALL`` before anything else runs (no hook, no body).
 * ``utf8_safe`` text always encodes as UTF-8: each lone surrogate becomes
   U+FFFD; valid pairs are kept as the character they encode.
-* ``Aliases`` maps every registered name to a name matching
-  ``^[a-zA-Z0-9_-]{1,64}$`` and back; see ``alias_names`` for the rule.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
-from typing import Any, Final, Protocol
+from typing import Any
 
 import attrs
 
-from .._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput
+from .._types.calls import InvalidCall, ToolExecutionInput
+from .json_text import MAX_DEPTH, TooDeep, decode_json
+from .names import Aliases, HasSchemas, alias_names, checked_name, registry_schemas
 
 __all__ = [
-    "INVALID_CALL",
-    "MAX_DEPTH",
-    "Aliases",
-    "InvalidCall",
+    "CallIds",
     "MalformedArguments",
-    "TooDeep",
-    "alias_names",
     "as_mapping",
+    "assistant_fields",
     "check_decoded",
-    "checked_name",
+    "checked_call_id",
     "failure_text",
     "field",
-    "nesting_depth",
+    "model_call",
+    "object_schema_or_raise",
+    "paired",
     "parse_arguments",
-    "parse_iterative",
     "provider_text",
+    "provider_tools",
+    "refuse_other_shapes",
+    "result_text",
     "utf8_safe",
 ]
-
-MAX_DEPTH: Final = 1000
-"""Deepest nesting of model arguments accepted (docs/contract.md §8 A11)."""
-
 
 # ---------------------------------------------------------------------------
 # Placeholders the registry recognises
@@ -110,125 +105,7 @@ def _lone_surrogate(raw: str, where: str) -> MalformedArguments:
 # Parsing argument text
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
-
-
-class TooDeep(Exception):
-    """Raised by ``parse_iterative`` past its depth limit."""
-
-
-def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
-    """``json.loads(s)`` without recursion (so the caller's stack depth
-    does not matter) and without ``NaN``/``Infinity``. Raises
-    ``json.JSONDecodeError`` like ``json.loads`` (same messages and
-    positions) and ``TooDeep`` past ``limit`` levels."""
-    ws = _WS.match
-    n = len(s)
-    err = json.JSONDecodeError
-    # Each frame: [container, pending key (objects only)].
-    stack: list[list[Any]] = []
-    idx = ws(s, 0).end()  # type: ignore[union-attr]
-    while True:
-        # A value starts at idx.
-        if idx >= n:
-            raise err("Expecting value", s, idx)
-        c = s[idx]
-        if c in "{[":
-            if len(stack) >= limit:
-                raise TooDeep
-            close = "}" if c == "{" else "]"
-            idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-            if idx < n and s[idx] == close:
-                value: Any = {} if c == "{" else []
-                idx += 1
-            elif c == "[":
-                stack.append([[], None])
-                continue
-            else:
-                if idx >= n or s[idx] != '"':
-                    raise err("Expecting property name enclosed in double quotes", s, idx)
-                key, idx = _scanstring(s, idx + 1, True)
-                idx = ws(s, idx).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != ":":
-                    raise err("Expecting ':' delimiter", s, idx)
-                idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                stack.append([{}, key])
-                continue
-        elif c == '"':
-            value, idx = _scanstring(s, idx + 1, True)
-        elif s.startswith("null", idx):
-            value, idx = None, idx + 4
-        elif s.startswith("true", idx):
-            value, idx = True, idx + 4
-        elif s.startswith("false", idx):
-            value, idx = False, idx + 5
-        else:
-            m = _NUMBER.match(s, idx)
-            if m is None:
-                raise err("Expecting value", s, idx)
-            integer, frac, exp = m.groups()
-            value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
-            idx = m.end()
-        # Hand the value to its container; close every container that ends here.
-        while True:
-            idx = ws(s, idx).end()  # type: ignore[union-attr]
-            if not stack:
-                if idx != n:
-                    raise err("Extra data", s, idx)
-                return value
-            frame = stack[-1]
-            container = frame[0]
-            if isinstance(container, list):
-                container.append(value)
-                if idx < n and s[idx] == ",":
-                    idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                    break
-                if idx < n and s[idx] == "]":
-                    idx += 1
-                    value = stack.pop()[0]
-                    continue
-                raise err("Expecting ',' delimiter", s, idx)
-            container[frame[1]] = value
-            if idx < n and s[idx] == ",":
-                idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != '"':
-                    raise err("Expecting property name enclosed in double quotes", s, idx)
-                frame[1], idx = _scanstring(s, idx + 1, True)
-                idx = ws(s, idx).end()  # type: ignore[union-attr]
-                if idx >= n or s[idx] != ":":
-                    raise err("Expecting ':' delimiter", s, idx)
-                idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
-                break
-            if idx < n and s[idx] == "}":
-                idx += 1
-                value = stack.pop()[0]
-                continue
-            raise err("Expecting ',' delimiter", s, idx)
-
-
-_NESTING_TOKENS = re.compile(r'([\[{])|([\]}])|"[^"\\]*(?:\\.[^"\\]*)*"')
-
-
-def nesting_depth(s: str) -> int:
-    """The deepest nesting of ``s``'s brackets outside JSON strings: exact
-    for valid JSON (the only text ``json.loads`` accepts), an estimate for
-    anything else. Never recursive."""
-    depth = deepest = 0
-    for m in _NESTING_TOKENS.finditer(s):
-        kind = m.lastindex
-        if kind == 1:
-            depth += 1
-            deepest = max(deepest, depth)
-        elif kind == 2:
-            depth -= 1
-    return deepest
 
 
 def _find_lone_surrogate(value: object) -> str | None:
@@ -278,15 +155,7 @@ def parse_arguments(raw: object) -> object:
             return MalformedArguments(_safe_repr(raw), f"expected a JSON string, got {type(raw).__name__}")
         if not raw.strip():
             return {}
-        if raw.count("[") + raw.count("{") > MAX_DEPTH and nesting_depth(raw) > MAX_DEPTH:
-            # Too deep: never hand it to the C decoder (its limit moves with
-            # sys.setrecursionlimit); the iterative parser refuses it.
-            value = parse_iterative(raw)
-        else:
-            try:
-                value = json.loads(raw, parse_constant=_reject_constant)
-            except RecursionError:  # the caller is already deep in its stack
-                value = parse_iterative(raw)
+        value = decode_json(raw)
         if _SURROGATE_ESCAPE.search(raw) is not None or not _encodable(raw):
             where = _find_lone_surrogate(value)
             if where is not None:
@@ -396,112 +265,6 @@ def utf8_safe(text: str) -> str:
     return text
 
 
-# ---------------------------------------------------------------------------
-# Provider-valid tool names (docs/contract.md §8 A12)
-
-NAME_RULE: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-_OUTSIDE = re.compile(r"[^a-zA-Z0-9_-]")
-_MAX_NAME: Final = 64
-_HASH_LEN: Final = 8
-
-
-def _digest(name: str, length: int) -> str:
-    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:length]
-
-
-def _with_suffix(base: str, name: str, length: int) -> str:
-    suffix = "_" + _digest(name, length)
-    return base[: _MAX_NAME - len(suffix)] + suffix
-
-
-@lru_cache(maxsize=16)
-def _alias_table(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    valid = {n for n in names if NAME_RULE.fullmatch(n)}
-    mapped: dict[str, str] = {}
-    for name in names:
-        if name not in valid:
-            mapped[name] = _OUTSIDE.sub("_", name)
-    counts: dict[str, int] = {}
-    for base in mapped.values():
-        counts[base] = counts.get(base, 0) + 1
-    taken = set(valid)
-    out: dict[str, str] = {n: n for n in valid}
-    # Names whose mapping is valid, unique and free keep it; the others
-    # (too long, empty, or colliding) get the hash suffix, in sorted order
-    # so the outcome does not depend on registration order.
-    needs_suffix: list[str] = []
-    for name, base in mapped.items():
-        if 1 <= len(base) <= _MAX_NAME and counts[base] == 1 and base not in valid:
-            out[name] = base
-            taken.add(base)
-        else:
-            needs_suffix.append(name)
-    for name in sorted(needs_suffix):
-        length = _HASH_LEN
-        alias = _with_suffix(mapped[name], name, length)
-        while alias in taken:  # a hash collision: lengthen the suffix
-            length += 4
-            alias = _with_suffix(mapped[name], name, length)
-        out[name] = alias
-        taken.add(alias)
-    return tuple((n, out[n]) for n in names)
-
-
-def alias_names(names: Iterable[str]) -> dict[str, str]:
-    """``{registered name: name sent to the provider}`` for ``names``.
-
-    The rule (docs/contract.md §8 A12), deterministic for a given set of
-    names, whatever their order:
-
-    1. a name matching ``^[a-zA-Z0-9_-]{1,64}$`` is sent unchanged;
-    2. otherwise each character outside ``a-z A-Z 0-9 _ -`` becomes ``_``
-       (``math.factorial`` → ``math_factorial``, ``get/whoami`` →
-       ``get_whoami``);
-    3. when that is empty, longer than 64 characters, or equal to another
-       tool's name or mapped name, the alias is its first characters, then
-       ``_`` and the first 8 hex digits of the SHA-256 of the registered
-       name (UTF-8), 64 characters at most in all (longer digests only in
-       the unlikely case that this too collides).
-    """
-    return dict(_alias_table(tuple(names)))
-
-
-class _HasSchemas(Protocol):
-    def schemas(self) -> list[dict[str, Any]]: ...
-
-
-@attrs.frozen
-class Aliases:
-    """Both directions of ``alias_names`` for one registry's tools."""
-
-    to_alias: Mapping[str, str]
-    to_name: Mapping[str, str]
-
-    @classmethod
-    def of(cls, registry: _HasSchemas) -> Aliases:
-        names = [str(schema["name"]) for schema in registry_schemas(registry)]
-        forward = alias_names(names)
-        return cls(forward, {alias: name for name, alias in forward.items()})
-
-    def name_of(self, sent: str) -> str:
-        """The registered name for a name the model used: an alias maps
-        back; anything else (an unknown name) is kept as is."""
-        return self.to_name.get(sent, sent)
-
-
-def checked_name(name: object, problem: str | None, missing: str, aliases: Aliases | None) -> tuple[str, str | None]:
-    """``(registered name, problem or None)`` for the name a model call
-    carries: a non-string counts as ``""``; an empty name is the problem
-    ``missing`` unless the call already has one; an alias maps back when
-    ``aliases`` is given (``Aliases.name_of``)."""
-    name = name if isinstance(name, str) else ""
-    if problem is None and not name:
-        problem = missing
-    if aliases is not None and name:
-        name = aliases.name_of(name)
-    return name, problem
-
-
 def model_call(
     call_id: str,
     problem: str | None,
@@ -522,17 +285,7 @@ def model_call(
     return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
 
 
-def registry_schemas(registry: _HasSchemas) -> Sequence[Mapping[str, Any]]:
-    """``registry.schemas()``; ``TypeError`` naming the ``ToolRegistry``
-    expected when ``registry`` has no ``schemas()`` (a list of tools, a
-    dict, ``None``)."""
-    schemas = getattr(registry, "schemas", None)
-    if not callable(schemas):
-        raise TypeError(f"registry must be a ToolRegistry (anything with schemas()), not {type(registry).__name__}")
-    return schemas()  # type: ignore[no-any-return]
-
-
-def provider_tools(registry: _HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
+def provider_tools(registry: HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
     """``(name as sent, description, parameters)`` for every tool in
     ``registry``, in ``registry.schemas()`` order: the name is the tool's
     alias (``alias_names``), the parameters a fresh, plain, mutable copy of

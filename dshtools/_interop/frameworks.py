@@ -29,7 +29,8 @@ import attrs
 from .._core.freeze import thaw
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .calls import alias_names, object_schema_or_raise, parse_arguments, provider_text
+from .calls import object_schema_or_raise, parse_arguments, provider_text
+from .names import alias_names
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import attrs
 
-from .calls import MAX_DEPTH, TooDeep, nesting_depth, parse_iterative
+from .json_text import MAX_DEPTH, TooDeep, decode_json, scanstring
 
 __all__ = [
     "INVALID_PARAMS",
@@ -168,23 +168,11 @@ class RequestIds:
             return len(self._inner)
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _decode(line: bytes) -> object:
     """The JSON value of ``line``; ``ValueError`` (incl. ``UnicodeDecodeError``
     and ``json.JSONDecodeError``) when it is not UTF-8 JSON, ``TooDeep``
     past ``_MESSAGE_DEPTH`` levels. Lone surrogate escapes are kept."""
-    text = line.decode("utf-8")
-    if text.count("[") + text.count("{") > _MESSAGE_DEPTH and nesting_depth(text) > _MESSAGE_DEPTH:
-        # Never hand deep text to the C decoder, whose limit moves with
-        # sys.setrecursionlimit; the iterative parser refuses it.
-        return parse_iterative(text, _MESSAGE_DEPTH)
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        return parse_iterative(text, _MESSAGE_DEPTH)
+    return decode_json(line.decode("utf-8"), _MESSAGE_DEPTH)
 
 
 def read_line(line: bytes, ids: RequestIds) -> Forward | list[Reply] | None:
@@ -305,7 +293,7 @@ def _skim_id(line: bytes) -> WireId | None:
             return None
         i = _skip_ws(text, i + 1)
         while i < len(text) and text[i] == '"':
-            key, i = _scanstring(text, i + 1)
+            key, i = scanstring(text, i + 1)
             i = _skip_ws(text, i)
             if text[i] != ":":
                 return None
@@ -323,9 +311,6 @@ def _skim_id(line: bytes) -> WireId | None:
     except (ValueError, IndexError):
         pass
     return None
-
-
-_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def _skip_ws(text: str, i: int) -> int:

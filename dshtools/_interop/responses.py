@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .._types.calls import ToolExecutionInput
-from .calls import Aliases, CallIds, as_mapping, field, model_call, refuse_other_shapes
+from .calls import CallIds, as_mapping, field, model_call, refuse_other_shapes
+from .names import Aliases
 
 __all__ = ["function_calls", "output_items"]
 

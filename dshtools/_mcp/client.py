@@ -62,7 +62,6 @@ import threading
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -70,6 +69,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from .._backends.base import BodyReport, Error, NotInvoked, Value, WorkerLost
+from .._core.closing import Closing
 from .._core.errors import AbortError, safe_repr, safe_str
 from .._core.freeze import thaw
 from .._core.interrupts import after_fork_in_child
@@ -185,7 +185,7 @@ async def _first(*events: anyio.Event) -> None:
             tg.start_soon(wait_for, event)
 
 
-class MCPClient:
+class MCPClient(Closing):
     """A synchronous client of one MCP server (docs/mcp.md#the-client).
 
     Made by ``MCPClient.stdio(command, *, env=None, cwd=None,
@@ -369,14 +369,6 @@ class MCPClient:
                 self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not threading.current_thread() and self._thread.is_alive():
             self._thread.join()
-
-    def __enter__(self) -> MCPClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------ helpers
 

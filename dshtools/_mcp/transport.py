@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import attrs
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.session import ClientSession
@@ -181,35 +182,27 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
         return exc
 
 
+@attrs.frozen(eq=False)
 class Server:
     """How to reach one MCP server (a stdio ``command`` with its ``env`` and
     ``cwd``, or a streamable-HTTP ``url`` with its ``headers``) and how to
     run one incarnation of it: ``serve(conn)``."""
 
-    def __init__(
-        self,
-        command: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str | os.PathLike[str] | None,
-        url: str | None,
-        headers: dict[str, str],
-    ) -> None:
-        self._command = command
-        self._env = env
-        self._cwd = cwd
-        self._url = url
-        self._headers = headers
+    command: list[str]
+    env: dict[str, str] = attrs.field(kw_only=True)
+    cwd: str | os.PathLike[str] | None = attrs.field(kw_only=True)
+    url: str | None = attrs.field(kw_only=True)
+    headers: dict[str, str] = attrs.field(kw_only=True)
 
     async def serve(self, conn: Connection) -> None:
         """Run one incarnation of the server until ``conn.stop``; stop its
         process group on the way out, whatever happened."""
-        if self._url is not None:
-            await self._serve_http(conn, self._url)
+        if self.url is not None:
+            await self._serve_http(conn, self.url)
             return
         try:
             conn.process = process = await anyio.open_process(
-                self._command, env=self._env, cwd=self._cwd, start_new_session=True, stderr=None
+                self.command, env=self.env, cwd=self.cwd, start_new_session=True, stderr=None
             )
         except Exception as exc:
             conn.error = exc
@@ -228,7 +221,7 @@ class Server:
             if not conn.ready.is_set():
                 conn.error = exc
             else:
-                _log.debug("the MCP session with %r ended with an error", self._command, exc_info=exc)
+                _log.debug("the MCP session with %r ended with an error", self.command, exc_info=exc)
         finally:
             conn.alive = False
             conn.ready.set()
@@ -265,7 +258,7 @@ class Server:
         try:
             async with (
                 httpx2.AsyncClient(
-                    headers=self._headers,
+                    headers=self.headers,
                     timeout=httpx2.Timeout(30.0, read=300.0),
                     event_hooks={"response": [note_status]},
                 ) as http,
@@ -370,7 +363,7 @@ class Server:
                 procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGKILL)
                 await anyio.sleep(_GONE_POLL)
         if waiting.cancelled_caught:
-            _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self._command, pid, _KILL_WAIT)
+            _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self.command, pid, _KILL_WAIT)
         try:
             await process.aclose()  # its pipes and the loop's transport
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):

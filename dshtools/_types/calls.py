@@ -30,40 +30,9 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from .._core.errors import AbortError, safe_str, safe_type_name
-from .._core.freeze import FrozenDict, freeze, thaw
+from .._core.freeze import FrozenDict, freeze
 from .._signal import AbortSignal
 from .._signal.deadline import timeout_of
-
-__all__ = [
-    "ANY_OBJECT",
-    "APPROVAL_PENDING",
-    "DENIED",
-    "EMPTY_META",
-    "INVALID_ARGS",
-    "INVALID_CALL",
-    "INVALID_TOOL_OUTPUT",
-    "TOOL_ABORTED",
-    "TOOL_ABORTED_BEFORE_DISPATCH",
-    "TOOL_ERROR",
-    "TOOL_TIMEOUT",
-    "UNKNOWN_TOOL",
-    "WORKER_LOST",
-    "ContentBlock",
-    "ErrorDetail",
-    "ErrorInfo",
-    "ExecutionToken",
-    "InvalidCall",
-    "ToolError",
-    "ToolExecutionInput",
-    "ToolExecutionResult",
-    "ToolFailure",
-    "ToolSuccess",
-    "aborted",
-    "exception_failure",
-    "failure",
-    "text_content",
-    "thaw",
-]
 
 # ---------------------------------------------------------------- codes (§2)
 
@@ -265,6 +234,21 @@ def _restored_meta(state: dict[str, object] | None) -> Mapping[str, object]:
     return EMPTY_META if state is None else types.MappingProxyType(state)
 
 
+def _result_state(result: ToolExecutionResult) -> tuple[object, ...]:
+    """A result's fields in their declared order, for pickling; ``meta`` as
+    ``_meta_state`` gives it."""
+    return tuple(
+        _meta_state(result, result.meta) if field.name == "meta" else getattr(result, field.name)
+        for field in attrs.fields(type(result))
+    )
+
+
+def _restore_result(result: ToolExecutionResult, state: tuple[Any, ...]) -> None:
+    """Set a result's fields (the classes are frozen) from ``_result_state``'s tuple."""
+    for field, value in zip(attrs.fields(type(result)), state, strict=True):
+        _set(result, field.name, _restored_meta(value) if field.name == "meta" else value)
+
+
 def to_contexts(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     if isinstance(value, tuple):
         return value
@@ -291,17 +275,9 @@ class ToolSuccess:
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
     body_invoked: bool = attrs.field(default=False, kw_only=True)
 
-    def __getstate__(self) -> tuple[object, ...]:
-        # Pickles and unpickles equal, ``meta`` read-only again.
-        return (self.value, self.content, _meta_state(self, self.meta), self.additional_contexts, self.body_invoked)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        value, content, meta, contexts, body_invoked = state
-        _set(self, "value", value)
-        _set(self, "content", content)
-        _set(self, "meta", _restored_meta(meta))
-        _set(self, "additional_contexts", contexts)
-        _set(self, "body_invoked", body_invoked)
+    # Pickles and unpickles equal, ``meta`` read-only again.
+    __getstate__ = _result_state
+    __setstate__ = _restore_result
 
     @property
     def is_error(self) -> Literal[False]:
@@ -327,17 +303,9 @@ class ToolFailure:
     additional_contexts: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=to_contexts)
     body_invoked: bool = attrs.field(default=False, kw_only=True)
 
-    def __getstate__(self) -> tuple[object, ...]:
-        # Pickles and unpickles equal, ``meta`` read-only again.
-        return (self.error, self.content, _meta_state(self, self.meta), self.additional_contexts, self.body_invoked)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        error, content, meta, contexts, body_invoked = state
-        _set(self, "error", error)
-        _set(self, "content", content)
-        _set(self, "meta", _restored_meta(meta))
-        _set(self, "additional_contexts", contexts)
-        _set(self, "body_invoked", body_invoked)
+    # Pickles and unpickles equal, ``meta`` read-only again.
+    __getstate__ = _result_state
+    __setstate__ = _restore_result
 
     @property
     def is_error(self) -> Literal[True]:

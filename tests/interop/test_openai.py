@@ -357,14 +357,14 @@ def test_the_limit_holds_whatever_the_parser_could_do() -> None:
     ],
 )
 def test_the_iterative_parser_agrees_with_json_loads(text: str) -> None:
-    from dshtools._interop.calls import parse_iterative
+    from dshtools._interop.json_text import parse_iterative
 
     assert parse_iterative(text) == json.loads(text)
 
 
 @pytest.mark.parametrize("text", ['{"a": 1,}', "[1,]", '{"a" 1}', "[1 2]", "{", "[", '{"a":1} x', "[01]", "[NaN]"])
 def test_the_iterative_parser_rejects_what_json_rejects_with_the_same_message(text: str) -> None:
-    from dshtools._interop.calls import parse_iterative
+    from dshtools._interop.json_text import parse_iterative
 
     with pytest.raises(ValueError) as iterative:
         parse_iterative(text)
@@ -384,7 +384,7 @@ _json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(_json_values, st.sampled_from([None, 0, 2]))
 def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: int | None) -> None:
-    from dshtools._interop.calls import parse_iterative
+    from dshtools._interop.json_text import parse_iterative
 
     text = json.dumps(value, indent=indent)
     assert parse_iterative(text) == json.loads(text)

@@ -337,9 +337,9 @@ def test_the_traceback_the_usage_error_offers_is_there() -> None:
 
 @pytest.mark.timeout(10)
 def test_exclusive_calls_never_overlap_and_admission_is_first_come() -> None:
-    from dshtools.mcp import _Gate
+    from dshtools._mcp.admission import Gate
 
-    gate = _Gate()
+    gate = Gate()
     signal_ = AbortController().signal
     a, b = gate.enqueue(False), gate.enqueue(False)
     x = gate.enqueue(True)
@@ -368,9 +368,9 @@ def test_exclusive_calls_never_overlap_and_admission_is_first_come() -> None:
 
 @pytest.mark.timeout(10)
 def test_a_call_cancelled_while_queued_is_withdrawn_and_unblocks_the_queue() -> None:
-    from dshtools.mcp import _Gate
+    from dshtools._mcp.admission import Gate
 
-    gate = _Gate()
+    gate = Gate()
     running = gate.enqueue(True)
     controller = AbortController()
     queued = gate.enqueue(True)
@@ -389,9 +389,9 @@ def test_a_call_cancelled_while_queued_is_withdrawn_and_unblocks_the_queue() -> 
 
 @pytest.mark.timeout(10)
 def test_a_dropped_ticket_frees_its_place_admitted_or_not() -> None:
-    from dshtools.mcp import _Gate
+    from dshtools._mcp.admission import Gate
 
-    gate = _Gate()
+    gate = Gate()
     first = gate.enqueue(True)
     second = gate.enqueue(True)
     third = gate.enqueue(False)

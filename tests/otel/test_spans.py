@@ -22,16 +22,8 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import HistogramDataPoint
 from opentelemetry.trace import SpanKind, StatusCode
 
+import dshtools
 from dshtools import (
-    DENIED,
-    INVALID_ARGS,
-    INVALID_CALL,
-    INVALID_TOOL_OUTPUT,
-    TOOL_ABORTED,
-    TOOL_ABORTED_BEFORE_DISPATCH,
-    TOOL_ERROR,
-    TOOL_TIMEOUT,
-    UNKNOWN_TOOL,
     AbortController,
     Deny,
     TimeoutPolicy,
@@ -88,16 +80,16 @@ def _wait_for_abort(_a: Any, run: ToolRunContext) -> str:
 # (tool, arguments, how, expected code, body invoked or None)
 OUTCOMES = [
     pytest.param("ok", {}, None, None, True, id="success"),
-    pytest.param("fails", {}, None, TOOL_ERROR, True, id="TOOL_ERROR"),
-    pytest.param("typed", {"n": "x"}, None, INVALID_ARGS, False, id="INVALID_ARGS"),
-    pytest.param("missing", {}, None, UNKNOWN_TOOL, False, id="UNKNOWN_TOOL"),
-    pytest.param("ok", {}, "deny", DENIED, False, id="DENIED"),
-    pytest.param("ok", {}, "pre-aborted", TOOL_ABORTED_BEFORE_DISPATCH, False, id="ABORTED_BEFORE_DISPATCH"),
-    pytest.param("waits", {}, "abort-running", TOOL_ABORTED, True, id="ABORTED"),
+    pytest.param("fails", {}, None, dshtools.TOOL_ERROR, True, id="TOOL_ERROR"),
+    pytest.param("typed", {"n": "x"}, None, dshtools.INVALID_ARGS, False, id="INVALID_ARGS"),
+    pytest.param("missing", {}, None, dshtools.UNKNOWN_TOOL, False, id="UNKNOWN_TOOL"),
+    pytest.param("ok", {}, "deny", dshtools.DENIED, False, id="DENIED"),
+    pytest.param("ok", {}, "pre-aborted", dshtools.TOOL_ABORTED_BEFORE_DISPATCH, False, id="ABORTED_BEFORE_DISPATCH"),
+    pytest.param("waits", {}, "abort-running", dshtools.TOOL_ABORTED, True, id="ABORTED"),
     # The timer may fire before the worker claimed the body: as the result says.
-    pytest.param("slow", {}, "timeout", TOOL_TIMEOUT, None, id="TOOL_TIMEOUT"),
-    pytest.param("bad_output", {}, None, INVALID_TOOL_OUTPUT, True, id="INVALID_TOOL_OUTPUT"),
-    pytest.param("ok", InvalidCall("no tool name"), None, INVALID_CALL, False, id="INVALID_CALL"),
+    pytest.param("slow", {}, "timeout", dshtools.TOOL_TIMEOUT, None, id="TOOL_TIMEOUT"),
+    pytest.param("bad_output", {}, None, dshtools.INVALID_TOOL_OUTPUT, True, id="INVALID_TOOL_OUTPUT"),
+    pytest.param("ok", InvalidCall("no tool name"), None, dshtools.INVALID_CALL, False, id="INVALID_CALL"),
 ]
 
 
@@ -165,9 +157,9 @@ def test_one_span_per_call_for_every_outcome_under_the_callers_span(
         assert span.status.status_code is StatusCode.ERROR
         assert attributes[otel.ERROR_TYPE] == code
     aborts = [e for e in span.events if e.name == otel.ABORT_EVENT]
-    if code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH, TOOL_TIMEOUT):
+    if code in (dshtools.TOOL_ABORTED, dshtools.TOOL_ABORTED_BEFORE_DISPATCH, dshtools.TOOL_TIMEOUT):
         assert len(aborts) == 1
-        expected = "TimeoutReason" if code == TOOL_TIMEOUT else "AbortError"
+        expected = "TimeoutReason" if code == dshtools.TOOL_TIMEOUT else "AbortError"
         assert (aborts[0].attributes or {})[otel.ABORT_REASON] == expected
     else:
         assert aborts == []
@@ -203,7 +195,7 @@ def test_the_span_ends_after_a_body_that_ignored_its_abort_returned(
     assert traced.spans() == []  # aborted, still running: the span is open
     release.set()
     caller.join(10)
-    assert results[0].code == TOOL_ABORTED
+    assert results[0].code == dshtools.TOOL_ABORTED
     span = traced.span()
     assert span.end_time is not None and span.end_time >= returned_at[0]
     (abort,) = [e for e in span.events if e.name == otel.ABORT_EVENT]
@@ -294,9 +286,12 @@ def test_a_cancelled_batch_still_has_one_span_percall(
     batch = AbortController()
     threading.Thread(target=_abort_when, args=(started, batch)).start()
     results = execute_batch(registry, [call("first", call_id="a"), call("later", call_id="b")], signal=batch.signal)
-    assert [r.code for r in results] == [TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH]
+    assert [r.code for r in results] == [dshtools.TOOL_ABORTED, dshtools.TOOL_ABORTED_BEFORE_DISPATCH]
     spans = sorted(traced.spans(), key=lambda s: s.start_time or 0)
-    assert [(s.attributes or {})[otel.ERROR_TYPE] for s in spans] == [TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH]
+    assert [(s.attributes or {})[otel.ERROR_TYPE] for s in spans] == [
+        dshtools.TOOL_ABORTED,
+        dshtools.TOOL_ABORTED_BEFORE_DISPATCH,
+    ]
     assert [(s.attributes or {})[otel.BODY_INVOKED] for s in spans] == [True, False]
 
 
@@ -342,7 +337,11 @@ def test_the_duration_histogram_has_the_tool_and_error_type(
         if isinstance(p, HistogramDataPoint)
     }
     ok = (("gen_ai.operation.name", "execute_tool"), ("gen_ai.tool.name", "ok"))
-    missing = (("error.type", UNKNOWN_TOOL), ("gen_ai.operation.name", "execute_tool"), ("gen_ai.tool.name", "missing"))
+    missing = (
+        ("error.type", dshtools.UNKNOWN_TOOL),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("gen_ai.tool.name", "missing"),
+    )
     assert set(points) == {ok, missing}
     assert points[ok].count == 1 and points[ok].sum >= 0
 

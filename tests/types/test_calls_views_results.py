@@ -18,9 +18,6 @@ import dshtools
 from dshtools import (
     AbortController,
     AbortSignal,
-    ErrorDetail,
-    ErrorInfo,
-    ExecutionToken,
     ToolError,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -69,7 +66,7 @@ def test_call_is_frozen_and_evolvable() -> None:
 
 
 def test_execution_token_compares_by_identity_only() -> None:
-    a, b = ExecutionToken(), ExecutionToken()
+    a, b = dshtools.ExecutionToken(), dshtools.ExecutionToken()
     assert a == a and a != b and len({a, b, a}) == 2
 
 
@@ -80,14 +77,14 @@ def test_success_and_failure_shapes() -> None:
     s = ToolSuccess({"v": 1}, "text")
     assert not s.is_error and s.code is None and s.content[0]["text"] == "text" and s.meta == {}
     f = failure("boom", name="X", code="C", meta={"k": 1})
-    assert f.is_error and f.code == "C" and f.error == ErrorDetail("boom", ErrorInfo("X", "C"))
+    assert f.is_error and f.code == "C" and f.error == dshtools.ErrorDetail("boom", dshtools.ErrorInfo("X", "C"))
     assert [dict(b) for b in f.content] == [{"type": "text", "text": "Error: boom"}]
     assert isinstance(f.meta, types.MappingProxyType)
     with pytest.raises(TypeError):
         f.meta["k"] = 2  # type: ignore[index]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         f.content = ()  # type: ignore[misc]
-    assert dshtools.ToolFailure(ErrorDetail("m", None), "Error: m").code is None
+    assert dshtools.ToolFailure(dshtools.ErrorDetail("m", None), "Error: m").code is None
 
 
 class _Reason(Exception):
@@ -146,7 +143,7 @@ def test_a_callers_mapping_proxy_is_copied() -> None:
 def test_exception_failure_classification() -> None:
     assert exception_failure(ToolError("gone", "ENOENT")).code == "ENOENT"
     plain = exception_failure(KeyError("k"))
-    assert plain.code == dshtools.TOOL_ERROR and plain.error.info == ErrorInfo("KeyError", dshtools.TOOL_ERROR)
+    assert plain.code == dshtools.TOOL_ERROR and plain.error.info == dshtools.ErrorInfo("KeyError", dshtools.TOOL_ERROR)
     assert exception_failure(ToolError("no code")).code == dshtools.TOOL_ERROR
 
 
@@ -160,7 +157,7 @@ def test_aborted_results_carry_the_reason_object() -> None:
         and b.content[0]["text"] == "Error: tool call aborted before dispatch"
     )
     assert a.meta is not None and a.meta["reason"] is reason
-    assert a.error.info == ErrorInfo("AbortError", dshtools.TOOL_ABORTED)
+    assert a.error.info == dshtools.ErrorInfo("AbortError", dshtools.TOOL_ABORTED)
 
 
 def test_tool_error_validates() -> None:
@@ -320,7 +317,7 @@ def _same_fields(a: object, b: object) -> None:
 
 
 def test_the_body_context_sets_every_field_like_the_class() -> None:
-    signal, parent = AbortController().signal, ExecutionToken()
+    signal, parent = AbortController().signal, dshtools.ExecutionToken()
     call = ToolExecutionInput("c", "n", {"a": [1]}, signal, agent="ag", parent=parent, root_call_id="r")
     fast = body_context(call)  # built by the registry through a twin
     built = dshtools.ToolRunContext(**context_fields(fast))  # fails when a field is added to the class only
@@ -350,7 +347,7 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
     from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
 
     signal = AbortController().signal
-    values = view_fields(parent=ExecutionToken())
+    values = view_fields(parent=dshtools.ExecutionToken())
     run = run_of(values, signal)
     _same_fields(ToolExecution(**values, signal=signal), trusted_view(run))
     slot = SignalSlot(signal)
