@@ -57,10 +57,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dshtools._signal.timer as _timer
 
-from .._core.errors import AbortError, TimeoutReason, check_seconds, safe_repr
+from .._core.errors import AbortError, check_seconds, safe_repr
 from .._core.interrupts import INTERRUPT_SLICE
 from .links import (
-    _abort_linked,
+    LinkedState,
     _add_dep_locked,
     _add_linked,
     _born_aborted,
@@ -74,6 +74,7 @@ from .state import (
     _BOUNDARY,
     _LOCK,
     ListenerHandle,
+    SignalState,
     _added_late,
     _listener_dict,
     _pending_count,
@@ -88,7 +89,7 @@ Listener = Callable[["AbortSignal"], object]
 _new_signal: Final = object.__new__
 
 
-class AbortSignal:
+class AbortSignal(SignalState):
     """A one-way flag that says "stop", with listeners.
 
     Obtain one from ``AbortController().signal`` or the factories
@@ -97,76 +98,9 @@ class AbortSignal:
     docs/contract.md#1-cancellation-primitive.
     """
 
-    # Every slot of every signal is declared here once, with what it holds;
-    # `__slots__` of this class and of `_LinkedSignal` only allocate them. A
-    # slot costs every signal's creation and deallocation a step, written or
-    # not, so a plain signal allocates only its own.
-    __slots__ = (
-        "__weakref__",
-        "_aborted",
-        "_armed",
-        "_deps",
-        "_deps_prune_at",
-        "_event",
-        "_linked",
-        "_listeners",
-        "_pending",
-        "_reason",
-        "_watched",
-    )
-    _linked: bool  # True for a `_LinkedSignal` (derived and timeout signals)
-    _aborted: bool  # never goes back; `_reason` is stored before it
-    _armed: bool  # plain signals: deleted by the abort that wins (`state`)
-    _reason: object  # written by the abort (read only once aborted)
-    _event: threading.Event | None  # made by the first wait()
-    # handle -> callback, registration order (plus the boundary on a plain
-    # signal whose abort began); None until the first listener.
-    _listeners: dict[Any, Any] | None
-    # As a source: its links to derived signals (`links._dep_links`), and
-    # the size at which a dict of them is pruned next.
-    _deps: Any
-    _deps_prune_at: int
-    # Plain signals: set (under `_LOCK`) right after `_event` or `_deps` is
-    # first written, and never cleared: a plain abort reads this one slot
-    # after storing `_aborted`, and `_event` and `_deps` only if it is set
-    # (`state`, "Atomicity").
-    _watched: bool
-    # The dispatch of an aborted signal's listeners: the iterator of handles
-    # it draws from (for a linked signal each dispatch draws from it, so that
-    # one cut short by an interrupt can be finished by `abort_owned` and no
-    # listener runs twice). Unset (plain) or None (linked) before.
-    _pending: Any
-    # Slots of `_LinkedSignal` only (`_linked` True), declared here so that
-    # code that holds an `AbortSignal` and checked `_linked` can read them:
-    _sources: tuple[AbortSignal, ...]  # original sources (flattened)
-    _ref: weakref.ref[AbortSignal]  # a weak reference to itself
-    _link: tuple[weakref.ref[AbortSignal], list[AbortSignal]]  # its entry in a source's `_deps`
-    _anchor: list[AbortSignal]  # [itself] while its sources must keep it alive, else []
-    _strong_deps: int  # a timeout source: dependents that need it kept alive
-    _timer: _timer.TimerEntry | None  # its pending timer entry
-    _timer_code: str  # the `TimeoutReason` its timer aborts it with
-    _timer_seconds: float
-    _fired: bool  # aborted by its own timer (set only then)
-    _closed: bool
-    _derived: bool  # False for a timeout signal (a root)
-    # Its owner may abort it directly (`abort_owned`): signals derived from
-    # it link to it as well as to its sources.
-    _aborts_directly: bool
-    # The deadline a plain signal reports without a timer of its own: a
-    # slot of `_BudgetSignal` only; a class attribute here, so that every
-    # other signal reads `None` at no cost to its creation.
-    _budget_at: float | None = None
-
-    def __init__(self) -> None:
-        # The initial state of a plain signal, written here only
-        # (`AbortController` and `budget_controller` call this too).
-        self._linked = False
-        self._aborted = False
-        self._armed = True
-        self._event = None
-        self._listeners = None
-        self._deps = None
-        self._watched = False
+    # The slots, with what each holds, are `SignalState`'s; the initial
+    # state of a plain signal is its `__init__`.
+    __slots__ = ()
 
     # ------------------------------------------------------------------ state
 
@@ -252,7 +186,7 @@ class AbortSignal:
             return None
         if not self._linked:
             return self._budget_at
-        return _deadline_of(self)
+        return _deadline_of(self)  # type: ignore[arg-type]  # a `_LinkedSignal`
 
     def time_left(self) -> float | None:
         """Seconds until ``deadline`` (never negative), ``0.0`` once the
@@ -354,7 +288,7 @@ class AbortSignal:
     def __repr__(self) -> str:
         if self._aborted:
             return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
-        kind = "derived" if self._linked and self._derived else "source"
+        kind = "derived" if isinstance(self, _LinkedSignal) and self._derived else "source"
         return f"<AbortSignal {kind} pending>"
 
 
@@ -382,35 +316,19 @@ class _BudgetSignal(_PlainSignal):
 _SIGNAL_TYPES: Final = repeat(AbortSignal)
 
 
-class _LinkedSignal(AbortSignal):
+class _LinkedSignal(AbortSignal, LinkedState):
     """A derived or timeout signal: it owns keep-alive links to its sources
-    (weak until it has listeners or strong dependents) or a timer entry."""
+    (weak until it has listeners or strong dependents) or a timer entry
+    (their slots: ``LinkedState``)."""
 
-    __slots__ = (
-        "_aborts_directly",
-        "_anchor",
-        "_closed",
-        "_derived",
-        "_fired",
-        "_link",
-        "_ref",
-        "_sources",
-        "_strong_deps",
-        "_timer",
-        "_timer_code",
-        "_timer_seconds",
-    )
+    __slots__ = ()
 
     # Made only by `derive` (a timeout signal is `derive([])`), the one
     # place its slots are first written, without running an `__init__`: a
     # registry call's derive then runs no second Python function.
 
-    def _on_timer(self) -> None:
-        # Its timer is due (`timer`, on an abort runner).
-        _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
-
-def _deadline_of(signal: AbortSignal) -> float | None:
+def _deadline_of(signal: LinkedState) -> float | None:
     """The earliest ``time.monotonic()`` instant (seconds) among the timer
     entry of ``signal`` itself, those of its pending linked sources and the
     carried deadlines of its pending plain sources (a remote body's
@@ -423,7 +341,7 @@ def _deadline_of(signal: AbortSignal) -> float | None:
     best = None if timer is None else timer.when
     for source in signal._sources:
         if not source._aborted:
-            at = _deadline_of(source) if source._linked else source._budget_at
+            at = _deadline_of(source) if isinstance(source, LinkedState) else source._budget_at
             if at is not None and (best is None or at < best):
                 best = at
     return best
@@ -487,7 +405,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     derived._pending = None
     derived._sources = ()
     ref = derived._ref = weakref.ref(derived)
-    anchor: list[AbortSignal] = []
+    anchor: list[LinkedState] = []
     derived._anchor = anchor
     derived._strong_deps = 0
     derived._timer = None
@@ -511,11 +429,11 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 return derived
             if s._linked:
                 flat = False
-        roots: list[AbortSignal] = items
+        roots: list[SignalState] = items  # type: ignore[assignment]  # read only while `flat`
         if not flat:
             roots = []
             for s in items:
-                if s._linked and s._derived:
+                if isinstance(s, _LinkedSignal) and s._derived:
                     roots.extend(s._sources)
                     if s._aborts_directly and s._sources:
                         roots.append(s)  # its direct abort must reach us too
