@@ -103,6 +103,35 @@ class LinkedState(SignalState):
         # Its timer is due (`timer`, on an abort runner).
         _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
+    def close(self) -> None:
+        """``AbortSignal.close`` of a linked signal: drop the links that
+        keep it alive and its sources' links to it, and cancel its timer
+        entry. Never aborts; idempotent."""
+        with _LOCK:
+            timer = self._timer
+            sources = self._sources
+            if self._closed and timer is None and not sources:
+                return
+            # Each strong link goes in one step, first: the timer entry's (a
+            # timeout signal), every source's at once through the anchor (a
+            # derived signal). So an interrupt (Ctrl-C) at any point of this
+            # block leaves either the signal untouched or no strong link to it -
+            # at most weak entries, pruned once it is gone - and close() again
+            # finishes the job.
+            if timer is not None:
+                timer.strong = None
+            _release_sources_locked(self)
+            self._closed = True
+            self._timer = None
+            for source in sources:
+                deps = source._deps
+                if deps is self._link:
+                    source._deps = None
+                elif type(deps) is dict:
+                    deps.pop(self._ref, None)
+        if timer is not None:
+            _timer.cancel(timer)
+
 
 class _LinkedHandle(ListenerHandle):
     """The handle of a listener of a linked signal: removing it takes
@@ -307,33 +336,6 @@ def _add_dep_locked(root: SignalState, deps: Any, link: tuple[Any, list[LinkedSt
     deps[link[0]] = link[1]
     if len(deps) >= root._deps_prune_at:
         _prune_deps_locked(root)
-
-
-def _close_linked(self: LinkedState) -> None:
-    with _LOCK:
-        timer = self._timer
-        sources = self._sources
-        if self._closed and timer is None and not sources:
-            return
-        # Each strong link goes in one step, first: the timer entry's (a
-        # timeout signal), every source's at once through the anchor (a
-        # derived signal). So an interrupt (Ctrl-C) at any point of this
-        # block leaves either the signal untouched or no strong link to it -
-        # at most weak entries, pruned once it is gone - and close() again
-        # finishes the job.
-        if timer is not None:
-            timer.strong = None
-        _release_sources_locked(self)
-        self._closed = True
-        self._timer = None
-        for source in sources:
-            deps = source._deps
-            if deps is self._link:
-                source._deps = None
-            elif type(deps) is dict:
-                deps.pop(self._ref, None)
-    if timer is not None:
-        _timer.cancel(timer)
 
 
 def _born_aborted(derived: SignalState, source: SignalState) -> None:

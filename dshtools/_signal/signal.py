@@ -30,11 +30,14 @@ stay one frame deep (add_listener, wait, any_of/derive); ``AbortController``
 is in ``dshtools._signal.controller``. The layers under it, each with its
 own guarantees and invariants:
 
-* ``state``: listener storage, the abort decision, listener dispatch (the
-  boundary), ``ListenerHandle``, the module lock ``_LOCK``, and the
-  atomicity assumptions every lock-free step relies on;
-* ``links``: linked signals' listeners, keep-alive links, abort
-  propagation to dependents, release and pruning;
+* ``state``: ``SignalState``, the record every signal is (its slots and a
+  plain signal's initial state), listener storage, the abort decision,
+  listener dispatch (the boundary), ``ListenerHandle``, the module lock
+  ``_LOCK``, and the atomicity assumptions every lock-free step relies on;
+* ``links``: ``LinkedState``, the record a linked signal adds (sources,
+  anchor, strong dependents, timer entry, and its ``close``), linked
+  signals' listeners, keep-alive links, abort propagation to dependents,
+  release and pruning;
 * ``timer``: the timer thread and the abort runners.
 
 Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
@@ -64,7 +67,6 @@ from .links import (
     _add_dep_locked,
     _add_linked,
     _born_aborted,
-    _close_linked,
     _dep_links,
     _keepalive_changed_locked,
     _live,
@@ -238,8 +240,8 @@ class AbortSignal(SignalState):
         """Detach a derived signal from its sources and cancel a pending
         timer; afterwards it never aborts. Never aborts, idempotent, and a
         no-op for controller signals. ``with signal:`` closes on exit."""
-        if self._linked:
-            _close_linked(self)  # type: ignore[arg-type]  # a `_LinkedSignal`
+        # A plain signal has no links to drop; a linked signal's close is
+        # `LinkedState.close`.
 
     def __enter__(self) -> AbortSignal:
         return self
@@ -316,10 +318,11 @@ class _BudgetSignal(_PlainSignal):
 _SIGNAL_TYPES: Final = repeat(AbortSignal)
 
 
-class _LinkedSignal(AbortSignal, LinkedState):
+class _LinkedSignal(LinkedState, AbortSignal):
     """A derived or timeout signal: it owns keep-alive links to its sources
     (weak until it has listeners or strong dependents) or a timer entry
-    (their slots: ``LinkedState``)."""
+    (their slots and ``close``: ``LinkedState``, first in the bases so
+    that its ``close`` is the one a linked signal runs)."""
 
     __slots__ = ()
 
