@@ -24,7 +24,7 @@ from typing import Final
 from .._core.errors import report_unraisable, safe_repr
 from .links import _won_plain_with_deps
 from .signal import AbortSignal, _BudgetSignal, _PlainSignal
-from .state import _BOUNDARY, _DEFAULT_REASON, SignalState, _dispatch_plain
+from .state import _BOUNDARY, _DEFAULT_REASON, _dispatch_plain
 
 __all__ = ["AbortController", "budget_controller"]
 
@@ -41,11 +41,10 @@ class AbortController:
     __slots__ = ("signal",)
 
     def __init__(self) -> None:
-        # `SignalState.__init__` (the initial state of a plain signal)
-        # inlined: calling it costs more than 5 % of creating a controller
-        # (benchmarks.signal_instructions "create"), and so does making the
-        # signal with a Python `__new__`; tests/signal/test_inlined_steps.py
-        # compares the two.
+        # `AbortSignal.__init__` inlined: calling it costs more than 5 % of
+        # creating a controller (benchmarks.signal_instructions "create"),
+        # and so does making the signal with a Python `__new__`;
+        # tests/signal/test_inlined_steps.py compares the two.
         signal = _PlainSignal()
         signal._linked = False
         signal._aborted = False
@@ -133,4 +132,4 @@ def budget_controller(deadline: float) -> AbortController:
 
 
 _SIGNAL_SLOT: Final = AbortController.__dict__["signal"]
-_init_plain: Final = SignalState.__init__
+_init_plain: Final = AbortSignal.__init__

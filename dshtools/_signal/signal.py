@@ -30,8 +30,8 @@ stay one frame deep (add_listener, wait, any_of/derive); ``AbortController``
 is in ``dshtools._signal.controller``. The layers under it, each with its
 own guarantees and invariants:
 
-* ``state``: ``SignalState``, the record every signal is (its slots and a
-  plain signal's initial state), listener storage, the abort decision,
+* ``state``: ``SignalState``, the record every signal is (its slots),
+  listener storage, the abort decision,
   listener dispatch (the boundary), ``ListenerHandle``, the module lock
   ``_LOCK``, and the atomicity assumptions every lock-free step relies on;
 * ``links``: ``LinkedState``, the record a linked signal adds (sources,
@@ -100,9 +100,19 @@ class AbortSignal(SignalState):
     docs/contract.md#1-cancellation-primitive.
     """
 
-    # The slots, with what each holds, are `SignalState`'s; the initial
-    # state of a plain signal is its `__init__`.
+    # The slots, with what each holds, are `SignalState`'s.
     __slots__ = ()
+
+    def __init__(self) -> None:
+        # The initial state of a plain signal, written here only
+        # (`AbortController` and `budget_controller` call this too).
+        self._linked = False
+        self._aborted = False
+        self._armed = True
+        self._event = None
+        self._listeners = None
+        self._deps = None
+        self._watched = False
 
     # ------------------------------------------------------------------ state
 

@@ -102,8 +102,8 @@ after_fork_in_child(_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
 
 class SignalState:
     """The state every signal has - its listeners, its abort and its
-    dependents - declared once with what each slot holds, and the initial
-    state of a plain signal. This layer's functions read and write it;
+    dependents - declared once with what each slot holds. This layer's
+    functions read and write it;
     ``dshtools._signal.links.LinkedState`` adds a linked signal's links, and
     ``AbortSignal`` (``dshtools._signal.signal``) is this record with the
     public API.
@@ -154,17 +154,6 @@ class SignalState:
     # slot of `_BudgetSignal` only; a class attribute here, so that every
     # other signal reads `None` at no cost to its creation.
     _budget_at: float | None = None
-
-    def __init__(self) -> None:
-        # The initial state of a plain signal, written here only (every
-        # plain signal's creation runs it; a linked signal's is `derive`'s).
-        self._linked = False
-        self._aborted = False
-        self._armed = True
-        self._event = None
-        self._listeners = None
-        self._deps = None
-        self._watched = False
 
 
 class _Boundary:
