@@ -13,6 +13,11 @@ single-threaded operations that never block (signal and peer operations),
 so that other processes competing for the cores do not show up as cost;
 those rounds also run with the cyclic garbage collector paused, as
 ``timeit`` does.
+
+Case builders: the signal-shaped operations of dshtools, its baselines, its
+peers and its floors are the same three loops over different objects, so
+each loop is written once here (``calls``, ``reads``, ``aborts``) and every
+side of a comparison times the same loop around its own operation.
 """
 
 from __future__ import annotations
@@ -21,20 +26,24 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 Case = Callable[[int], Callable[[], Any]]
+T = TypeVar("T")
 
 __all__ = [
     "CPU",
     "WALL",
     "Case",
+    "aborts",
+    "calls",
     "median",
     "median_of_all",
     "paired",
     "paired_ratio",
     "paired_samples",
     "percentile",
+    "reads",
     "time_case",
 ]
 
@@ -125,3 +134,76 @@ def paired_ratio(
     two medians when the load drifts between rounds."""
     a, b = paired_samples([ours, other], number=number, rounds=rounds, warmup=warmup, clock=clock)
     return median(a), median(b), median([x / y for x, y in zip(a, b, strict=True)])
+
+
+def calls(op: Callable[[], object]) -> Case:
+    """``number`` calls of ``op()``: a class (creation) or a bound method
+    (a check such as ``event.is_set``), called as the loop's only work."""
+
+    def case(n: int) -> Callable[[], None]:
+        r = range(n)
+
+        def go() -> None:
+            for _ in r:
+                op()
+
+        return go
+
+    return case
+
+
+_READS = """
+def reads(obj):
+    def case(n):
+        r = range(n)
+
+        def go():
+            for _ in r:
+                obj.{name}
+
+        return go
+
+    return case
+"""
+
+
+def reads(obj: object, name: str) -> Case:
+    """``number`` reads of the attribute ``name`` of ``obj`` (a check such
+    as ``signal.aborted``). The read stands inline in the loop, compiled
+    from source as ``timeit`` compiles its statement: a call around each
+    read (``operator.attrgetter``, a lambda) costs about as much as the read
+    itself and would hide the difference between two checks."""
+    if not name.isidentifier():
+        raise ValueError(f"not an attribute name: {name!r}")
+    namespace: dict[str, Any] = {}
+    exec(compile(_READS.format(name=name), f"<reads .{name}>", "exec"), namespace)
+    case: Case = namespace["reads"](obj)
+    return case
+
+
+def aborts(
+    make: Callable[[], T],
+    abort: Callable[[T], object],
+    *,
+    listen: Callable[[T], object] | None = None,
+    listeners: int = 0,
+) -> Case:
+    """``number`` objects made by ``make()``, each given ``listeners`` calls
+    of ``listen(obj)`` (one listener each), untimed; then ``abort(obj)`` on
+    each of them, timed: an abort fires once per object, so each round
+    needs fresh ones."""
+
+    def case(n: int) -> Callable[[], None]:
+        items = [make() for _ in range(n)]
+        if listen is not None:
+            for item in items:
+                for _ in range(listeners):
+                    listen(item)
+
+        def go() -> None:
+            for item in items:
+                abort(item)
+
+        return go
+
+    return case

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import signals
-from ._timing import CPU, Case, median, paired_samples
+from ._timing import CPU, Case, aborts, median, paired_samples
 
 __all__ = ["FLOOR", "FloorController", "FloorSignal", "run"]
 
@@ -85,34 +85,12 @@ class FloorController:
                 pass
 
 
-def floor_abort(listeners: int) -> Case:
-    def case(n: int) -> Callable[[], None]:
-        controllers = [FloorController() for _ in range(n)]
-        for c in controllers:
-            c.signal.callbacks.extend([signals.cb] * listeners)
-
-        def go() -> None:
-            for c in controllers:
-                c.abort()
-
-        return go
-
-    return case
-
-
-def floor_add_remove(n: int) -> Callable[[], None]:
-    r = range(n)
-    add = FloorSignal().add_listener
-    cb = signals.cb
-
-    def go() -> None:
-        for _ in r:
-            add(cb).remove()
-
-    return go
-
-
-FLOOR: dict[str, Case] = {"abort_100": floor_abort(100), "add_remove_listener": floor_add_remove}
+FLOOR: dict[str, Case] = {
+    "abort_100": aborts(
+        FloorController, FloorController.abort, listen=lambda c: c.signal.callbacks.append(signals.cb), listeners=100
+    ),
+    "add_remove_listener": signals.add_remove(FloorSignal().add_listener),
+}
 
 _NUMBER = {"abort_100": 300, "add_remove_listener": 20000}
 

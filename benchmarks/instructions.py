@@ -109,16 +109,9 @@ def callgrind(
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=path)
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            [valgrind, "--tool=callgrind", *options, f"--callgrind-out-file={tmp}/out", sys.executable, "-c", child]
-            + list(args),
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        out = f"--callgrind-out-file={tmp}/out"
+        command = [valgrind, "--tool=callgrind", *options, out, sys.executable, "-c", child, *args]
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"callgrind run of {list(args)!r} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         # out.1 ... out.N in their order, then the exit's dump, out

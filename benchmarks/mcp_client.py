@@ -65,17 +65,16 @@ def _parallel(_args: object) -> bool:
     return True
 
 
+TAGGED = {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}
+"""The arguments of ``wait``: the tag that names its records."""
+
 registry = ToolRegistry()
-registry.register(ToolDefinition("noop", "Do nothing.", {"type": "object"}, _noop, is_concurrency_safe=_parallel))
-registry.register(
-    ToolDefinition(
-        "wait",
-        "Wait for the call's abort.",
-        {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
-        _wait,
-        is_concurrency_safe=_parallel,
-    )
-)
+for name, description, parameters, body in (
+    ("noop", "Do nothing.", {"type": "object"}, _noop),
+    ("wait", "Wait for the call's abort.", TAGGED, _wait),
+):
+    # Both parallel-safe: the benchmark's calls and aborts overlap on one server.
+    registry.register(ToolDefinition(name, description, parameters, body, is_concurrency_safe=_parallel))
 
 SERVER = [sys.executable, "-m", "dshtools", "mcp", "--tools", "benchmarks.mcp_client:registry"]
 

@@ -33,41 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 from . import signals
-from ._timing import CPU, Case, paired_ratio
+from ._timing import CPU, Case, aborts, calls, paired_ratio, reads
 
 __all__ = ["PEERS", "run"]
 
 
 def _cantok() -> dict[str, Case]:
     from cantok import SimpleToken
-
-    def create(n: int) -> Callable[[], None]:
-        r = range(n)
-
-        def go() -> None:
-            for _ in r:
-                SimpleToken()
-
-        return go
-
-    def check(n: int) -> Callable[[], None]:
-        r = range(n)
-        token = SimpleToken()
-
-        def go() -> None:
-            for _ in r:
-                token.cancelled
-
-        return go
-
-    def abort_0(n: int) -> Callable[[], None]:
-        tokens = [SimpleToken() for _ in range(n)]
-
-        def go() -> None:
-            for t in tokens:
-                t.cancel()
-
-        return go
 
     def any_of(width: int) -> Case:
         def case(n: int) -> Callable[[], None]:
@@ -84,9 +56,9 @@ def _cantok() -> dict[str, Case]:
         return case
 
     return {
-        "create": create,
-        "check": check,
-        "abort_0": abort_0,
+        "create": calls(SimpleToken),
+        "check": reads(SimpleToken(), "cancelled"),
+        "abort_0": aborts(SimpleToken, SimpleToken.cancel),
         "any_of_2_abort": any_of(2),
         "any_of_100_abort": any_of(100),
     }
@@ -95,39 +67,8 @@ def _cantok() -> dict[str, Case]:
 def _cancelscope() -> dict[str, Case]:
     from cancelscope import CancelScope
 
-    def create(n: int) -> Callable[[], None]:
-        r = range(n)
-
-        def go() -> None:
-            for _ in r:
-                CancelScope()
-
-        return go
-
-    def check(n: int) -> Callable[[], None]:
-        r = range(n)
-        scope = CancelScope()
-
-        def go() -> None:
-            for _ in r:
-                scope.cancelled
-
-        return go
-
     def abort(listeners: int) -> Case:
-        def case(n: int) -> Callable[[], None]:
-            scopes = [CancelScope() for _ in range(n)]
-            for s in scopes:
-                for _ in range(listeners):
-                    s.on_cancel(signals.cb)
-
-            def go() -> None:
-                for s in scopes:
-                    s.cancel()
-
-            return go
-
-        return case
+        return aborts(CancelScope, CancelScope.cancel, listen=lambda s: s.on_cancel(signals.cb), listeners=listeners)
 
     def add_remove(n: int) -> Callable[[], None]:
         r = range(n)
@@ -140,8 +81,8 @@ def _cancelscope() -> dict[str, Case]:
         return go
 
     return {
-        "create": create,
-        "check": check,
+        "create": calls(CancelScope),
+        "check": reads(CancelScope(), "cancelled"),
         "abort_0": abort(0),
         "abort_1": abort(1),
         "abort_100": abort(100),
@@ -152,41 +93,21 @@ def _cancelscope() -> dict[str, Case]:
 def _autogen() -> dict[str, Case]:
     from autogen_core import CancellationToken
 
-    def create(n: int) -> Callable[[], None]:
-        r = range(n)
-
-        def go() -> None:
-            for _ in r:
-                CancellationToken()
-
-        return go
-
-    def check(n: int) -> Callable[[], None]:
-        r = range(n)
-        token = CancellationToken()
-
-        def go() -> None:
-            for _ in r:
-                token.is_cancelled()
-
-        return go
-
     def abort(listeners: int) -> Case:
-        def case(n: int) -> Callable[[], None]:
-            tokens = [CancellationToken() for _ in range(n)]
-            for t in tokens:
-                for _ in range(listeners):
-                    t.add_callback(signals.cb0)
+        return aborts(
+            CancellationToken,
+            CancellationToken.cancel,
+            listen=lambda t: t.add_callback(signals.cb0),
+            listeners=listeners,
+        )
 
-            def go() -> None:
-                for t in tokens:
-                    t.cancel()
-
-            return go
-
-        return case
-
-    return {"create": create, "check": check, "abort_0": abort(0), "abort_1": abort(1), "abort_100": abort(100)}
+    return {
+        "create": calls(CancellationToken),
+        "check": calls(CancellationToken().is_cancelled),
+        "abort_0": abort(0),
+        "abort_1": abort(1),
+        "abort_100": abort(100),
+    }
 
 
 # library name (as on PyPI) -> (import name, factory of its cases)

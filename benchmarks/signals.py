@@ -23,9 +23,9 @@ from typing import Any
 
 from dshtools import AbortController, AbortSignal
 
-from ._timing import CPU, Case, paired_ratio
+from ._timing import CPU, Case, aborts, calls, paired_ratio, reads
 
-__all__ = ["BASELINE", "OURS", "EventWithCallbacks", "cb", "cb0", "run"]
+__all__ = ["BASELINE", "OURS", "EventWithCallbacks", "add_remove", "cb", "cb0", "run"]
 
 
 def cb(_signal: object) -> None:
@@ -55,42 +55,10 @@ class EventWithCallbacks:
 # ------------------------------------------------------------------ dshtools
 
 
-def ours_create(n: int) -> Callable[[], None]:
-    r = range(n)
-
-    def go() -> None:
-        for _ in r:
-            AbortController()
-
-    return go
-
-
-def ours_check(n: int) -> Callable[[], None]:
-    r = range(n)
-    signal = AbortController().signal
-
-    def go() -> None:
-        for _ in r:
-            signal.aborted
-
-    return go
-
-
 def ours_abort(listeners: int) -> Case:
-    def case(n: int) -> Callable[[], None]:
-        controllers = [AbortController() for _ in range(n)]
-        for c in controllers:
-            add = c.signal.add_listener
-            for _ in range(listeners):
-                add(cb)
-
-        def go() -> None:
-            for c in controllers:
-                c.abort()
-
-        return go
-
-    return case
+    return aborts(
+        AbortController, AbortController.abort, listen=lambda c: c.signal.add_listener(cb), listeners=listeners
+    )
 
 
 def ours_any_of(width: int) -> Case:
@@ -112,65 +80,29 @@ def ours_any_of(width: int) -> Case:
     return case
 
 
-def ours_add_remove(n: int) -> Callable[[], None]:
-    r = range(n)
-    add = AbortController().signal.add_listener
+def add_remove(add: Callable[[Callable[[Any], None]], Any]) -> Case:
+    """``number`` times: add the listener ``cb`` through ``add`` and
+    remove it through the handle ``add`` returns."""
 
-    def go() -> None:
-        for _ in r:
-            add(cb).remove()
+    def case(n: int) -> Callable[[], None]:
+        r = range(n)
 
-    return go
+        def go() -> None:
+            for _ in r:
+                add(cb).remove()
+
+        return go
+
+    return case
 
 
 # ------------------------------------------------------------------ baseline
 
 
-def event_create(n: int) -> Callable[[], None]:
-    r = range(n)
-    event = threading.Event
-
-    def go() -> None:
-        for _ in r:
-            event()
-
-    return go
-
-
-def event_check(n: int) -> Callable[[], None]:
-    r = range(n)
-    event = threading.Event()
-
-    def go() -> None:
-        for _ in r:
-            event.is_set()
-
-    return go
-
-
-def event_set(n: int) -> Callable[[], None]:
-    events = [threading.Event() for _ in range(n)]
-
-    def go() -> None:
-        for e in events:
-            e.set()
-
-    return go
-
-
 def ewc_abort(listeners: int) -> Case:
-    def case(n: int) -> Callable[[], None]:
-        events = [EventWithCallbacks() for _ in range(n)]
-        for e in events:
-            e.callbacks.extend([cb] * listeners)
-
-        def go() -> None:
-            for e in events:
-                e.set()
-
-        return go
-
-    return case
+    return aborts(
+        EventWithCallbacks, EventWithCallbacks.set, listen=lambda e: e.callbacks.append(cb), listeners=listeners
+    )
 
 
 def ewc_any_of(width: int) -> Case:
@@ -205,20 +137,20 @@ def ewc_add_remove(n: int) -> Callable[[], None]:
 
 # Operation name -> (dshtools case, baseline case, baseline label, ops per round full/quick)
 OURS: dict[str, Case] = {
-    "create": ours_create,
-    "check": ours_check,
+    "create": calls(AbortController),
+    "check": reads(AbortController().signal, "aborted"),
     "abort_0": ours_abort(0),
     "abort_1": ours_abort(1),
     "abort_100": ours_abort(100),
     "any_of_2_abort": ours_any_of(2),
     "any_of_100_abort": ours_any_of(100),
-    "add_remove_listener": ours_add_remove,
+    "add_remove_listener": add_remove(AbortController().signal.add_listener),
 }
 
 BASELINE: dict[str, tuple[Case, str]] = {
-    "create": (event_create, "threading.Event()"),
-    "check": (event_check, "Event.is_set()"),
-    "abort_0": (event_set, "Event.set()"),
+    "create": (calls(threading.Event), "threading.Event()"),
+    "check": (calls(threading.Event().is_set), "Event.is_set()"),
+    "abort_0": (aborts(threading.Event, threading.Event.set), "Event.set()"),
     "abort_1": (ewc_abort(1), "EventWithCallbacks.set(), 1 callback"),
     "abort_100": (ewc_abort(100), "EventWithCallbacks.set(), 100 callbacks"),
     "any_of_2_abort": (ewc_any_of(2), "EventWithCallbacks composite of 2"),

@@ -1,25 +1,36 @@
 """What several test modules share, defined once.
 
-* Building: ``OBJECT`` (the empty object schema), ``tool`` (one tool
+* Building: ``OBJECT`` (the empty object schema), ``ADD_PARAMS`` with
+  the bodies ``add`` and ``broken`` (the provider tests' two tools), ``tool`` (one tool
   definition), ``call`` and ``calls`` (one call, ``n`` calls), each with the
   defaults most tests want; ``swapping_signal`` (an around-dispatch hook
-  that hands the dispatch another signal); ``registry_serving`` (a
+  that hands the dispatch another signal); ``FirstCallSkipped`` (a
+  function whose first matching call does not happen); ``registry_serving`` (a
   registry fixture's set-up and teardown).
 * Recording: ``HookRecorder`` records which hooks ran and what was
   published; ``CallEventRecorder`` records, per call id, the hook events and
-  the start and end of each body (``recorded_tool`` wraps a body for it).
-* Waiting without sleeping: ``run_in_thread``, ``race_in_lockstep``,
+  the start and end of each body (``recorded_tool`` wraps a body for it);
+  ``ProgressRecorder`` is a progress observer that records the updates it
+  is handed (and can hold the delivery thread).
+* Waiting without sleeping: ``run_in_thread``, ``ExecutingInThread`` (one
+  ``execute`` in a thread of its own), ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
   ``late_after_abort`` (a body that overruns its abort),
-  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``.
+  ``wait_until``, ``blocked_in_wait``, ``tool_threads``, ``AbortLater``,
+  ``Gate`` (holds the thread that reaches it until the test opens it).
 * Child processes: ``wait_for_descendant``, ``alive``,
   ``signal_and_collect``, ``run_cli``, ``run_mypy``, ``run_python`` and
   ``fork_while_held`` (a script that forks while a lock is held).
 * Worker bodies (imported by reference in a worker process): ``write_line``
   (to a FIFO the test reads), ``blocked_until_released``,
-  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``.
+  ``raises_worker_only`` with ``WORKER_ONLY_MODULE``, ``returns_exiting_value``
+  and ``raises_exiting_error`` (an outcome whose unpickling exits).
 * Checking: ``value_of``, ``error_of``, ``cyclic_garbage_of``, ``young_heap``,
   ``assert_worker_only_errors_keep_name_message_and_code``.
+* Faults: ``Unprintable`` (an exception whose ``str`` and ``repr`` raise)
+  and ``Unrepresentable`` (an object whose ``repr`` raises, with methods
+  that raise ``Unprintable`` in the place of a hook, an observer or a
+  listener).
 * Providers: ``FakeProvider``, an HTTP server on 127.0.0.1 that answers
   the official SDK clients with canned JSON and keeps the request bodies;
   ``output_message``, an assistant message item of the Responses API.
@@ -53,6 +64,7 @@ from dshtools import (
     AbortSignal,
     TimeoutPolicy,
     ToolDefinition,
+    ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolSuccess,
@@ -60,8 +72,11 @@ from dshtools import (
 from dshtools._backends import thread as _thread_backend
 
 if TYPE_CHECKING:  # only in annotations
+    import pytest
+
     from dshtools import (
         ErrorDetail,
+        ProgressUpdate,
         ToolDispatchExecution,
         ToolExecution,
         ToolExecutionResult,
@@ -75,6 +90,24 @@ T = TypeVar("T")
 
 OBJECT: dict[str, Any] = {"type": "object"}
 """The parameter schema of a tool that takes any object."""
+
+ADD_PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+"""The parameter schema of ``add``: two integers ``a`` and ``b``, nothing else."""
+
+
+def add(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """The body of the provider tests' ``add`` tool: ``{"sum": a + b}``."""
+    return {"sum": args["a"] + args["b"]}
+
+
+def broken(args: Mapping[str, Any], run: ToolRunContext) -> object:
+    """A body that always fails with the ``ToolError`` ``BROKEN``, text ``it broke``."""
+    raise ToolError("it broke", "BROKEN")
 
 
 def call(
@@ -155,6 +188,35 @@ def swapping_signal(
             e.signal = own
 
     return wrapper
+
+
+class FirstCallSkipped:
+    """Replaces ``owner.name`` (through ``monkeypatch``, so the test's end
+    puts it back) with a wrapper that skips the first call for which
+    ``matching(*args, **kwargs)`` holds (it returns ``None`` without running
+    the real function, as a check that passed or a request that was lost)
+    and runs the real function for every other call. ``calls`` holds the
+    positional arguments of every call, ``skipped`` those of the one skipped."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        owner: object,
+        name: str,
+        matching: Callable[..., bool] = lambda *args, **kwargs: True,
+    ) -> None:
+        real = getattr(owner, name)
+        self.calls: list[tuple[Any, ...]] = []
+        self.skipped: list[tuple[Any, ...]] = []
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(args)
+            if not self.skipped and matching(*args, **kwargs):
+                self.skipped.append(args)
+                return None
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
 
 
 # ------------------------------------------------------------------ recording
@@ -261,6 +323,34 @@ class CallEventRecorder:
         registry.add_result_observer(observe)
 
 
+class ProgressRecorder:
+    """A progress observer recording each update it is handed
+    (``updates``), the thread that handed it (``threads``) and its call id
+    (``call_ids``); it sets ``last`` once it sees ``progress == final``.
+    With ``hold``, each delivery first sets ``entered``, then holds the
+    delivery thread until ``hold`` is set (10 seconds at most) before it
+    records the update."""
+
+    def __init__(self, final: float | None = None, *, hold: threading.Event | None = None) -> None:
+        self.final = final
+        self.hold = hold
+        self.updates: list[ProgressUpdate] = []
+        self.threads: set[str] = set()
+        self.call_ids: set[str] = set()
+        self.entered = threading.Event()
+        self.last = threading.Event()
+
+    def __call__(self, execution: ToolExecution, update: ProgressUpdate) -> None:
+        if self.hold is not None:
+            self.entered.set()
+            assert self.hold.wait(10)
+        self.updates.append(update)
+        self.threads.add(threading.current_thread().name)
+        self.call_ids.add(execution.call_id)
+        if update.progress == self.final:
+            self.last.set()
+
+
 def recorded_tool(
     name: str,
     recorder: CallEventRecorder,
@@ -298,6 +388,22 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, box
+
+
+class ExecutingInThread:
+    """``registry.execute(call)`` running in a daemon thread of its own;
+    ``result(timeout)`` joins it and returns the result, failing the test
+    if ``execute`` has not returned within ``timeout`` seconds."""
+
+    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
+        self._out: list[ToolExecutionResult] = []
+        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
+        self._thread.join(timeout)
+        assert self._out, "execute did not return"
+        return self._out[0]
 
 
 async def cancel_during_join(task: asyncio.Future[Any], *, times: int, turns: int) -> None:
@@ -374,6 +480,19 @@ def race_in_lockstep(
     assert not any(t.is_alive() for t in threads), "a thread is still blocked (deadlock)"
     if errors:
         raise errors[0]
+
+
+class Gate:
+    """Where a test holds another thread: ``hold()`` sets ``entered``, then
+    blocks until ``opened`` is set (10 seconds at most)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.set()
+        self.opened.wait(10)
 
 
 def stops_when_aborted(
@@ -629,6 +748,40 @@ def error_of(result: ToolExecutionResult) -> ErrorDetail:
     return result.error
 
 
+class Unprintable(Exception):
+    """An exception whose ``str`` and ``repr`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+class Unrepresentable:
+    """An object whose ``repr`` raises. Its bound methods raise
+    ``Unprintable`` where a hook, a result observer or an abort listener
+    goes; the observer and the listener first append ``"observer ran"`` or
+    ``"listener ran"`` to ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def raising_observer(self, e: Any, r: Any) -> None:
+        self.log.append("observer ran")
+        raise Unprintable
+
+    def raising_listener(self, signal: Any) -> None:
+        self.log.append("listener ran")
+        raise Unprintable
+
+    def raising_hook(self, *a: Any) -> Any:
+        raise Unprintable
+
+
 @contextlib.contextmanager
 def young_heap() -> Iterator[None]:
     """Inside, a ``gc.collect()`` traverses only the objects made inside:
@@ -720,6 +873,28 @@ def assert_worker_only_errors_keep_name_message_and_code(registry: ToolRegistry,
     assert error_of(plain).message == "the index is 3 days old"
     assert coded.code == "QUOTA_EXCEEDED", coded
     assert error_of(coded).message == "3 of 3 calls used"
+
+
+def returns_exiting_value(args: object, run: object) -> object:
+    """A body for a worker: returns a value whose unpickling, where the
+    outcome is read, calls ``sys.exit(3)``."""
+
+    class ExitsWhenLoaded:
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (3,))
+
+    return ExitsWhenLoaded()
+
+
+def raises_exiting_error(args: object, run: object) -> object:
+    """A body for a worker: raises ``ExitsWhenLoadedError("boom")``, whose
+    unpickling, where the outcome is read, calls ``sys.exit(4)``."""
+
+    class ExitsWhenLoadedError(Exception):
+        def __reduce__(self) -> tuple[object, tuple[int]]:
+            return (sys.exit, (4,))
+
+    raise ExitsWhenLoadedError("boom")
 
 
 # ------------------------------------------------------------------ providers

@@ -31,7 +31,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.process.pool import _Job, _Worker
-from tests.helpers import OBJECT, call
+from tests.helpers import OBJECT, call, raises_exiting_error, returns_exiting_value
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
 
@@ -247,26 +247,6 @@ def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_regi
         special.shutdown()
 
 
-def _exits_when_loaded(args: object, run: object) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoaded:
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (3,))
-
-    return ExitsWhenLoaded()
-
-
-def _raises_exiting_error(args: object, run: object) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoadedError(Exception):
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (4,))
-
-    raise ExitsWhenLoadedError("boom")
-
-
 @pytest.mark.timeout(30)
 def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
     one_worker: tuple[ProcessBackend, ToolRegistry],
@@ -276,8 +256,8 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
     # be contained like any unpicklable outcome (docs/contract.md §8 A4, §9),
     # not kill the manager and close the backend for every later call.
     _, registry = one_worker
-    registry.register(ToolDefinition("v", "v", OBJECT, _exits_when_loaded))
-    registry.register(ToolDefinition("e", "e", OBJECT, _raises_exiting_error))
+    registry.register(ToolDefinition("v", "v", OBJECT, returns_exiting_value))
+    registry.register(ToolDefinition("e", "e", OBJECT, raises_exiting_error))
     bad_value = registry.execute(call("v", signal=_never(), call_id="c0"))
     assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
     bad_error = registry.execute(call("e", signal=_never()))

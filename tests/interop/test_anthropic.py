@@ -16,35 +16,21 @@ from dshtools import (
     INVALID_CALL,
     AbortController,
     ToolDefinition,
-    ToolError,
     ToolRegistry,
-    ToolRunContext,
     ToolSuccess,
     execute_batch,
 )
 from dshtools import anthropic as dan
+from tests.helpers import ADD_PARAMS, add, broken
 
-ADD = {
-    "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"],
-}
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-def _add(args: Any, run: ToolRunContext) -> Any:
-    return {"sum": args["a"] + args["b"]}
-
-
-def _fail(args: Any, run: ToolRunContext) -> Any:
-    raise ToolError("it broke", "BROKEN")
 
 
 @pytest.fixture
 def registry() -> Iterator[ToolRegistry]:
     with ToolRegistry(max_workers=2) as r:
-        r.register(ToolDefinition("add", "Add two integers.", ADD, _add))
-        r.register(ToolDefinition("math.fail", "Always fails.", {"type": "object"}, _fail))
+        r.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, add))
+        r.register(ToolDefinition("math.fail", "Always fails.", {"type": "object"}, broken))
         yield r
 
 
@@ -59,18 +45,18 @@ def _assistant(*blocks: Any) -> dict[str, Any]:
 def test_tools_param_has_the_messages_api_shape_with_aliases(registry: ToolRegistry) -> None:
     tools = dan.tools_param(registry)
     assert tools == [
-        {"name": "add", "description": "Add two integers.", "input_schema": ADD},
+        {"name": "add", "description": "Add two integers.", "input_schema": ADD_PARAMS},
         {"name": "math_fail", "description": "Always fails.", "input_schema": {"type": "object"}},
     ]
     assert all(NAME_RULE.match(t["name"]) for t in tools)
     schema: Any = tools[0]["input_schema"]  # the SDK types it as a mapping of objects
     schema["properties"]["a"]["type"] = "string"
-    assert dan.tools_param(registry)[0]["input_schema"] == ADD
+    assert dan.tools_param(registry)[0]["input_schema"] == ADD_PARAMS
 
 
 def test_tools_param_refuses_a_non_object_schema_naming_the_tool() -> None:
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("stringly", "", {"type": "string"}, _add))
+        r.register(ToolDefinition("stringly", "", {"type": "string"}, add))
         with pytest.raises(ValueError, match="'stringly'"):
             dan.tools_param(r)
 

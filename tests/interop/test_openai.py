@@ -25,7 +25,6 @@ from dshtools import (
     AbortController,
     AbortSignal,
     ToolDefinition,
-    ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
@@ -33,23 +32,9 @@ from dshtools import (
     ToolSuccess,
 )
 from dshtools import openai as doa
+from tests.helpers import ADD_PARAMS, add, broken
 
 ROOT = Path(__file__).resolve().parents[2]
-
-ADD_PARAMS = {
-    "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"],
-    "additionalProperties": False,
-}
-
-
-def _add(args: Any, run: ToolRunContext) -> Any:
-    return {"sum": args["a"] + args["b"]}
-
-
-def _fail(args: Any, run: ToolRunContext) -> Any:
-    raise ToolError("it broke", "BROKEN")
 
 
 @pytest.fixture
@@ -59,8 +44,8 @@ def registry_options() -> dict[str, Any]:
 
 @pytest.fixture
 def registry(registry: ToolRegistry) -> ToolRegistry:
-    registry.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
-    registry.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, _fail))
+    registry.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, add))
+    registry.register(ToolDefinition("fail", "Always fails.", {"type": "object"}, broken))
     return registry
 
 
@@ -443,7 +428,7 @@ def test_ids_and_call_types_the_model_got_wrong_are_invalid_call_under_the_model
         return nxt()
 
     with ToolRegistry(max_workers=2) as r:
-        r.register(ToolDefinition("add", "", ADD_PARAMS, _add))
+        r.register(ToolDefinition("add", "", ADD_PARAMS, add))
         r.add_pre_execute(pre)
         message = _msg(
             _call("c1", "add", '{"a": 1, "b": 2}'),
@@ -489,7 +474,7 @@ def test_the_sdk_message_object_is_accepted() -> None:
         }
     )
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("add", "", ADD_PARAMS, _add))
+        r.register(ToolDefinition("add", "", ADD_PARAMS, add))
         calls = doa.calls_from_message(message, signal=AbortController().signal)
         results = [r.execute(c) for c in calls]
     assert [x.code for x in results] == [None, INVALID_CALL, INVALID_ARGS]

@@ -22,39 +22,23 @@ from dshtools import (
     ErrorDetail,
     ErrorInfo,
     ToolDefinition,
-    ToolError,
     ToolExecutionInput,
     ToolFailure,
     ToolRegistry,
-    ToolRunContext,
     ToolSuccess,
     execute_batch,
 )
 from dshtools import openai as doa
-from tests.helpers import error_of, output_message, tool, value_of
+from tests.helpers import ADD_PARAMS, add, broken, error_of, output_message, tool, value_of
 
-ADD_PARAMS = {
-    "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"],
-    "additionalProperties": False,
-}
 DEEP_ARRAY = "[" * 5000 + "]" * 5000
 DEEP_OBJECT = '{"a":' * 5000 + "1" + "}" * 5000
-
-
-def _add(args: Any, run: ToolRunContext) -> Any:
-    return {"sum": args["a"] + args["b"]}
-
-
-def _broken(args: Any, run: ToolRunContext) -> Any:
-    raise ToolError("it broke", "BROKEN")
 
 
 @pytest.fixture
 def registry(registry: ToolRegistry) -> ToolRegistry:
     """``add`` (two required integers) and ``fail`` (raises a ``ToolError``)."""
-    for definition in (tool("add", _add, parameters=ADD_PARAMS), tool("fail", _broken)):
+    for definition in (tool("add", add, parameters=ADD_PARAMS), tool("fail", broken)):
         registry.register(definition)
     return registry
 
@@ -101,9 +85,9 @@ def test_responses_tools_are_flat_function_tools_with_strict_always_present() ->
         return city
 
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, _add))
+        r.register(ToolDefinition("add", "Add two integers.", ADD_PARAMS, add))
         r.register(ToolDefinition.from_function(lookup, strict=True))
-        r.register(ToolDefinition("math.factorial", "n!", {"type": "object"}, _broken))
+        r.register(ToolDefinition("math.factorial", "n!", {"type": "object"}, broken))
         tools = doa.responses_tools_param(r)
         chat = doa.tools_param(r)
     assert tools[0] == {
@@ -141,7 +125,7 @@ def test_responses_tools_are_a_fresh_copy_and_refuse_a_non_object_schema(registr
     parameters: Any = tools[0]["parameters"]
     parameters["properties"]["a"]["type"] = "string"
     assert doa.responses_tools_param(registry)[0]["parameters"] == ADD_PARAMS
-    registry.register(ToolDefinition("stringly", "", {"type": "string"}, _add))
+    registry.register(ToolDefinition("stringly", "", {"type": "string"}, add))
     with pytest.raises(ValueError, match="'stringly'"):
         doa.responses_tools_param(registry)
 
@@ -267,7 +251,7 @@ def test_every_mistake_is_the_same_coded_failure_with_the_same_text_as_in_chat_c
     sig = AbortController().signal
     good_chat, good_item = _chat_call("k0", "add", '{"a": 1, "b": 2}'), _fc("k0", "add", '{"a": 1, "b": 2}')
     with ToolRegistry(max_workers=2) as r:
-        r.register(ToolDefinition("add", "", ADD_PARAMS, _add))
+        r.register(ToolDefinition("add", "", ADD_PARAMS, add))
         r.add_pre_execute(pre)
         chat = doa.calls_from_message(
             {"role": "assistant", "tool_calls": [good_chat] + [m[1] for m in MISTAKES]}, signal=sig
@@ -407,7 +391,7 @@ def test_the_sdks_response_its_output_and_its_items_are_read_alike() -> None:
     function_items = [i for i in response.output if isinstance(i, responses.ResponseFunctionToolCall)]
     sig = AbortController().signal
     with ToolRegistry(max_workers=1) as r:
-        r.register(ToolDefinition("add", "", ADD_PARAMS, _add))
+        r.register(ToolDefinition("add", "", ADD_PARAMS, add))
         read = [
             doa.calls_from_response(given, signal=sig)
             for given in (response, response.output, function_items, [i.model_dump() for i in function_items])

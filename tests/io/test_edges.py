@@ -17,7 +17,7 @@ import pytest
 import dshtools
 from dshtools import AbortController, AbortError, AbortSignal, timeout_of
 from dshtools import io as dio
-from tests.helpers import AbortLater
+from tests.helpers import AbortLater, FirstCallSkipped
 
 # B47's child, verbatim, except that the caller-abort variant first tells
 # the test (by opening a FIFO) that both lines are written.
@@ -55,13 +55,11 @@ def test_b47_timeout_keeps_the_output_written_before_the_stop() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_b47_caller_abort_keeps_the_output_written_before_the_stop(tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    os.mkfifo(ready)
+def test_b47_caller_abort_keeps_the_output_written_before_the_stop(fifo: Path) -> None:
     controller = AbortController()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        future = pool.submit(dio.run_process, [sys.executable, "-c", STUCK, str(ready)], controller.signal)
-        with open(ready, "rb"):  # returns once the child wrote both lines
+        future = pool.submit(dio.run_process, [sys.executable, "-c", STUCK, str(fifo)], controller.signal)
+        with open(fifo, "rb"):  # returns once the child wrote both lines
             pass
         t0 = time.monotonic()
         controller.abort("user stop")
@@ -85,9 +83,7 @@ def test_run_process_on_an_aborted_signal_raises_process_abort_error_without_out
 
 
 @pytest.mark.timeout(30)
-def test_n3_fifo_without_writer_is_refused_at_once(tmp_path: Path) -> None:
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+def test_n3_fifo_without_writer_is_refused_at_once(fifo: Path) -> None:
     controller = AbortController()
     later = AbortLater(controller, 0.5, "stop")
     t0 = time.monotonic()
@@ -101,7 +97,7 @@ def test_n3_fifo_without_writer_is_refused_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_read_file_refuses_devices_and_sockets_and_a_link_to_them(tmp_path: Path) -> None:
+def test_read_file_refuses_devices_and_sockets_and_a_link_to_them(tmp_path: Path, fifo: Path) -> None:
     signal = AbortController().signal
     with pytest.raises(ValueError, match="character device"):
         dio.read_file("/dev/null", signal)
@@ -110,8 +106,6 @@ def test_read_file_refuses_devices_and_sockets_and_a_link_to_them(tmp_path: Path
         server.bind(str(sock_path))
         with pytest.raises(ValueError, match="a socket"):
             dio.read_file(sock_path, signal)
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
     link = tmp_path / "link"
     link.symlink_to(fifo)
     with pytest.raises(ValueError, match="a FIFO"):
@@ -126,24 +120,14 @@ def test_read_file_refuses_devices_and_sockets_and_a_link_to_them(tmp_path: Path
 
 @pytest.mark.timeout(30)
 def test_read_file_refuses_a_path_swapped_for_a_fifo_after_the_first_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fifo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first (path) check is made to pass, as if the path were still a
     # regular file when it ran: the non-blocking open returns at once and
     # the check on the opened descriptor refuses the FIFO.
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    real = dio._check_regular
-    calls: list[int] = []
-
-    def first_passes(path: str | os.PathLike[str], mode: int) -> None:
-        calls.append(mode)
-        if len(calls) > 1:
-            real(path, mode)
-
-    monkeypatch.setattr(dio, "_check_regular", first_passes)
+    checks = FirstCallSkipped(monkeypatch, dio, "_check_regular")
     fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(ValueError, match="a FIFO"):
         dio.read_file(fifo, AbortController().signal)
-    assert len(calls) == 2
+    assert len(checks.calls) == 2
     assert len(os.listdir("/proc/self/fd")) == fds  # the descriptor was closed

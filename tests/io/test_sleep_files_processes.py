@@ -302,7 +302,7 @@ def test_run_process_feeds_large_input_while_reading_large_output() -> None:
 
 
 def _spawn_and_wait_for_pids(
-    tmp_path: Path, script: str, **kwargs: Any
+    fifo: Path, script: str, **kwargs: Any
 ) -> tuple[
     concurrent.futures.Future[subprocess.CompletedProcess[bytes]],
     concurrent.futures.ThreadPoolExecutor,
@@ -310,10 +310,8 @@ def _spawn_and_wait_for_pids(
     AbortController,
 ]:
     """Start ``run_process(sh -c script)`` in a worker; the script writes
-    the pids it wants watched (shell first) into a FIFO, which this thread
+    the pids it wants watched (shell first) into ``fifo``, which this thread
     reads: a handshake, no sleeping."""
-    fifo = tmp_path / "pids"
-    os.mkfifo(fifo)
     c = AbortController()
     pool = concurrent.futures.ThreadPoolExecutor(1)
     fut = pool.submit(dio.run_process, ["sh", "-c", script, "sh", str(fifo)], c.signal, **kwargs)
@@ -327,8 +325,8 @@ FAMILY = 'sleep 1000 & a=$!; sleep 1000 & b=$!; echo "$$ $a $b" > "$1"; wait'
 
 
 @pytest.mark.timeout(30)
-def test_run_process_abort_kills_the_whole_group_and_leaves_no_orphan(tmp_path: Path) -> None:
-    fut, pool, pids, c = _spawn_and_wait_for_pids(tmp_path, FAMILY, grace=30.0)
+def test_run_process_abort_kills_the_whole_group_and_leaves_no_orphan(fifo: Path) -> None:
+    fut, pool, pids, c = _spawn_and_wait_for_pids(fifo, FAMILY, grace=30.0)
     with pool:
         assert all(_alive(p) for p in pids)
         reason = Reason("user cancel")
@@ -345,9 +343,9 @@ def test_run_process_abort_kills_the_whole_group_and_leaves_no_orphan(tmp_path: 
 
 
 @pytest.mark.timeout(30)
-def test_run_process_sigkills_a_group_that_ignores_sigterm_after_grace(tmp_path: Path) -> None:
+def test_run_process_sigkills_a_group_that_ignores_sigterm_after_grace(fifo: Path) -> None:
     # Ignored signals are inherited: both grandchildren ignore SIGTERM too.
-    fut, pool, pids, c = _spawn_and_wait_for_pids(tmp_path, "trap '' TERM; " + FAMILY, grace=0.3)
+    fut, pool, pids, c = _spawn_and_wait_for_pids(fifo, "trap '' TERM; " + FAMILY, grace=0.3)
     with pool:
         t0 = time.monotonic()
         c.abort("stop")
@@ -378,8 +376,8 @@ def test_run_process_own_timeout_raises_timeout_reason_and_kills_the_group(tmp_p
 
 
 @pytest.mark.timeout(30)
-def test_run_process_caller_abort_before_timeout_keeps_callers_reason(tmp_path: Path) -> None:
-    fut, pool, pids, c = _spawn_and_wait_for_pids(tmp_path, FAMILY, timeout=60.0)
+def test_run_process_caller_abort_before_timeout_keeps_callers_reason(fifo: Path) -> None:
+    fut, pool, pids, c = _spawn_and_wait_for_pids(fifo, FAMILY, timeout=60.0)
     with pool:
         c.abort("mine")
         with pytest.raises(AbortError) as info:
@@ -442,11 +440,9 @@ def test_run_process_validates_arguments() -> None:
 
 @pytest.mark.timeout(30)
 def test_run_process_keyboard_interrupt_in_the_loop_kills_and_reaps_the_group(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fifo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Simulate Ctrl-C arriving while the caller thread sits in select().
-    fifo = tmp_path / "pids"
-    os.mkfifo(fifo)
     pids: list[int] = []
     got_pids = threading.Event()
 
@@ -488,8 +484,8 @@ ESCAPE = 'export OUTER=$$; timeout 30 sh -c \'echo "$OUTER $PPID $$" > "$1"; exe
 
 
 @pytest.mark.timeout(30)
-def test_run_process_abort_kills_descendants_that_left_the_process_group(tmp_path: Path) -> None:
-    fut, pool, pids, c = _spawn_and_wait_for_pids(tmp_path, ESCAPE + "wait", grace=30.0)
+def test_run_process_abort_kills_descendants_that_left_the_process_group(fifo: Path) -> None:
+    fut, pool, pids, c = _spawn_and_wait_for_pids(fifo, ESCAPE + "wait", grace=30.0)
     with pool:
         shell, tmo, grandchild = pids
         # The case this pins: both escaped the group killpg reaches.
@@ -508,11 +504,9 @@ def test_run_process_abort_kills_descendants_that_left_the_process_group(tmp_pat
 
 
 @pytest.mark.timeout(30)
-def test_run_process_normal_exit_kills_orphans_that_left_the_process_group(tmp_path: Path) -> None:
+def test_run_process_normal_exit_kills_orphans_that_left_the_process_group(fifo: Path) -> None:
     # The shell exits right after the handshake: timeout is reparented to
     # init, in its own group, and still holds stdout.
-    fifo = tmp_path / "pids"
-    os.mkfifo(fifo)
     script = ESCAPE + 'read -r line < "$1"; echo "$line"'
     t0 = time.monotonic()
     r = dio.run_process(["sh", "-c", script, "sh", str(fifo)], AbortController().signal, grace=30.0)
@@ -525,7 +519,7 @@ def test_run_process_normal_exit_kills_orphans_that_left_the_process_group(tmp_p
 
 
 @pytest.mark.timeout(30)
-def test_run_process_sigkills_a_grandchild_in_its_own_group_that_ignores_sigterm(tmp_path: Path) -> None:
+def test_run_process_sigkills_a_grandchild_in_its_own_group_that_ignores_sigterm(fifo: Path) -> None:
     child = (
         "import os, signal, sys\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -534,8 +528,6 @@ def test_run_process_sigkills_a_grandchild_in_its_own_group_that_ignores_sigterm
         "signal.pause()\n"
     )
     script = '"$0" -c "$2" "$1" & wait'
-    fifo = tmp_path / "pids"
-    os.mkfifo(fifo)
     c = AbortController()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(dio.run_process, ["sh", "-c", script, PY, str(fifo), child], c.signal, grace=0.3)

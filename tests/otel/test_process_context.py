@@ -12,12 +12,11 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dshtools import AbortController, ProcessBackend, ToolDefinition, ToolExecutionInput, ToolRegistry, otel
 from dshtools._backends import remote
 from tests.helpers import call
+from tests.otel.conftest import Traced
 
 
 def traced_in_worker(_args: Any, _run: Any) -> dict[str, Any]:
@@ -39,18 +38,17 @@ def process_registry() -> Iterator[ToolRegistry]:
 
 
 @pytest.mark.timeout(60)
-def test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(process_registry: ToolRegistry) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    inst = otel.instrument(process_registry, tracer_provider=provider)
+def test_a_span_started_in_a_process_worker_is_a_child_of_its_call_span(
+    process_registry: ToolRegistry, traced: Traced
+) -> None:
+    inst = otel.instrument(process_registry, tracer_provider=traced.provider)
     try:
-        with provider.get_tracer("tests").start_as_current_span("agent turn"):
+        with traced.tracer.start_as_current_span("agent turn"):
             result = process_registry.execute(call("traced"))
     finally:
         inst.uninstrument()
     assert result.is_error is False, result
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool traced"]
+    (span,) = traced.spans("execute_tool traced")
     assert span.context is not None
     assert result.value == {"trace_id": f"{span.context.trace_id:032x}", "parent": f"{span.context.span_id:016x}"}
 
@@ -97,15 +95,12 @@ def stubborn_in_worker(args: Any, _run: Any) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_forced_stop_is_on_the_span_as_an_event_and_an_attribute(tmp_path: Any) -> None:
+def test_a_forced_stop_is_on_the_span_as_an_event_and_an_attribute(tmp_path: Any, traced: Traced) -> None:
     import os
     import threading
 
     fifo = str(tmp_path / "started")
     os.mkfifo(fifo)
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     controller = AbortController()
 
     def abort_once_started() -> None:
@@ -115,12 +110,12 @@ def test_a_forced_stop_is_on_the_span_as_an_event_and_an_attribute(tmp_path: Any
 
     with ToolRegistry(backend=ProcessBackend(max_workers=1, kill_after=0.05)) as registry:
         registry.register(ToolDefinition("stubborn", "", {"type": "object"}, stubborn_in_worker))
-        inst = otel.instrument(registry, tracer_provider=provider)
+        inst = otel.instrument(registry, tracer_provider=traced.provider)
         threading.Thread(target=abort_once_started).start()
         result = registry.execute(ToolExecutionInput("c1", "stubborn", {"fifo": fifo}, controller.signal))
         inst.uninstrument()
     assert result.code == "ABORTED" and result.meta["killed"] is True
-    (span,) = exporter.get_finished_spans()
+    (span,) = traced.exporter.get_finished_spans()
     attributes = dict(span.attributes or {})
     assert attributes[otel.KILLED] is True and attributes[otel.BACKEND] == "ProcessBackend"
     assert [e.name for e in span.events] == [otel.ABORT_EVENT, otel.FORCED_STOP_EVENT]

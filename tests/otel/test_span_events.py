@@ -34,7 +34,7 @@ from dshtools import (
 )
 from dshtools._backends.base import BodyReport, Error, WorkerLost
 from dshtools._types.calls import InvalidCall
-from tests.helpers import call, tool
+from tests.helpers import ProgressRecorder, call, tool
 from tests.otel.conftest import Traced
 
 
@@ -51,9 +51,10 @@ def _parallel(name: str, body: Callable[[Any, ToolRunContext], object], **kw: An
 
 
 @pytest.fixture
-def dispatch_settled(monkeypatch: pytest.MonkeyPatch) -> dict[str, threading.Event]:
-    """An event per call id, set once that call's dispatch settled (its
-    body joined): the moment from which its result only waits for its
+def dispatch_settled(monkeypatch: pytest.MonkeyPatch, instrumented: otel.Instrumentation) -> dict[str, threading.Event]:
+    """On the instrumented registry (the events come from its spans'
+    watch), an event per call id, set once that call's dispatch settled
+    (its body joined): the moment from which its result only waits for its
     model-order turn in a batch."""
     settled: dict[str, threading.Event] = {}
     original = otel._Watch.exit
@@ -92,7 +93,6 @@ def _batch_aborted_by(
 def test_a_batch_call_keeps_the_timeout_its_body_saw_not_the_callers_later_abort(
     registry: ToolRegistry,
     traced: Traced,
-    instrumented: otel.Instrumentation,
     dispatch_settled: dict[str, threading.Event],
     overrun: bool,
 ) -> None:
@@ -133,10 +133,7 @@ def test_a_batch_call_keeps_the_timeout_its_body_saw_not_the_callers_later_abort
 
 @pytest.mark.timeout(20)
 def test_a_success_that_waited_for_its_turn_when_the_caller_aborted_has_no_abort_event(
-    registry: ToolRegistry,
-    traced: Traced,
-    instrumented: otel.Instrumentation,
-    dispatch_settled: dict[str, threading.Event],
+    registry: ToolRegistry, traced: Traced, dispatch_settled: dict[str, threading.Event]
 ) -> None:
     """A call whose body returned before the abort keeps its success
     (docs/contract.md#a1); its span says no abort reached it."""
@@ -191,10 +188,7 @@ class KillingBackend:
 
 @pytest.mark.timeout(20)
 def test_a_forced_stop_in_a_batch_is_timed_when_the_body_stopped_not_when_it_was_published(
-    registry: ToolRegistry,
-    traced: Traced,
-    instrumented: otel.Instrumentation,
-    dispatch_settled: dict[str, threading.Event],
+    registry: ToolRegistry, traced: Traced, dispatch_settled: dict[str, threading.Event]
 ) -> None:
     release = threading.Event()
     backend = KillingBackend()
@@ -279,13 +273,7 @@ def test_a_tight_loop_of_progress_leaves_the_last_updates_and_a_count_on_the_spa
 def test_progress_events_keep_what_the_body_reported_and_the_progress_observers_still_get_it(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
 ) -> None:
-    seen: list[Any] = []
-    delivered = threading.Event()
-
-    def observer(_execution: Any, update: Any) -> None:
-        seen.append(update)
-        if update.progress == 2.0:
-            delivered.set()
+    observer = ProgressRecorder(final=2.0)
 
     def steps(_a: Any, run: ToolRunContext) -> str:
         run.report_progress(1)
@@ -305,7 +293,7 @@ def test_progress_events_keep_what_the_body_reported_and_the_progress_observers_
     # A call that reported nothing has neither events nor a count.
     assert _events(spans["c2"], otel.PROGRESS_EVENT) == []
     assert otel.PROGRESS_COUNT not in (spans["c2"].attributes or {})
-    assert delivered.wait(10) and seen[-1].message == "half"
+    assert observer.last.wait(10) and observer.updates[-1].message == "half"
 
 
 class _LosingBackend(KillingBackend):

@@ -41,9 +41,9 @@ from dshtools import (
     execute_batch,
     otel,
 )
-from dshtools._registry.observer import set_call_observer
+from dshtools._registry.observer import CallObserver, set_call_observer
 from dshtools._types.calls import InvalidCall
-from tests.helpers import call, tool
+from tests.helpers import call, stops_when_aborted, tool
 from tests.otel.conftest import Traced
 
 
@@ -114,18 +114,12 @@ def test_one_span_per_call_for_every_outcome_under_the_callers_span(
     invoked: bool | None,
 ) -> None:
     started = threading.Event()
-
-    def waits(_a: Any, run: ToolRunContext) -> str:
-        started.set()
-        run.signal.wait()
-        return "late"
-
     registry.register(tool("ok", lambda a, r: "fine"))
     registry.register(tool("fails", _raise))
     registry.register(
         tool("typed", lambda a, r: a, parameters={"type": "object", "properties": {"n": {"type": "integer"}}})
     )
-    registry.register(tool("waits", waits))
+    registry.register(tool("waits", stops_when_aborted(started, "late")))
     registry.register(tool("slow", _wait_for_abort, timeout=0.01))
     registry.register(
         tool(
@@ -295,13 +289,7 @@ def test_a_cancelled_batch_still_has_one_span_percall(
     registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation
 ) -> None:
     started = threading.Event()
-
-    def first(_a: Any, run: ToolRunContext) -> str:
-        started.set()
-        run.signal.wait()
-        return "stopped"
-
-    registry.register(tool("first", first))
+    registry.register(tool("first", stops_when_aborted(started)))
     registry.register(tool("later", lambda a, r: "never"))
     batch = AbortController()
     threading.Thread(target=_abort_when, args=(started, batch)).start()
@@ -426,46 +414,45 @@ def test_a_global_provider_set_after_instrument_is_used_by_the_nextcall() -> Non
     assert out.stdout.strip() == "['execute_tool ok']"
 
 
-def test_a_faulty_observer_is_reported_and_changes_no_result(registry: ToolRegistry, unraisable: list[Any]) -> None:
-    class Broken:
-        def started(self, call: ToolExecutionInput, definition: object) -> Any:
-            raise RuntimeError("observer bug")
+class _BrokenWatch:
+    def enter(self) -> object:
+        raise RuntimeError("enter bug")
 
-    registry.register(tool("ok", lambda a, r: "fine"))
-    set_call_observer(registry, Broken())
-    try:
-        result = registry.execute(call("ok"))
-    finally:
-        set_call_observer(registry, None)
-    assert result.is_error is False and result.content[0]["text"] == "fine"
-    assert len(unraisable) == 1 and "observer bug" in str(unraisable[0].exc_value)
+    def exit(self, token: object) -> None:
+        raise RuntimeError("exit bug")
+
+    def finished(self, result: object) -> None:
+        raise RuntimeError("finished bug")
 
 
-def test_a_watch_whose_methods_raise_is_reported_and_changes_no_result(
-    registry: ToolRegistry, unraisable: list[Any]
+class _BrokenObserver:
+    def started(self, call: ToolExecutionInput, definition: object) -> Any:
+        raise RuntimeError("observer bug")
+
+
+class _ObserverOfBrokenWatches:
+    def started(self, call: ToolExecutionInput, definition: object) -> Any:
+        return _BrokenWatch()
+
+
+@pytest.mark.parametrize(
+    ("observer", "reported"),
+    [
+        pytest.param(_BrokenObserver(), ["observer bug"], id="observer"),
+        pytest.param(_ObserverOfBrokenWatches(), ["enter bug", "exit bug", "finished bug"], id="watch"),
+    ],
+)
+def test_a_faulty_observer_or_watch_is_reported_and_changes_no_result(
+    registry: ToolRegistry, unraisable: list[Any], observer: CallObserver, reported: list[str]
 ) -> None:
-    class BrokenWatch:
-        def enter(self) -> object:
-            raise RuntimeError("enter bug")
-
-        def exit(self, token: object) -> None:
-            raise RuntimeError("exit bug")
-
-        def finished(self, result: object) -> None:
-            raise RuntimeError("finished bug")
-
-    class Observer:
-        def started(self, call: ToolExecutionInput, definition: object) -> Any:
-            return BrokenWatch()
-
     registry.register(tool("ok", lambda a, r: "fine"))
-    set_call_observer(registry, Observer())
+    set_call_observer(registry, observer)
     try:
         result = registry.execute(call("ok"))
     finally:
         set_call_observer(registry, None)
     assert result.is_error is False and result.content[0]["text"] == "fine"
-    assert [str(u.exc_value) for u in unraisable] == ["enter bug", "exit bug", "finished bug"]
+    assert [str(u.exc_value) for u in unraisable] == reported
 
 
 def test_metrics_alone_are_recorded_without_a_tracer(registry: ToolRegistry, traced: Traced) -> None:

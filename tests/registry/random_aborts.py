@@ -1,18 +1,22 @@
-"""What the random-abort stress tests share: ``Aborter`` (aborts
-controllers at scheduled times on its own thread), ``Tracker`` (what the
-bodies and the observer saw), ``drive`` (runs a list of planned calls
-from several caller threads, aborting each as its plan says) and
-``check_every_call`` (what holds for every call whatever its plan)."""
+"""What the random-abort stress tests share: ``plan_calls`` (the seeded
+random plans), ``Aborter`` (aborts controllers at scheduled times on its
+own thread), ``Tracker`` (what the bodies and the observer saw, and the
+tool body that waits as its plan says), ``arm`` (aborts one controller
+as its plan says), ``in_threads`` (one piece of work split over
+threads), ``drive`` (runs a list of planned calls from several
+caller threads) and ``check_every_call`` (what holds for every call
+whatever its plan)."""
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from dshtools import (
     TOOL_ABORTED,
@@ -23,7 +27,21 @@ from dshtools import (
     ToolRegistry,
 )
 
-__all__ = ["Aborter", "Tracker", "check_every_call", "drive"]
+__all__ = ["Aborter", "Tracker", "arm", "check_every_call", "drive", "in_threads", "plan_calls"]
+
+T = TypeVar("T")
+
+
+def plan_calls(seed: int, calls: int, **fields: Sequence[Any] | Callable[[random.Random], Any]) -> list[dict[str, Any]]:
+    """``calls`` plans drawn from ``random.Random(seed)``: plan ``i`` has the
+    id ``call-i`` and, for each of ``fields`` in order, a value drawn by
+    ``rng.choice`` from a sequence or returned by a callable given the
+    generator."""
+    rng = random.Random(seed)
+    return [
+        {"id": f"call-{i}", **{k: v(rng) if callable(v) else rng.choice(v) for k, v in fields.items()}}
+        for i in range(calls)
+    ]
 
 
 class Aborter:
@@ -102,49 +120,76 @@ class Tracker:
         with self.lock:
             self.observed[e.call_id] += 1
 
+    def waiting_body(self, then: Callable[[Any, Any, int], object]) -> Callable[[Any, Any], object]:
+        """A tool body, run inside ``body``: it waits on its signal for
+        ``args["wait"]`` seconds, then returns ``then(args, run, attempt)``."""
+
+        def work(args: Any, run: Any) -> object:
+            with self.body(run.call_id) as attempt:
+                run.signal.wait(args["wait"])
+                return then(args, run, attempt)
+
+        return work
+
+
+def arm(
+    how: str, controller: AbortController, *, call_id: str, delay: float, aborter: Aborter, tracker: Tracker
+) -> None:
+    """Abort ``controller`` as a plan says: ``"before"`` now, ``"random"``
+    ``delay`` seconds from now on ``aborter``, ``"running"`` at the first
+    start of call ``call_id``'s body (``Tracker.body``; a controller already
+    armed for that call keeps its place), anything else never."""
+    if how == "before":
+        controller.abort("before")
+    elif how == "random":
+        aborter.schedule(controller, delay)
+    elif how == "running":
+        with tracker.lock:
+            tracker.abort_on_start.setdefault(call_id, controller)
+
+
+def in_threads(threads: int, items: Sequence[T], work: Callable[[Sequence[T]], object]) -> None:
+    """Run ``work`` on ``threads`` threads at once, thread ``i`` given every
+    ``threads``-th item from item ``i``; returns once they all ended (100
+    seconds at most each)."""
+    workers = [threading.Thread(target=work, args=(items[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(100)
+
 
 def drive(
     registry: ToolRegistry,
     plans: list[dict[str, Any]],
-    arguments: Callable[[dict[str, Any]], dict[str, Any]],
+    arguments: Sequence[str],
     tracker: Tracker,
     *,
-    threads: int,
+    threads: int = 8,
 ) -> tuple[dict[str, ToolExecutionResult], dict[str, AbortController]]:
-    """Execute each plan's call (tool ``work``, call id ``plan["id"]``,
-    ``arguments(plan)``) from ``threads`` caller threads. ``plan["abort"]``
-    is ``"before"`` (aborted before ``execute``), ``"random"`` (aborted
-    ``plan["delay"]`` seconds after it is scheduled), ``"running"``
-    (aborted by its body's first start, ``Tracker.body``) or anything else
-    (never aborted). A call whose body is still running when its ``execute``
-    returned is added to ``tracker.problems``. Returns the results and the
-    controllers by call id."""
+    """Execute each plan's call (tool ``work``, call id ``plan["id"]``, the
+    plan's values of the keys ``arguments`` as its arguments) from
+    ``threads`` caller threads, each aborted as ``arm`` reads
+    ``plan["abort"]`` and ``plan["delay"]``. A call whose body is still
+    running when its ``execute`` returned is added to ``tracker.problems``.
+    Returns the results and the controllers by call id."""
     aborter = Aborter()
     results: dict[str, ToolExecutionResult] = {}
     controllers: dict[str, AbortController] = {}
 
-    def caller(chunk: list[dict[str, Any]]) -> None:
+    def caller(chunk: Sequence[dict[str, Any]]) -> None:
         for plan in chunk:
             controller = AbortController()
             controllers[plan["id"]] = controller
-            if plan["abort"] == "before":
-                controller.abort("before")
-            elif plan["abort"] == "random":
-                aborter.schedule(controller, plan["delay"])
-            elif plan["abort"] == "running":
-                with tracker.lock:
-                    tracker.abort_on_start[plan["id"]] = controller
-            result = registry.execute(ToolExecutionInput(plan["id"], "work", arguments(plan), controller.signal))
+            arm(plan["abort"], controller, call_id=plan["id"], delay=plan["delay"], aborter=aborter, tracker=tracker)
+            args = {key: plan[key] for key in arguments}
+            result = registry.execute(ToolExecutionInput(plan["id"], "work", args, controller.signal))
             with tracker.lock:
                 if plan["id"] in tracker.running:
                     tracker.problems.append(f"{plan['id']}: execute returned while its body was running")
                 results[plan["id"]] = result
 
-    callers = [threading.Thread(target=caller, args=(plans[i::threads],)) for i in range(threads)]
-    for t in callers:
-        t.start()
-    for t in callers:
-        t.join(100)
+    in_threads(threads, plans, caller)
     aborter.stop()
     return results, controllers
 

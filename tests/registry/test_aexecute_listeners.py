@@ -28,13 +28,11 @@ from dshtools import (
     TOOL_ABORTED,
     AbortController,
     TaskCancelled,
-    ToolExecution,
-    ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
     execute_batch_async,
 )
-from tests.helpers import call, cancel_during_join, tool
+from tests.helpers import HookRecorder, call, cancel_during_join, tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -78,12 +76,8 @@ async def cancel_while_listener_blocks(
 ) -> None:
     """Run ``awaited`` in a scope, cancel it once the body started, and
     check the loop goes on while the listener blocks."""
-    published: list[ToolExecutionResult] = []
-
-    def observe(exec: ToolExecution, result: ToolExecutionResult) -> None:
-        published.append(result)
-
-    registry.add_result_observer(observe)
+    published = HookRecorder()
+    registry.add_result_observer(published.observer)
     loop_thread = threading.current_thread()
     scope = anyio.CancelScope()
     outcome: list[tuple[str, bool, bool]] = []
@@ -122,7 +116,7 @@ async def cancel_while_listener_blocks(
     assert isinstance(body.reason, TaskCancelled)
     assert body.listener_thread is not None and body.listener_thread is not loop_thread
     assert body.listener_thread.name.startswith("dshtools-abort")
-    assert [r.code for r in published] == [TOOL_ABORTED]
+    assert [r.code for _e, r in published.results] == [TOOL_ABORTED]
     assert registry.statistics().bodies_in_flight == 0
 
 
@@ -172,15 +166,15 @@ async def test_the_callers_own_abort_runs_listeners_where_it_is_made(registry: T
     body.release.set()
     registry.register(tool("cleanup", body))
     controller = AbortController()
-    results: list[ToolExecutionResult] = []
+    codes: list[str | None] = []
 
     async def caller() -> None:
-        results.append(await registry.aexecute(call("cleanup", signal=controller.signal)))
+        codes.append((await registry.aexecute(call("cleanup", signal=controller.signal))).code)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(caller)
         assert await anyio.to_thread.run_sync(body.started.wait, 5)
         controller.abort("stop")
     assert body.listener_thread is threading.current_thread()
-    assert [r.code for r in results] == [TOOL_ABORTED]
+    assert codes == [TOOL_ABORTED]
     assert body.reason == "stop"

@@ -33,12 +33,11 @@ from dshtools import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
-    ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import call, error_of, run_python, tool, value_of
+from tests.helpers import HookRecorder, call, error_of, run_in_thread, run_python, tool, value_of
 
 PATH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -125,8 +124,8 @@ def pending_ticket(registry: ToolRegistry, path: str = "/tmp/x", call_id: str = 
 
 
 def test_a_deferred_call_returns_pending_at_once_with_a_json_ticket(deferring: ToolRegistry, bodies: Bodies) -> None:
-    seen: list[ToolExecutionResult] = []
-    deferring.add_result_observer(lambda _e, r: seen.append(r))
+    published = HookRecorder()
+    deferring.add_result_observer(published.observer)
     result = deferring.execute(call("rm", {"path": "/tmp/x"}, call_id="call-7"))
     assert result.code == APPROVAL_PENDING and result.is_error
     assert result.body_invoked is False and bodies.seen == []
@@ -140,7 +139,7 @@ def test_a_deferred_call_returns_pending_at_once_with_a_json_ticket(deferring: T
     # JSON and pickle round trips give the same ticket, and the result is published once.
     assert json.loads(json.dumps(ticket)) == ticket
     assert pickle.loads(pickle.dumps(ticket)) == ticket
-    assert seen == [result]
+    assert [r for _e, r in published.results] == [result]
 
 
 def test_deferring_is_denied_when_the_ticket_cannot_be_issued(bodies: Bodies) -> None:
@@ -261,11 +260,7 @@ def test_a_resumed_body_sees_the_resume_signal(clock: Clock) -> None:
         registry.add_pre_execute(lambda _e, _n: Ask())
         ticket = registry.execute(call("slow")).meta["ticket"]
         controller = AbortController()
-        box: list[ToolExecutionResult] = []
-        thread = threading.Thread(
-            target=lambda: box.append(registry.resume(ticket, "allowed-once", signal=controller.signal))
-        )
-        thread.start()
+        thread, box = run_in_thread(lambda: registry.resume(ticket, "allowed-once", signal=controller.signal))
         assert started.wait(10)
         controller.abort("stop")
         thread.join(10)

@@ -33,7 +33,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from tests.helpers import HookRecorder, call, late_after_abort, tool
+from tests.helpers import HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -256,38 +256,11 @@ def test_base_exception_from_a_result_observer_is_contained_and_reported(unraisa
 # ------------------------------------------------------------------ A4
 
 
-class Unprintable(Exception):
-    def __str__(self) -> str:
-        raise RuntimeError("no str for you")
-
-    def __repr__(self) -> str:
-        raise RuntimeError("no repr for you")
-
-
-class BadRepr:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def __repr__(self) -> str:
-        raise RuntimeError("no repr")
-
-    def raising_observer(self, e: Any, r: Any) -> None:
-        self.log.append("observer ran")
-        raise Unprintable
-
-    def raising_listener(self, signal: Any) -> None:
-        self.log.append("listener ran")
-        raise Unprintable
-
-    def raising_hook(self, *a: Any) -> Any:
-        raise Unprintable
-
-
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("site", ["body", "pre_execute", "guard", "approver", "wrapper", "post_execute", "render"])
 def test_an_exception_whose_str_raises_is_handled_like_any_fault(site: str, unraisable: list[Any]) -> None:
     log: list[str] = []
-    bad = BadRepr(log)
+    bad = Unrepresentable(log)
     with ToolRegistry(approver=bad.raising_hook if site == "approver" else None) as registry:
         registry.register(
             tool(
@@ -317,11 +290,11 @@ def test_an_exception_whose_str_raises_is_handled_like_any_fault(site: str, unra
 
 def test_an_approver_answer_whose_repr_raises_is_a_denial() -> None:
     log: list[str] = []
-    with ToolRegistry(approver=lambda request: BadRepr(log)) as registry:  # type: ignore[arg-type, return-value]
+    with ToolRegistry(approver=lambda request: Unrepresentable(log)) as registry:  # type: ignore[arg-type, return-value]
         registry.register(tool("t", lambda a, r: "v"))
         registry.add_pre_execute(lambda e, nxt: Ask())
         result = registry.execute(call("t"))
-    assert result.code == "DENIED" and "BadRepr" in result.error.message  # type: ignore[union-attr]
+    assert result.code == "DENIED" and "Unrepresentable" in result.error.message  # type: ignore[union-attr]
 
 
 @pytest.mark.timeout(10)
@@ -329,7 +302,7 @@ def test_a_raising_listener_with_a_bad_repr_does_not_stop_the_withdrawal_of_a_qu
     unraisable: list[Any],
 ) -> None:
     log: list[str] = []
-    bad = BadRepr(log)
+    bad = Unrepresentable(log)
     controller = AbortController()
     controller.signal.add_listener(bad.raising_listener)
     blocker_started, release = threading.Event(), threading.Event()

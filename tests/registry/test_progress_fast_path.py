@@ -25,7 +25,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._registry.observer import set_call_observer
-from tests.helpers import call, tool, value_of
+from tests.helpers import ProgressRecorder, call, tool, value_of
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -43,12 +43,8 @@ def test_a_report_while_the_call_is_queued_is_one_python_frame(registry: ToolReg
     """With the delivery thread held by an observer, the call stays queued:
     a report then runs exactly one Python function (the method itself),
     where the method forwarding to the run's store ran two."""
-    entered, release = threading.Event(), threading.Event()
-
-    def held(_e: ToolExecution, _u: ProgressUpdate) -> None:
-        entered.set()
-        assert release.wait(10)
-
+    release = threading.Event()
+    held = ProgressRecorder(hold=release)
     registry.add_progress_observer(held)
     called: list[str] = []
 
@@ -58,7 +54,7 @@ def test_a_report_while_the_call_is_queued_is_one_python_frame(registry: ToolReg
 
     def body(_a: Any, run: ToolRunContext) -> str:
         run.report_progress(0)
-        assert entered.wait(10)  # the delivery thread holds update 0
+        assert held.entered.wait(10)  # the delivery thread holds update 0
         run.report_progress(1)  # queues the call again
         before = sys.getprofile()
         sys.setprofile(profile)

@@ -13,7 +13,7 @@ import pytest
 from dshtools import ProgressUpdate, ToolExecution, ToolRegistry, ToolRunContext
 from dshtools._registry import progress
 from dshtools._registry.progress import flush
-from tests.helpers import call, run_in_thread, tool, value_of, wait_until
+from tests.helpers import ProgressRecorder, call, run_in_thread, tool, value_of, wait_until
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -30,18 +30,11 @@ def test_with_nothing_posted_a_flush_returns_at_once() -> None:
 
 def test_a_flush_waits_for_the_last_update_of_a_call_that_returned(registry: ToolRegistry) -> None:
     gate = threading.Event()
-    entered = threading.Event()
-    seen: list[ProgressUpdate] = []
-
-    def held(_e: ToolExecution, update: ProgressUpdate) -> None:
-        entered.set()
-        assert gate.wait(10)
-        seen.append(update)
-
+    held = ProgressRecorder(hold=gate)
     registry.add_progress_observer(held)
     registry.register(tool("t", reports))
     assert value_of(registry.execute(call("t", {"n": 1}, call_id="first"))) == "done"
-    assert entered.wait(10)  # the observer holds the delivery thread on update 0 of "first"
+    assert held.entered.wait(10)  # the observer holds the delivery thread on update 0 of "first"
     assert value_of(registry.execute(call("t", {"n": 50}, call_id="second"))) == "done"
     # "second"'s last update is queued behind the held one: not delivered.
     assert flush(0.05) is False
@@ -50,7 +43,7 @@ def test_a_flush_waits_for_the_last_update_of_a_call_that_returned(registry: Too
     flushed.join(10)
     assert box == [True]
     # Everything posted before the flush was handed over when it returned.
-    assert seen[-1] == ProgressUpdate(49.0, 50.0, None)
+    assert held.updates[-1] == ProgressUpdate(49.0, 50.0, None)
 
 
 def test_a_flush_does_not_wait_for_updates_posted_after_it_began(registry: ToolRegistry) -> None:
@@ -82,13 +75,7 @@ def test_a_flush_does_not_wait_for_updates_posted_after_it_began(registry: ToolR
 
 
 def test_a_number_too_large_for_a_float_is_dropped_and_delivery_goes_on(registry: ToolRegistry) -> None:
-    seen: list[ProgressUpdate] = []
-    last = threading.Event()
-
-    def observer(_e: ToolExecution, update: ProgressUpdate) -> None:
-        seen.append(update)
-        if update.progress == 2:
-            last.set()
+    observer = ProgressRecorder(final=2)
 
     class Huge(int):
         pass
@@ -104,5 +91,5 @@ def test_a_number_too_large_for_a_float_is_dropped_and_delivery_goes_on(registry
     assert value_of(registry.execute(call("huge"))) == "done"
     assert flush(10)
     assert value_of(registry.execute(call("t", {"n": 3}, call_id="after"))) == "done"
-    assert last.wait(10), "the delivery thread stopped"
-    assert seen[-1].progress == 2.0 and all(u.progress <= 2 for u in seen)  # no huge one
+    assert observer.last.wait(10), "the delivery thread stopped"
+    assert observer.updates[-1].progress == 2.0 and all(u.progress <= 2 for u in observer.updates)  # no huge one

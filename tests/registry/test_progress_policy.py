@@ -18,31 +18,12 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from tests.helpers import call, tool, value_of
-
-
-class Seen:
-    """A progress observer that records updates and the thread it ran on,
-    and sets ``last`` when it sees ``progress == final``."""
-
-    def __init__(self, final: float) -> None:
-        self.final = final
-        self.updates: list[ProgressUpdate] = []
-        self.threads: set[str] = set()
-        self.call_ids: set[str] = set()
-        self.last = threading.Event()
-
-    def __call__(self, execution: ToolExecution, update: ProgressUpdate) -> None:
-        self.updates.append(update)
-        self.threads.add(threading.current_thread().name)
-        self.call_ids.add(execution.call_id)
-        if update.progress == self.final:
-            self.last.set()
+from tests.helpers import ProgressRecorder, call, tool, value_of
 
 
 @pytest.mark.timeout(10)
 def test_the_observer_sees_the_last_of_ten_thousand_updates_in_order(registry: ToolRegistry) -> None:
-    seen = Seen(final=9999)
+    seen = ProgressRecorder(final=9999)
     registry.add_progress_observer(seen)
     body_thread: list[str] = []
 
@@ -64,20 +45,13 @@ def test_the_observer_sees_the_last_of_ten_thousand_updates_in_order(registry: T
 
 @pytest.mark.timeout(10)
 def test_a_slow_observer_never_holds_the_body_and_sees_coalesced_updates(registry: ToolRegistry) -> None:
-    entered = threading.Event()
     release = threading.Event()
-    seen: list[float] = []
-
-    def slow(_e: ToolExecution, update: ProgressUpdate) -> None:
-        entered.set()
-        assert release.wait(5)
-        seen.append(update.progress)
-
+    slow = ProgressRecorder(hold=release)
     registry.add_progress_observer(slow)
 
     def body(_a: Any, run: ToolRunContext) -> str:
         run.report_progress(0)
-        assert entered.wait(5)  # the observer now blocks on its first update
+        assert slow.entered.wait(5)  # the observer now blocks on its first update
         for i in range(1, 1001):
             run.report_progress(i, None)
         return "done"
@@ -96,14 +70,14 @@ def test_a_slow_observer_never_holds_the_body_and_sees_coalesced_updates(registr
     registry.register(tool("again", again))
     registry.execute(call("again", call_id="c2"))
     assert done.wait(5)
-    assert seen[:2] == [0.0, 1000.0]
+    assert [u.progress for u in slow.updates[:2]] == [0.0, 1000.0]
 
 
 @pytest.mark.timeout(10)
 def test_progress_never_raises_into_the_body(registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     reported: list[object] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
-    seen = Seen(final=1)
+    seen = ProgressRecorder(final=1)
 
     def broken(_e: ToolExecution, _u: ProgressUpdate) -> None:
         raise RuntimeError("observer bug")
@@ -129,8 +103,8 @@ def test_progress_never_raises_into_the_body(registry: ToolRegistry, monkeypatch
 
 @pytest.mark.timeout(10)
 def test_an_unregistered_observer_sees_nothing_more(registry: ToolRegistry) -> None:
-    first = Seen(final=1)
-    second = Seen(final=2)
+    first = ProgressRecorder(final=1)
+    second = ProgressRecorder(final=2)
     unregister = registry.add_progress_observer(first)
     registry.add_progress_observer(second)
 
@@ -154,7 +128,7 @@ def _reports(_a: Any, run: ToolRunContext) -> str:
 @pytest.mark.timeout(60)
 def test_in_a_process_worker_progress_reaches_the_parents_observer() -> None:
     """More in tests/backends/process/test_progress.py."""
-    seen = Seen(final=1)
+    seen = ProgressRecorder(final=1)
     with ProcessBackend(1) as backend, ToolRegistry(backend=backend) as registry:
         registry.add_progress_observer(seen)
         registry.register(tool("t", _reports))

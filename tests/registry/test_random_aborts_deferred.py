@@ -14,10 +14,9 @@ listener is left on any caller's signal."""
 
 from __future__ import annotations
 
-import random
 import threading
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 
@@ -37,48 +36,38 @@ from dshtools import (
     ToolRegistry,
 )
 from tests.helpers import tool
-from tests.registry.random_aborts import Aborter, Tracker, drive
+from tests.registry.random_aborts import Aborter, Tracker, arm, drive, in_threads, plan_calls
 
-CALLS = 300
 CALLER_THREADS = 6
 LIMIT = 2
 
 
 @pytest.mark.timeout(120)
 def test_tickets_resumed_twice_at_once_under_random_aborts_run_at_most_once() -> None:
-    rng = random.Random(2517)
     seen = Tracker()
-
-    def body(args: Any, run: Any) -> Any:
-        with seen.body(run.call_id):
-            run.signal.wait(args["wait"])
-            return "done"
-
-    plans: list[dict[str, Any]] = [
-        {
-            "id": f"call-{i}",
-            "defer": rng.random() < 0.5,
-            "wait": rng.choice([0.0, 0.0005, 0.002]),
-            "abort": rng.choice(["none", "none", "before", "random"]),
-            "delay": rng.uniform(0, 0.004),
-            "decision": rng.choice(["allowed-once", "allowed-once", "rejected"]),
-            "resume_abort": rng.choice(["none", "none", "before", "random", "running"]),
-        }
-        for i in range(CALLS)
-    ]
+    plans = plan_calls(
+        2517,
+        300,
+        defer=lambda rng: rng.random() < 0.5,
+        wait=[0.0, 0.0005, 0.002],
+        abort=["none", "none", "before", "random"],
+        delay=lambda rng: rng.uniform(0, 0.004),
+        decision=["allowed-once", "allowed-once", "rejected"],
+        resume_abort=["none", "none", "before", "random", "running"],
+    )
     by_id = {plan["id"]: plan for plan in plans}
 
     def approver(request: ApprovalRequest) -> ApprovalDecision:
         return "deferred" if by_id[request.execution.call_id]["defer"] else "allowed-once"
 
     with ToolRegistry(max_workers=4, approver=approver) as registry:
-        registry.register(tool("work", body, timeout=0.05))
+        registry.register(tool("work", seen.waiting_body(lambda args, run, attempt: "done"), timeout=0.05))
         registry.add_pre_execute(lambda execution, next: Ask("may I?"))
         registry.add_around_dispatch(ConcurrencyLimit(LIMIT))
         registry.add_around_dispatch(TimeoutPolicy())
         registry.add_result_observer(seen.observer)
 
-        results, controllers = drive(registry, plans, lambda plan: {"wait": plan["wait"]}, seen, threads=CALLER_THREADS)
+        results, controllers = drive(registry, plans, ("wait",), seen, threads=CALLER_THREADS)
         pending = {cid: r for cid, r in results.items() if r.code == APPROVAL_PENDING}
         invoked_before_resume = Counter(seen.invoked)
 
@@ -92,13 +81,7 @@ def test_tickets_resumed_twice_at_once_under_random_aborts_run_at_most_once() ->
             controller = AbortController()
             with lock:
                 resume_controllers.append(controller)
-            if plan["resume_abort"] == "before":
-                controller.abort("before")
-            elif plan["resume_abort"] == "random":
-                aborter.schedule(controller, plan["delay"])
-            elif plan["resume_abort"] == "running":
-                with seen.lock:
-                    seen.abort_on_start.setdefault(cid, controller)
+            arm(plan["resume_abort"], controller, call_id=cid, delay=plan["delay"], aborter=aborter, tracker=seen)
             start.wait(10)
             try:
                 outcome: ToolExecutionResult | TicketError = registry.resume(
@@ -112,7 +95,7 @@ def test_tickets_resumed_twice_at_once_under_random_aborts_run_at_most_once() ->
             with lock:
                 resumed[cid].append(outcome)
 
-        def resumer(chunk: list[str]) -> None:
+        def resumer(chunk: Sequence[str]) -> None:
             for cid in chunk:
                 start = threading.Barrier(2)
                 twin = threading.Thread(target=resume_one, args=(cid, start))
@@ -120,16 +103,11 @@ def test_tickets_resumed_twice_at_once_under_random_aborts_run_at_most_once() ->
                 resume_one(cid, start)
                 twin.join(30)
 
-        ids = sorted(pending)
-        threads = [threading.Thread(target=resumer, args=(ids[i::CALLER_THREADS],)) for i in range(CALLER_THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(100)
+        in_threads(CALLER_THREADS, sorted(pending), resumer)
         aborter.stop()
 
     assert seen.problems == []
-    assert len(results) == CALLS
+    assert len(results) == len(plans)
     for plan in plans:
         if not plan["defer"]:
             assert results[plan["id"]].code != APPROVAL_PENDING, plan

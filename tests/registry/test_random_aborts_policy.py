@@ -8,11 +8,11 @@ per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
 never more bodies at once than the concurrency limit, no listener left on
 a caller's signal and no limit state left behind. Some calls are aborted
 by their own body's start, so that an abort while a body runs is exercised
-however long a loaded machine keeps the others queued behind the limit."""
+however long a loaded machine keeps the others queued behind the limit (one
+queued there past its timeout times out before its body starts)."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
@@ -32,42 +32,35 @@ from dshtools import (
     ToolSuccess,
 )
 from tests.helpers import tool
-from tests.registry.random_aborts import Tracker, check_every_call, drive
+from tests.registry.random_aborts import Tracker, check_every_call, drive, plan_calls
 
-CALLS = 600
-CALLER_THREADS = 8
 LIMIT = 2
 
 
 @pytest.mark.timeout(120)
 def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
-    rng = random.Random(2516)
     seen = Tracker()
 
-    def body(args: Any, run: Any) -> Any:
-        with seen.body(run.call_id) as attempt:
-            run.signal.wait(args["wait"])
-            if args["mode"] == "fail" and attempt == 1:
-                raise ToolError("transient", "E_TRANSIENT")
-            if args["mode"] == "throw-if-aborted":
-                run.signal.throw_if_aborted()
-            return "x" * 40
+    def outcome(args: Any, run: Any, attempt: int) -> object:
+        if args["mode"] == "fail" and attempt == 1:
+            raise ToolError("transient", "E_TRANSIENT")
+        if args["mode"] == "throw-if-aborted":
+            run.signal.throw_if_aborted()
+        return "x" * 40
 
-    plans: list[dict[str, Any]] = [
-        {
-            "id": f"call-{i}",
-            "mode": rng.choice(["return", "fail", "throw-if-aborted"]),
-            "wait": rng.choice([0.0, 0.0005, 0.002, 0.02]),
-            "abort": rng.choice(["none", "before", "random", "random", "running"]),
-            "delay": rng.uniform(0, 0.006),
-        }
-        for i in range(CALLS)
-    ]
+    plans = plan_calls(
+        2516,
+        600,
+        mode=["return", "fail", "throw-if-aborted"],
+        wait=[0.0, 0.0005, 0.002, 0.02],
+        abort=["none", "before", "random", "random", "running"],
+        delay=lambda rng: rng.uniform(0, 0.006),
+    )
     concurrency = ConcurrencyLimit(LIMIT)
     rate = RateLimit("100000/second")
 
     with ToolRegistry(max_workers=4) as registry:
-        registry.register(tool("work", body, idempotent=True, timeout=0.01))
+        registry.register(tool("work", seen.waiting_body(outcome), idempotent=True, timeout=0.01))
         registry.add_post_execute(ResultLimit(max_chars=10))
         registry.add_around_dispatch(RetryPolicy(attempts=2, backoff=0.0005, retry_on={TOOL_ERROR, "E_TRANSIENT"}))
         registry.add_around_dispatch(concurrency)
@@ -75,30 +68,30 @@ def test_six_hundred_calls_through_every_policy_with_random_aborts() -> None:
         registry.add_around_dispatch(TimeoutPolicy())
         registry.add_result_observer(seen.observer)
 
-        results, controllers = drive(
-            registry,
-            plans,
-            lambda plan: {"mode": plan["mode"], "wait": plan["wait"]},
-            seen,
-            threads=CALLER_THREADS,
-        )
+        results, controllers = drive(registry, plans, ("mode", "wait"), seen)
 
     codes = check_every_call(plans, results, controllers, seen)
-    assert len(results) == CALLS
     assert seen.most <= LIMIT
+    aborted_while_running = 0
     for plan in plans:
         cid = plan["id"]
         result = results[cid]
         assert result.body_invoked is (seen.invoked[cid] > 0), cid
-        if plan["abort"] == "running":
+        if plan["abort"] == "running" and seen.invoked[cid] == 0:
+            # Queued behind the limit past its timeout (a loaded machine):
+            # it timed out before its body could start and abort it.
+            assert result.code == TOOL_TIMEOUT, (cid, result)
+        elif plan["abort"] == "running":
             # Aborted by its body's start: the body's own ToolError stands,
             # anything else is ABORTED, and no attempt follows the abort.
             assert result.code == ("E_TRANSIENT" if plan["mode"] == "fail" else TOOL_ABORTED), (cid, result)
             assert seen.invoked[cid] == 1, cid
+            aborted_while_running += 1
         if plan["abort"] == "none":
             assert result.code in (None, TOOL_TIMEOUT, "E_TRANSIENT"), (cid, result)
         if isinstance(result, ToolSuccess):
             assert result.value == "x" * 40 and "truncated" in result.meta
     assert codes[TOOL_ABORTED] > 10 and codes[TOOL_ABORTED_BEFORE_DISPATCH] > 10 and codes[None] > 10, codes
+    assert aborted_while_running > 0, "no call was aborted while its body ran"
     assert concurrency._gates == {}
     assert not rate._gates or all(not g.waiters for g in rate._gates.values())

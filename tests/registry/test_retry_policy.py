@@ -66,38 +66,32 @@ def _fail_first(code: str, times: int = 1, *, invoked: bool = False) -> Callable
 
 
 @pytest.mark.timeout(10)
-def test_a_failing_body_with_side_effects_runs_once(registry: ToolRegistry) -> None:
-    body = Flaky(fails=5)
-    registry.register(tool("t", body))
-    registry.add_around_dispatch(RetryPolicy(backoff=0))
+@pytest.mark.parametrize(
+    ("fails", "idempotent", "attempts", "runs", "outcome"),
+    [
+        pytest.param(5, False, None, 1, "failure 1", id="a-failing-body-with-side-effects-runs-once"),
+        pytest.param(2, True, 3, 3, "ok", id="an-idempotent-body-is-retried-until-it-succeeds"),
+        pytest.param(10, True, 4, 4, "failure 4", id="the-last-failure-is-returned-when-the-attempts-are-spent"),
+    ],
+)
+def test_a_failing_body_is_retried_only_when_idempotent_and_only_as_often_as_allowed(
+    registry: ToolRegistry, fails: int, idempotent: bool, attempts: int | None, runs: int, outcome: str
+) -> None:
+    """``outcome`` is the value returned ("ok") or the message of the
+    ``TOOL_ERROR`` returned; every attempt ran the body. ``attempts`` is
+    the policy's (its default when ``None``)."""
+    body = Flaky(fails=fails)
+    registry.register(tool("t", body, idempotent=idempotent))
+    registry.add_around_dispatch(RetryPolicy(backoff=0) if attempts is None else RetryPolicy(attempts, backoff=0))
     result = registry.execute(call("t"))
-    assert result.code == dshtools.TOOL_ERROR
-    assert body.runs == 1
-    assert result.meta["attempts"] == 1
+    if outcome == "ok":
+        assert value_of(result) == "ok"
+    else:
+        assert result.code == dshtools.TOOL_ERROR
+        assert error_of(result).message == outcome
+    assert body.runs == runs
+    assert result.meta["attempts"] == runs
     assert result.body_invoked is True
-
-
-@pytest.mark.timeout(10)
-def test_an_idempotent_body_is_retried_until_it_succeeds(registry: ToolRegistry) -> None:
-    body = Flaky(fails=2)
-    registry.register(tool("t", body, idempotent=True))
-    registry.add_around_dispatch(RetryPolicy(attempts=3, backoff=0))
-    result = registry.execute(call("t"))
-    assert value_of(result) == "ok"
-    assert body.runs == 3
-    assert result.meta["attempts"] == 3
-
-
-@pytest.mark.timeout(10)
-def test_the_last_failure_is_returned_when_the_attempts_are_spent(registry: ToolRegistry) -> None:
-    body = Flaky(fails=10)
-    registry.register(tool("t", body, idempotent=True))
-    registry.add_around_dispatch(RetryPolicy(attempts=4, backoff=0))
-    result = registry.execute(call("t"))
-    assert result.code == dshtools.TOOL_ERROR
-    assert error_of(result).message == "failure 4"
-    assert body.runs == 4
-    assert result.meta["attempts"] == 4
 
 
 @pytest.mark.timeout(10)

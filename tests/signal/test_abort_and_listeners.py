@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
-from tests.helpers import blocked_in_wait, race_in_lockstep, wait_until
+from tests.helpers import Gate, blocked_in_wait, race_in_lockstep, run_in_thread, wait_until
+
+
+def _derived_of_each(rounds: int) -> tuple[list[AbortController], list[AbortSignal], list[int]]:
+    """``rounds`` controllers, a signal derived from each one's signal
+    alone (``any_of``), and a count per round at zero."""
+    controllers = [AbortController() for _ in range(rounds)]
+    return controllers, [AbortSignal.any_of([c.signal]) for c in controllers], [0] * rounds
 
 
 def _counter(counts: list[int], i: int) -> Callable[[AbortSignal], None]:
@@ -298,8 +305,7 @@ def test_listeners_run_in_the_aborting_thread() -> None:
     c = AbortController()
     threads: list[int] = []
     c.signal.add_listener(lambda s: threads.append(threading.get_ident()))
-    t = threading.Thread(target=c.abort)
-    t.start()
+    t, _ = run_in_thread(c.abort)
     t.join(5)
     assert threads == [t.ident]
 
@@ -307,8 +313,7 @@ def test_listeners_run_in_the_aborting_thread() -> None:
 @pytest.mark.timeout(30)
 def test_listener_added_after_abort_runs_immediately_in_the_registering_thread() -> None:
     c = AbortController()
-    t = threading.Thread(target=c.abort)
-    t.start()
+    t, _ = run_in_thread(c.abort)
     t.join(5)
     threads: list[int] = []
     handle = c.signal.add_listener(lambda s: threads.append(threading.get_ident()))
@@ -488,24 +493,21 @@ def test_listener_handle_is_a_context_manager_that_removes() -> None:
 @pytest.mark.timeout(30)
 def test_remove_does_not_wait_for_a_listener_running_on_another_thread() -> None:
     c = AbortController()
-    started = threading.Event()
-    release = threading.Event()
+    gate = Gate()
     finished = threading.Event()
 
     def slow(s: AbortSignal) -> None:
-        started.set()
-        release.wait(10)
+        gate.hold()
         finished.set()
 
     handle = c.signal.add_listener(slow)
-    t = threading.Thread(target=c.abort)
-    t.start()
-    assert started.wait(5)
+    t, _ = run_in_thread(c.abort)
+    assert gate.entered.wait(5)
     t0 = time.monotonic()
     handle.remove()  # must return while `slow` is still blocked
     assert time.monotonic() - t0 < 1.0
     assert not finished.is_set()
-    release.set()
+    gate.opened.set()
     t.join(5)
     assert finished.is_set()
 
@@ -515,23 +517,20 @@ def test_once_remove_returns_a_listener_that_had_not_started_never_starts() -> N
     # The aborting thread runs `first`, which blocks until the main thread has
     # removed `second` - so `second` has certainly not started yet.
     c = AbortController()
-    first_running = threading.Event()
-    removed = threading.Event()
+    removed = Gate()
     ran: list[str] = []
 
     def first(s: AbortSignal) -> None:
         ran.append("first")
-        first_running.set()
-        removed.wait(10)
+        removed.hold()
 
     c.signal.add_listener(first)
     second = c.signal.add_listener(lambda s: ran.append("second"))
     c.signal.add_listener(lambda s: ran.append("third"))
-    t = threading.Thread(target=c.abort)
-    t.start()
-    assert first_running.wait(5)
+    t, _ = run_in_thread(c.abort)
+    assert removed.entered.wait(5)
     second.remove()
-    removed.set()
+    removed.opened.set()
     t.join(5)
     assert ran == ["first", "third"]
 
@@ -670,9 +669,7 @@ def test_add_listener_on_a_derived_signal_racing_the_source_abort_runs_exactly_o
     fast_switching: Any,
 ) -> None:
     rounds = 2000
-    controllers = [AbortController() for _ in range(rounds)]
-    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
-    counts = [0] * rounds
+    controllers, derived, counts = _derived_of_each(rounds)
     race_in_lockstep(rounds, lambda i: derived[i].add_listener(_counter(counts, i)), lambda i: controllers[i].abort())
     assert counts == [1] * rounds
 
@@ -682,9 +679,7 @@ def test_remove_on_a_derived_signal_racing_the_source_abort(fast_switching: Any)
     # Once remove() has returned on a signal that was not aborted yet, the
     # listener never runs; otherwise it runs at most once.
     rounds = 2000
-    controllers = [AbortController() for _ in range(rounds)]
-    derived = [AbortSignal.any_of([c.signal]) for c in controllers]
-    counts = [0] * rounds
+    controllers, derived, counts = _derived_of_each(rounds)
     handles = [d.add_listener(_counter(counts, i)) for i, d in enumerate(derived)]
     aborted_at_removal = [False] * rounds
 
@@ -1092,9 +1087,7 @@ def test_closing_an_intermediate_does_not_detach_signals_flattened_from_it() -> 
 @pytest.mark.timeout(60)
 def test_close_racing_a_source_abort_either_aborts_or_never_does(fast_switching: Any) -> None:
     rounds = 2000
-    xs = [AbortController() for _ in range(rounds)]
-    ds = [AbortSignal.any_of([x.signal]) for x in xs]
-    counts = [0] * rounds
+    xs, ds, counts = _derived_of_each(rounds)
     for i, d in enumerate(ds):
         d.add_listener(_counter(counts, i))
     race_in_lockstep(rounds, lambda i: ds[i].close(), lambda i: xs[i].abort())

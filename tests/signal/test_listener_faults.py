@@ -18,32 +18,13 @@ import pytest
 from dshtools import AbortController, AbortSignal
 from dshtools._signal import links as _links
 from dshtools._signal import state as _signal_claim
-from tests.helpers import young_heap
-
-
-class _StrRaises(Exception):
-    def __str__(self) -> str:
-        raise ValueError("__str__ failed")
-
-
-class _ReprRaises:
-    """An object whose __repr__ raises; its bound method is the listener."""
-
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def __repr__(self) -> str:
-        raise RuntimeError("__repr__ failed")
-
-    def listener(self, _signal: AbortSignal) -> None:
-        self.log.append("raising")
-        raise _StrRaises
+from tests.helpers import Unprintable, Unrepresentable, young_heap
 
 
 def _check_report(seen: list[Any]) -> None:
     assert len(seen) == 1
     report = seen[0]
-    assert isinstance(report.exc_value, _StrRaises)
+    assert isinstance(report.exc_value, Unprintable)
     assert "repr failed" in report.err_msg
 
 
@@ -51,10 +32,10 @@ def _check_report(seen: list[Any]) -> None:
 def test_raising_bound_listener_of_unrepresentable_object_is_contained_on_abort(unraisable: list[Any]) -> None:
     log: list[str] = []
     c = AbortController()
-    c.signal.add_listener(_ReprRaises(log).listener)
+    c.signal.add_listener(Unrepresentable(log).raising_listener)
     c.signal.add_listener(lambda _s: log.append("next"))
-    c.abort(_ReprRaises(log))  # a reason whose repr raises, too
-    assert log == ["raising", "next"]
+    c.abort(Unrepresentable(log))  # a reason whose repr raises, too
+    assert log == ["listener ran", "next"]
     _check_report(unraisable)
     assert "repr failed" in repr(c.signal)
 
@@ -63,9 +44,9 @@ def test_raising_bound_listener_of_unrepresentable_object_is_contained_on_abort(
 def test_raising_bound_listener_is_contained_when_run_at_registration(unraisable: list[Any]) -> None:
     log: list[str] = []
     signal = AbortSignal.already_aborted("done")
-    handle = signal.add_listener(_ReprRaises(log).listener)
+    handle = signal.add_listener(Unrepresentable(log).raising_listener)
     assert handle.registered is False
-    assert log == ["raising"]
+    assert log == ["listener ran"]
     _check_report(unraisable)
 
 
@@ -74,10 +55,10 @@ def test_raising_bound_listener_of_a_dependent_is_contained(unraisable: list[Any
     log: list[str] = []
     c = AbortController()
     derived = AbortSignal.any_of([c.signal])
-    derived.add_listener(_ReprRaises(log).listener)
+    derived.add_listener(Unrepresentable(log).raising_listener)
     derived.add_listener(lambda _s: log.append("next"))
     c.abort()
-    assert log == ["raising", "next"]
+    assert log == ["listener ran", "next"]
     _check_report(unraisable)
 
 
@@ -86,10 +67,10 @@ def test_raising_bound_listener_of_a_timeout_is_contained_on_the_timer_thread(un
     log: list[str] = []
     done = threading.Event()
     signal = AbortSignal.timeout(0)
-    signal.add_listener(_ReprRaises(log).listener)
+    signal.add_listener(Unrepresentable(log).raising_listener)
     signal.add_listener(lambda _s: done.set())
     assert done.wait(5)
-    assert log == ["raising"]
+    assert log == ["listener ran"]
     _check_report(unraisable)
 
 
@@ -102,14 +83,14 @@ def test_report_reaches_stderr_through_the_builtin_hook(
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
     log: list[str] = []
     c = AbortController()
-    c.signal.add_listener(_ReprRaises(log).listener)
+    c.signal.add_listener(Unrepresentable(log).raising_listener)
     c.signal.add_listener(lambda _s: log.append("next"))
     c.abort()
-    assert log == ["raising", "next"]
+    assert log == ["listener ran", "next"]
     err = capsys.readouterr().err
     assert "Exception in abort listener" in err
     assert "repr failed" in err
-    assert "_StrRaises" in err and "str() failed" in err
+    assert "Unprintable" in err and "str() failed" in err
 
 
 # ------------------------------------------------------ Ctrl-C inside close()

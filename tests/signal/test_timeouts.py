@@ -17,7 +17,7 @@ import pytest
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
 from dshtools._signal.signal import _LinkedSignal
-from tests.helpers import fork_while_held, run_python
+from tests.helpers import Gate, fork_while_held, run_python
 
 
 def pending_baseline() -> int:
@@ -257,13 +257,11 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
     # Regression. Interleaving forced: the timer thread has popped the entry
     # and is about to call _on_timer when close() runs and returns.
     original = _LinkedSignal._on_timer
-    entered = threading.Event()
-    go = threading.Event()
+    gate = Gate()
     done = threading.Event()
 
     def gated(self: _LinkedSignal) -> None:
-        entered.set()
-        go.wait(10)
+        gate.hold()
         try:
             original(self)
         finally:
@@ -273,9 +271,9 @@ def test_close_while_the_timer_is_firing_means_the_signal_never_aborts(
     s = AbortSignal.timeout(0)
     calls: list[AbortSignal] = []
     s.add_listener(calls.append)
-    assert entered.wait(5)
+    assert gate.entered.wait(5)
     s.close()
-    go.set()
+    gate.opened.set()
     assert done.wait(5)
     assert s.aborted is False
     assert calls == []

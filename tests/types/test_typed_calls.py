@@ -31,16 +31,13 @@ from dshtools import (
     ToolDefinition,
     ToolError,
     ToolExecution,
-    ToolExecutionResult,
-    ToolFailure,
     ToolRegistry,
     ToolRunContext,
-    ToolSuccess,
     execute_batch,
 )
 from dshtools._core.freeze import freeze
 from dshtools._types.functions import TypedArguments
-from tests.helpers import call, error_of, value_of
+from tests.helpers import HookRecorder, call, error_of, run_in_thread, value_of
 
 
 class Unit(enum.Enum):
@@ -92,8 +89,7 @@ def test_arguments_reach_the_body_as_typed_values_by_keyword(registry: ToolRegis
         "places": {"home": {"city": "Bergen", "zip": "50000"}},
     }
     result = registry.execute(call("forecast", arguments))
-    assert isinstance(result, ToolSuccess), result
-    assert result.value == "sunny"
+    assert value_of(result) == "sunny"
     assert result.content[0]["text"] == "sunny"
     assert seen["place"] == Place(city="Oslo", zip="01234")
     assert seen["when"] == Window(datetime.datetime(2026, 12, 1, 10), 1)
@@ -122,7 +118,7 @@ def test_the_decorator_returns_the_function_itself_still_callable(registry: Tool
 
 def test_a_coercion_error_is_invalid_args_with_its_path_and_no_hook_or_body_ran(registry: ToolRegistry) -> None:
     ran: list[str] = []
-    observed: list[ToolExecutionResult] = []
+    observed = HookRecorder()
 
     @registry.tool
     def where(when: Window, day: datetime.date) -> str:
@@ -134,18 +130,18 @@ def test_a_coercion_error_is_invalid_args_with_its_path_and_no_hook_or_body_ran(
         return Allow()
 
     registry.add_pre_execute(pre)
-    registry.add_result_observer(lambda execution, result: observed.append(result))
+    registry.add_result_observer(observed.observer)
     # Both values pass the schema (jsonschema-rs does not check formats);
     # pydantic refuses them.
     result = registry.execute(call("where", {"when": {"start": "noon"}, "day": "2026-02-30"}))
-    assert isinstance(result, ToolFailure) and result.code == INVALID_ARGS
     message = error_of(result).message
+    assert result.code == INVALID_ARGS
     assert message.startswith("invalid arguments: ")
     assert "Input should be a valid datetime" in message and "at $.when.start" in message
     assert "Input should be a valid date" in message and "at $.day" in message
     assert result.content[0]["text"] == "Error: " + message
     assert ran == []
-    assert observed == [result]
+    assert [r for _e, r in observed.results] == [result]
 
 
 def test_the_schema_is_the_first_gate_and_an_unknown_argument_is_refused(registry: ToolRegistry) -> None:
@@ -328,13 +324,9 @@ def test_a_typed_body_sees_its_signal_and_an_abort_is_aborted_after_the_join(reg
         return place.city
 
     controller = AbortController()
-    results: list[ToolExecutionResult] = []
-    caller = threading.Thread(
-        target=lambda: results.append(
-            registry.execute(call("wait", {"place": {"city": "Oslo", "zip": "00000"}}, controller.signal))
-        )
+    caller, results = run_in_thread(
+        lambda: registry.execute(call("wait", {"place": {"city": "Oslo", "zip": "00000"}}, controller.signal))
     )
-    caller.start()
     assert started.wait(10)
     controller.abort("stop")
     caller.join(10)
@@ -376,9 +368,7 @@ def test_close_waits_for_a_running_typed_body() -> None:
         release.wait(10)
         return when.isoformat()
 
-    results: list[ToolExecutionResult] = []
-    caller = threading.Thread(target=lambda: results.append(registry.execute(call("hold", {"when": "2026-01-01"}))))
-    caller.start()
+    caller, results = run_in_thread(lambda: registry.execute(call("hold", {"when": "2026-01-01"})))
     assert started.wait(10)
     closer = threading.Thread(target=registry.close)
     closer.start()

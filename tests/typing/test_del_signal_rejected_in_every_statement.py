@@ -21,7 +21,21 @@ from tests.helpers import run_mypy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-CASES = """\
+# The clauses of each compound statement kind, in order; each clause of
+# ``statements`` below holds one marked ``del``.
+COMPOUND_CLAUSES = [
+    ["if flag:", "elif items:", "else:"],
+    ["while flag:", "else:"],
+    ["for _ in items:", "else:"],
+    ['with open("x") as _f:'],
+    ["try:", "except ValueError:", "else:", "finally:"],
+]
+IN_EVERY_CLAUSE = "".join(
+    f"    {clause}\n        del view.signal  # DEL\n" for clauses in COMPOUND_CLAUSES for clause in clauses
+)
+
+CASES = (
+    """\
 from __future__ import annotations
 
 from typing import overload
@@ -39,30 +53,9 @@ def decorate(fn: object) -> object:
 
 
 def statements(view: ToolDispatchExecution, flag: bool, items: list[int], other: Other) -> None:
-    if flag:
-        del view.signal  # DEL
-    elif items:
-        del view.signal  # DEL
-    else:
-        del view.signal  # DEL
-    while flag:
-        del view.signal  # DEL
-    else:
-        del view.signal  # DEL
-    for _ in items:
-        del view.signal  # DEL
-    else:
-        del view.signal  # DEL
-    with open("x") as _f:
-        del view.signal  # DEL
-    try:
-        del view.signal  # DEL
-    except ValueError:
-        del view.signal  # DEL
-    else:
-        del view.signal  # DEL
-    finally:
-        del view.signal  # DEL
+"""
+    + IN_EVERY_CLAUSE
+    + """\
     match items:
         case [1]:
             del view.signal  # DEL
@@ -109,6 +102,7 @@ def module_level(view: ToolDispatchExecution) -> None:
 
     nested()
 """
+)
 
 
 @pytest.mark.timeout(300)

@@ -105,6 +105,11 @@ class Fifos:
             f.write("go\n")
 
 
+@pytest.fixture
+def fifos(tmp_path: Path) -> Fifos:
+    return Fifos(tmp_path)
+
+
 # ------------------------------------------------------------- bodies
 
 
@@ -214,12 +219,11 @@ def test_workers_are_reused_across_calls(backend: ProcessBackend) -> None:
 
 @pytest.mark.timeout(30)
 def test_a_cooperative_body_sees_the_same_reason_and_returns_without_being_killed(
-    backend: ProcessBackend, tmp_path: Path
+    backend: ProcessBackend, fifos: Fifos
 ) -> None:
-    kills = backend.kills
-    fifos = Fifos(tmp_path)
-    controller, dispatch, _ = fifos.start(backend, cooperative_body)
     reason = TimeoutReason("TOOL_TIMEOUT", 0.25)
+    kills = backend.kills
+    controller, dispatch, _ = fifos.start(backend, cooperative_body)
     controller.abort(reason)
     report = settle(dispatch)
     assert isinstance(report.outcome, Value)
@@ -234,9 +238,8 @@ def test_a_cooperative_body_sees_the_same_reason_and_returns_without_being_kille
 
 @pytest.mark.timeout(30)
 def test_a_reason_that_does_not_pickle_arrives_as_an_abort_error_with_its_text(
-    backend: ProcessBackend, tmp_path: Path
+    backend: ProcessBackend, fifos: Fifos
 ) -> None:
-    fifos = Fifos(tmp_path)
     controller, dispatch, _ = fifos.start(backend, cooperative_body)
 
     class Holder:
@@ -255,10 +258,9 @@ def test_a_reason_that_does_not_pickle_arrives_as_an_abort_error_with_its_text(
 
 @pytest.mark.timeout(30)
 def test_a_body_ignoring_its_signal_is_killed_after_kill_after_with_nothing_left(
-    backend: ProcessBackend, tmp_path: Path
+    backend: ProcessBackend, fifos: Fifos
 ) -> None:
     kills = backend.kills
-    fifos = Fifos(tmp_path)
     controller, dispatch, line = fifos.start(backend, stubborn_body)
     worker = int(line)
     t0 = time.monotonic()
@@ -279,9 +281,8 @@ def test_a_body_ignoring_its_signal_is_killed_after_kill_after_with_nothing_left
 
 @pytest.mark.timeout(30)
 def test_a_forced_stop_takes_every_process_the_body_started_in_any_session(
-    backend: ProcessBackend, tmp_path: Path
+    backend: ProcessBackend, fifos: Fifos
 ) -> None:
-    fifos = Fifos(tmp_path)
     controller, dispatch, line = fifos.start(backend, spawning_body)
     worker, *started = map(int, line.split())
     assert all(psutil.pid_exists(p) and not gone(p) for p in started)
@@ -295,8 +296,7 @@ def test_a_forced_stop_takes_every_process_the_body_started_in_any_session(
 
 
 @pytest.mark.timeout(30)
-def test_kill_after_none_never_kills_and_keeps_joining(tmp_path: Path) -> None:
-    fifos = Fifos(tmp_path)
+def test_kill_after_none_never_kills_and_keeps_joining(fifos: Fifos) -> None:
     with ProcessBackend(1, kill_after=None) as b:
         controller = AbortController()
         dispatch = b.submit(io_sleep_body, {"started": fifos.started}, ctx(controller.signal))
@@ -315,8 +315,7 @@ def counting_body(args: Any, run: ToolRunContext) -> object:
 
 
 @pytest.mark.timeout(30)
-def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path) -> None:
-    fifos = Fifos(tmp_path)
+def test_calls_queued_behind_a_full_pool_are_withdrawn_and_never_run(tmp_path: Path, fifos: Fifos) -> None:
     counter = tmp_path / "counter"
     counter.write_text("")
     with ProcessBackend(1, kill_after=0.5) as b:
@@ -593,8 +592,7 @@ def test_the_process_benchmark_is_a_section_and_renders_its_targets() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_close_waits_for_a_running_body_and_its_forced_stop_still_applies(tmp_path: Path) -> None:
-    fifos = Fifos(tmp_path)
+def test_close_waits_for_a_running_body_and_its_forced_stop_still_applies(fifos: Fifos) -> None:
     b = ProcessBackend(1, kill_after=0.3)
     controller = AbortController()
     dispatch = b.submit(stubborn_body, {"started": fifos.started}, ctx(controller.signal))

@@ -11,6 +11,7 @@ interleaving. Skipped only when ``ray`` is not importable.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import functools
 import os
 import signal
@@ -35,23 +36,26 @@ from dshtools import (  # noqa: E402
     AbortController,
     TimeoutPolicy,
     ToolExecution,
-    ToolExecutionInput,
     ToolExecutionResult,
-    ToolFailure,
     ToolRegistry,
     ToolRunContext,
-    ToolSuccess,
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
 from tests.helpers import (  # noqa: E402
+    ExecutingInThread,
     announce,
     assert_worker_only_errors_keep_name_message_and_code,
     call,
+    error_of,
     events_handle,
+    raises_exiting_error,
     raises_worker_only,
+    returns_exiting_value,
     start_events,
     tool,
+    value_of,
+    wait_until,
 )
 
 EVENTS = "dshtools-test-events"
@@ -113,18 +117,34 @@ def _register(registry: ToolRegistry, name: str, body: Callable[[Any, Any], obje
     return registry.register(tool(name, body, **kw))
 
 
-class _InThread:
-    """Runs ``registry.execute`` in a thread; ``result()`` joins it."""
+@contextlib.contextmanager
+def _started(
+    registry: ToolRegistry, events: Any, name: str, body: Callable[[Any, Any], object], tag: str
+) -> Iterator[tuple[AbortController, ExecutingInThread, Any]]:
+    """Registers ``body`` as tool ``name`` and calls it with ``{"tag": tag}``
+    in a thread, on a fresh controller's signal; yields once the body
+    announced ``tag``: ``(controller, the running call, what it announced)``.
+    The tool is removed on exit."""
+    remove = _register(registry, name, body)
+    controller = AbortController()
+    try:
+        running = ExecutingInThread(registry, call(name, {"tag": tag}, signal=controller.signal))
+        yield controller, running, ray.get(events.wait.remote(tag, 30))
+    finally:
+        remove()
 
-    def __init__(self, registry: ToolRegistry, call: ToolExecutionInput) -> None:
-        self._out: list[ToolExecutionResult] = []
-        self._thread = threading.Thread(target=lambda: self._out.append(registry.execute(call)), daemon=True)
-        self._thread.start()
 
-    def result(self, timeout: float = 60.0) -> ToolExecutionResult:
-        self._thread.join(timeout)
-        assert self._out, "execute did not return"
-        return self._out[0]
+def _holding_both_slots(registry: ToolRegistry, events: Any, signal: Any, prefix: str) -> list[ExecutingInThread]:
+    """Two calls of the registered ``coop`` tool on ``signal`` (tags and
+    call ids ``prefix-0`` and ``prefix-1``), returned once both bodies
+    announced they run: they hold both CPU slots until ``signal`` aborts."""
+    held = [
+        ExecutingInThread(registry, call("coop", {"tag": f"{prefix}-{i}"}, signal=signal, call_id=f"{prefix}-{i}"))
+        for i in range(2)
+    ]
+    for i in range(2):
+        assert ray.get(events.wait.remote(f"{prefix}-{i}", 30)) is not None
+    return held
 
 
 # ------------------------------------------------------------------ bodies
@@ -187,16 +207,6 @@ def _raises_unpicklable(args: Any, run: ToolRunContext) -> object:
     raise _Stubborn(1, 2)
 
 
-def _failure(result: ToolExecutionResult) -> ToolFailure:
-    assert isinstance(result, ToolFailure), result
-    return result
-
-
-def _success(result: ToolExecutionResult) -> ToolSuccess:
-    assert isinstance(result, ToolSuccess), result
-    return result
-
-
 def _meta(result: ToolExecutionResult) -> Mapping[str, Any]:
     return result.meta or {}
 
@@ -218,22 +228,17 @@ def test_a_body_runs_remotely_and_its_contexts_come_back(registry: ToolRegistry)
         result = registry.execute(call("echo", {"x": 7}, call_id="call-7"))
     finally:
         remove()
-    assert _success(result).value == {"echo": 7, "call_id": "call-7", "name": "echo"}
+    assert value_of(result) == {"echo": 7, "call_id": "call-7", "name": "echo"}
     (context,) = result.additional_contexts
     assert context["worker_pid"] != os.getpid()
 
 
 @pytest.mark.timeout(60)
 def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "coop", _cooperative)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("coop", {"tag": "coop-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("coop-started", 30)) is not None
+    with _started(registry, events, "coop", _cooperative, "coop-started") as (controller, running, announced):
+        assert announced is not None
         controller.abort(ValueError("user pressed stop"))
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert isinstance(_meta(result)["reason"], ValueError)
     # The worker's own run.signal aborted with the same reason (it pickles).
@@ -244,16 +249,11 @@ def test_cooperative_body_aborted_midway_sees_the_callers_reason(registry: ToolR
 
 @pytest.mark.timeout(60)
 def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "coop", _cooperative)
-    controller = AbortController()
     reason = threading.Lock()
-    try:
-        running = _InThread(registry, call("coop", {"tag": "lock-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("lock-started", 30)) is not None
+    with _started(registry, events, "coop", _cooperative, "lock-started") as (controller, running, announced):
+        assert announced is not None
         controller.abort(reason)
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["reason"] is reason  # the caller's result keeps the caller's object
     (context,) = result.additional_contexts
@@ -265,18 +265,13 @@ def test_a_reason_that_does_not_pickle_arrives_as_its_repr(registry: ToolRegistr
 def test_non_cooperative_body_is_killed_after_kill_after(
     registry: ToolRegistry, backend: _Recording, events: Any
 ) -> None:
-    remove = _register(registry, "stubborn", _stubborn)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("stubborn", {"tag": "stubborn-started"}, signal=controller.signal))
-        worker_pid, child_pid = ray.get(events.wait.remote("stubborn-started", 30))
+    with _started(registry, events, "stubborn", _stubborn, "stubborn-started") as (controller, running, announced):
+        worker_pid, child_pid = announced
         dispatch = backend.dispatches[-1]
         aborted_at = time.monotonic()
         controller.abort("stop")
         result = running.result()
         returned_after = time.monotonic() - aborted_at
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["killed"] is True
     overrun = _meta(result)["overrun_s"]
@@ -299,22 +294,15 @@ def test_queued_calls_are_withdrawn_and_never_run(registry: ToolRegistry, backen
     holders = AbortController()
     queued = AbortController()
     try:
-        # Two bodies hold both CPU slots until `holders` aborts.
-        held = [
-            _InThread(registry, call("coop", {"tag": f"hold-{i}"}, signal=holders.signal, call_id=f"h{i}"))
-            for i in range(2)
-        ]
-        for i in range(2):
-            assert ray.get(events.wait.remote(f"hold-{i}", 30)) is not None
+        held = _holding_both_slots(registry, events, holders.signal, "hold")
         before = len(backend.dispatches)
         waiting = [
-            _InThread(registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}"))
+            ExecutingInThread(
+                registry, call("counted", {"counter": "queued-ran"}, signal=queued.signal, call_id=f"q{i}")
+            )
             for i in range(4)
         ]
-        deadline = time.monotonic() + 30
-        while len(backend.dispatches) < before + 4:  # the four tasks are submitted (queued in Ray)
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: len(backend.dispatches) >= before + 4, 30)  # the four tasks are submitted (queued in Ray)
         queued.abort("withdraw")
         results = [w.result() for w in waiting]
         holders.abort("release")
@@ -339,20 +327,14 @@ def test_a_queued_call_is_withdrawn_not_killed_even_with_kill_after_zero(registr
     holders = AbortController()
     eager = RayBackend(kill_after=0.0)
     try:
-        held = [
-            _InThread(registry, call("coop", {"tag": f"zero-hold-{i}"}, signal=holders.signal, call_id=f"z{i}"))
-            for i in range(2)
-        ]
-        for i in range(2):
-            assert ray.get(events.wait.remote(f"zero-hold-{i}", 30)) is not None
+        held = _holding_both_slots(registry, events, holders.signal, "zero-hold")
         with ToolRegistry(backend=eager) as other:
             _register(other, "counted", _counted)
             queued = AbortController()
-            waiting = _InThread(other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq"))
-            deadline = time.monotonic() + 30
-            while eager.tasks_started < 1:  # submitted (queued in Ray behind the holders)
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            waiting = ExecutingInThread(
+                other, call("counted", {"counter": "zero-ran"}, signal=queued.signal, call_id="zq")
+            )
+            wait_until(lambda: eager.tasks_started >= 1, 30)  # submitted (queued in Ray behind the holders)
             queued.abort("withdraw")
             result = waiting.result()
         holders.abort("release")
@@ -423,7 +405,7 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
         if result.is_error:
             assert result.code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH), (i, result)
         else:
-            assert i < 5 and _success(result).value == i
+            assert i < 5 and value_of(result) == i
     # From call 5 on every body waits for the abort: one that ran (it says
     # so first thing) is ABORTED, one that never started ABORTED_BEFORE_DISPATCH.
     ran = [i for i in range(5, 20) if ray.get(events.wait.remote(f"batch-{i}", 0)) is not None]
@@ -435,16 +417,11 @@ def test_batch_of_twenty_with_a_mid_batch_abort_keeps_one_result_per_call_in_ord
 
 @pytest.mark.timeout(60)
 def test_worker_killed_from_outside_is_worker_lost(registry: ToolRegistry, events: Any) -> None:
-    remove = _register(registry, "victim", _cooperative)
-    try:
-        running = _InThread(registry, call("victim", {"tag": "victim-started"}))
-        pid = ray.get(events.wait.remote("victim-started", 30))
+    with _started(registry, events, "victim", _cooperative, "victim-started") as (_, running, pid):
         os.kill(pid, signal.SIGKILL)
         result = running.result()
-    finally:
-        remove()
     assert result.code == WORKER_LOST
-    info = _failure(result).error.info
+    info = error_of(result).info
     assert info is not None and info.name == "WorkerLost"
 
 
@@ -504,17 +481,12 @@ def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
     # The withdrawal sends ray.cancel(force=False) to a task that may have
     # started: Ray delivers it as an interrupt, which the worker's guard
     # must keep out of a claimed body (docs/contract.md §9: no injection).
-    remove = _register(registry, "guarded", _guarded)
-    controller = AbortController()
-    try:
-        running = _InThread(registry, call("guarded", {"tag": "guarded-started"}, signal=controller.signal))
-        assert ray.get(events.wait.remote("guarded-started", 30)) is not None
+    with _started(registry, events, "guarded", _guarded, "guarded-started") as (controller, running, announced):
+        assert announced is not None
         ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
         assert ray.get(events.wait.remote("guarded-started-interrupted", 30)) is True
         controller.abort("stop")  # the body still runs and still cooperates
         result = running.result()
-    finally:
-        remove()
     assert result.code == TOOL_ABORTED
     assert _meta(result)["reason"] == "stop"
     assert "killed" not in _meta(result)
@@ -560,8 +532,8 @@ def test_a_large_body_travels_through_the_object_store(registry: ToolRegistry) -
         second = registry.execute(call("large", {}, call_id="l2"))
     finally:
         remove()
-    assert _success(first).value == 200_000
-    assert _success(second).value == 200_000
+    assert value_of(first) == 200_000
+    assert value_of(second) == 200_000
 
 
 @pytest.mark.timeout(60)
@@ -571,7 +543,7 @@ def test_run_dispatch_raises_in_a_remote_body(registry: ToolRegistry) -> None:
         result = registry.execute(call("nested", {}))
     finally:
         remove()
-    assert "thread backend" in _success(result).value
+    assert "thread backend" in value_of(result)
 
 
 @pytest.mark.timeout(60)
@@ -590,8 +562,8 @@ def test_what_does_not_pickle(registry: ToolRegistry) -> None:
         for remove in removes:
             remove()
     assert value.code == INVALID_TOOL_OUTPUT
-    assert "cannot be serialized by Ray" in _failure(value).error.message
-    detail = _failure(error).error
+    assert "cannot be serialized by Ray" in error_of(value).message
+    detail = error_of(error)
     assert detail.info is not None and detail.info.name == "_Stubborn"
     assert detail.message == "1+2"
 
@@ -665,26 +637,6 @@ def test_demo_runs_on_the_connected_ray_and_proves_quiescence(
     assert ray.is_initialized()
 
 
-def _exits_when_loaded(_args: Any, _run: ToolRunContext) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoaded:
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (3,))
-
-    return ExitsWhenLoaded()
-
-
-def _raises_exiting_error(_args: Any, _run: ToolRunContext) -> object:
-    import sys as sys_
-
-    class ExitsWhenLoadedError(Exception):
-        def __reduce__(self) -> tuple[object, tuple[int]]:
-            return (sys_.exit, (4,))
-
-    raise ExitsWhenLoadedError("boom")
-
-
 @pytest.mark.timeout(60)
 def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its_own_call(
     registry: ToolRegistry,
@@ -693,14 +645,14 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
     # execute(): foreign code. Its SystemExit must fail only that call
     # (docs/contract.md §8 A4, §9), never escape execute() half-settled.
     removes = [
-        _register(registry, "exits_v", _exits_when_loaded),
-        _register(registry, "exits_e", _raises_exiting_error),
+        _register(registry, "exits_v", returns_exiting_value),
+        _register(registry, "exits_e", raises_exiting_error),
     ]
     try:
         bad_value = registry.execute(call("exits_v", {}, call_id="v1"))
         assert bad_value.code == INVALID_TOOL_OUTPUT, bad_value
         bad_error = registry.execute(call("exits_e", {}, call_id="e1"))
-        assert isinstance(bad_error, ToolFailure) and bad_error.code == TOOL_ERROR, bad_error
+        assert bad_error.code == TOOL_ERROR, bad_error
     finally:
         for remove in removes:
             remove()
@@ -743,7 +695,9 @@ def test_b56_a_forced_stop_kills_what_the_body_forked_in_its_group_and_in_a_new_
     controller = AbortController()
     with ToolRegistry(backend=backend) as registry:
         registry.register(tool("b56", _stubborn_with_two_children))
-        running = _InThread(registry, call("b56", {"tag": "b56-started"}, signal=controller.signal, call_id="b56"))
+        running = ExecutingInThread(
+            registry, call("b56", {"tag": "b56-started"}, signal=controller.signal, call_id="b56")
+        )
         _worker, same_group, own_session = ray.get(events.wait.remote("b56-started", 30))
         aborted_at = time.monotonic()
         controller.abort("stop")

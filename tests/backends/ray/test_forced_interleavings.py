@@ -9,10 +9,11 @@ tests/backends/conftest.py), shared with test_cluster.py; the probe is the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -33,7 +34,7 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, announce, call, events_handle, start_events  # noqa: E402
+from tests.helpers import OBJECT, ExecutingInThread, FirstCallSkipped, announce, call, events_handle, start_events  # noqa: E402
 
 PROBE = "dshtools-review-probe"
 
@@ -61,6 +62,36 @@ def _published(registry: ToolRegistry) -> list[ToolExecutionResult]:
 
     registry.add_result_observer(observe)
     return seen
+
+
+@contextlib.contextmanager
+def _serving(
+    body: Callable[[Any, ToolRunContext], object], kill_after: float | None = None
+) -> Iterator[tuple[RayBackend, ToolRegistry]]:
+    """A registry on a fresh ``RayBackend(kill_after=kill_after)`` whose one
+    tool, ``t``, runs ``body``; the registry (and with it the backend) is
+    closed on exit."""
+    backend = RayBackend(kill_after=kill_after)
+    with ToolRegistry(backend=backend) as registry:
+        registry.register(ToolDefinition("t", "t", OBJECT, body))
+        yield backend, registry
+
+
+class _InFlight:
+    """``with _InFlight(backend) as left:`` - on exit, ``left.count`` is how
+    many calls ``backend`` still held in flight, and the backend forgets
+    them all, so that a failure cannot leave ``close()`` waiting on one."""
+
+    def __init__(self, backend: RayBackend) -> None:
+        self.backend = backend
+        self.count = -1
+
+    def __enter__(self) -> _InFlight:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.count = len(self.backend._in_flight)
+        self.backend._in_flight.clear()
 
 
 # ------------------------------------------------------------------ bodies
@@ -133,18 +164,27 @@ def _refuse_in_the_worker(driver_pid: int) -> _RefusedInTheWorker:
     return _RefusedInTheWorker(driver_pid)
 
 
-class _RefusedInTheWorker:
-    """A body that loads in the driver (``validate``) and fails to load in
-    a worker, before the claim."""
+class _LoadedBy:
+    """A body that loads in the driver (``validate`` round-trips it) and is
+    loaded in a worker by ``load(driver_pid)``, before the claim; it returns
+    ``"ran"`` if it ever runs."""
+
+    load: Callable[[int], object]
 
     def __init__(self, driver_pid: int) -> None:
         self.driver_pid = driver_pid
 
     def __reduce__(self) -> tuple[Any, tuple[int]]:
-        return (_refuse_in_the_worker, (self.driver_pid,))
+        return (type(self).load, (self.driver_pid,))
 
     def __call__(self, args: Any, run: ToolRunContext) -> object:
         return "ran"
+
+
+class _RefusedInTheWorker(_LoadedBy):
+    """Fails to load in a worker."""
+
+    load = staticmethod(_refuse_in_the_worker)
 
 
 def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
@@ -153,18 +193,10 @@ def _exit_in_the_worker(driver_pid: int) -> _ExitsInTheWorker:
     return _ExitsInTheWorker(driver_pid)
 
 
-class _ExitsInTheWorker:
-    """A body that loads in the driver and raises ``SystemExit`` when a
-    worker loads it, before the claim."""
+class _ExitsInTheWorker(_LoadedBy):
+    """Raises ``SystemExit`` when a worker loads it."""
 
-    def __init__(self, driver_pid: int) -> None:
-        self.driver_pid = driver_pid
-
-    def __reduce__(self) -> tuple[Any, tuple[int]]:
-        return (_exit_in_the_worker, (self.driver_pid,))
-
-    def __call__(self, args: Any, run: ToolRunContext) -> object:
-        return "ran"
+    load = staticmethod(_exit_in_the_worker)
 
 
 # ------------------------------------------------------------------ tests
@@ -225,23 +257,17 @@ def _stopped_while_loading(probe: Any, backend: RayBackend, tag: str) -> tuple[T
     the task does). Returns the result and whether the task's worker was
     still alive when ``execute`` returned; the load is released afterwards."""
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id=tag)))
-            )
-            runner.start()
+            running = ExecutingInThread(registry, call("slow", signal=controller.signal, call_id=tag))
             assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True  # in the task, before its claim
             worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
             controller.abort("stop")
-            runner.join(40)
-            assert not runner.is_alive(), "execute waited for the load"
+            result = running.result(40)  # execute must not wait for the load
             alive = _alive(worker)
     finally:
         probe.set.remote(f"{tag}-release")
-    (result,) = out
     return result, alive
 
 
@@ -264,24 +290,16 @@ def test_a_load_that_never_ends_is_stopped_at_kill_after_and_the_call_stays_with
 @pytest.mark.timeout(60)
 def test_a_load_that_ends_within_the_grace_refuses_its_claim_and_keeps_its_worker(probe: Any) -> None:
     tag = "short-load"
-    backend = RayBackend(kill_after=30.0)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag)))
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="g1")))
-        )
-        runner.start()
+    with _serving(_SlowToLoad(os.getpid(), tag), kill_after=30.0) as (backend, registry):
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="g1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         worker = ray.get(probe.wait.remote(f"{tag}-pid", 30))
         controller.abort("stop")
         assert _report(backend)[0] == _ray_remote.WITHDRAWN  # before the release: the claim lost already
         probe.set.remote(f"{tag}-release")
-        runner.join(20)  # well before kill_after
-        assert out, "execute did not return within the grace"
+        result = running.result(20)  # within the grace, well before kill_after
         survived = _alive(worker)
-    (result,) = out
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert backend.tasks_killed == 0
     assert survived  # nothing was stopped by force
@@ -294,21 +312,14 @@ def test_a_worker_lost_after_it_reported_the_call_withdrawn_is_not_a_lost_body(p
     # claim impossible: the body never started, so the call is withdrawn,
     # not WORKER_LOST (which says the body may have had effects).
     tag = "lost-load"
-    backend = RayBackend(kill_after=None)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="l1")))
-        )
-        runner.start()
+    with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (backend, registry):
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="l1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         controller.abort("stop")
         assert _report(backend)[0] == _ray_remote.WITHDRAWN
         probe.set.remote(f"{tag}-release")  # the worker now exits
-        runner.join(40)
-    (result,) = out
+        result = running.result(40)
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert ray.get(probe.count.remote(f"{tag}-ran")) == 0
 
@@ -319,16 +330,11 @@ def test_a_worker_lost_before_the_claim_without_an_abort_stays_worker_lost(probe
     # the task is lost, the conservative answer (the caller cannot tell a
     # load from a body).
     tag = "lost-unaborted"
-    backend = RayBackend(kill_after=None)
-    out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("slow", "slow", OBJECT, _SlowToLoad(os.getpid(), tag, exits=True)))
-        runner = threading.Thread(target=lambda: out.append(registry.execute(call("slow", call_id="u1"))))
-        runner.start()
+    with _serving(_SlowToLoad(os.getpid(), tag, exits=True)) as (_backend, registry):
+        running = ExecutingInThread(registry, call("t", call_id="u1"))
         assert ray.get(probe.wait.remote(f"{tag}-loading", 30)) is True
         probe.set.remote(f"{tag}-release")
-        runner.join(40)
-    (result,) = out
+        result = running.result(40)
     assert result.code == WORKER_LOST, result
 
 
@@ -373,21 +379,12 @@ def test_a_forced_stop_that_ray_drops_is_sent_again_until_the_task_ends(
     # arrive, and the call would wait for a load that may never end.
     import dshtools._backends.ray.backend as dray
 
-    real_cancel = dray._cancel
-    dropped: list[Any] = []
-
-    def dropping_the_first_forced(ref: Any, *, force: bool) -> None:
-        if force and not dropped:
-            dropped.append(ref)
-            return
-        real_cancel(ref, force=force)
-
-    monkeypatch.setattr(dray, "_cancel", dropping_the_first_forced)
+    forced_stops = FirstCallSkipped(monkeypatch, dray, "_cancel", matching=lambda ref, *, force: force)
     backend = RayBackend(kill_after=0.0)
     real = backend._actor_handle
     monkeypatch.setattr(backend, "_actor_handle", lambda: _Unreported(real()))
     result, _alive_then = _stopped_while_loading(probe, backend, "dropped-stop")  # returned: stopped after all
-    assert dropped  # the first forced stop was lost
+    assert forced_stops.skipped  # the first forced stop was lost
     assert result.code == TOOL_ABORTED and (result.meta or {})["killed"] is True, result
     assert backend.tasks_killed == 1
 
@@ -531,28 +528,20 @@ def test_an_aborted_call_settles_when_ray_refuses_its_forget(probe: Any) -> None
     # The forget after an aborted call settled is bookkeeping: Ray refusing
     # it must neither fail the call nor leave it in flight (close() would
     # then wait forever).
-    backend = RayBackend(kill_after=None)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_abort))
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="refused")))
-        )
-        runner.start()
+    with _serving(_waits_for_its_abort) as (backend, registry):
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="refused"))
         assert ray.get(probe.wait.remote("refused-started", 30)) is True
         actor = backend._actor
         backend._actor = _RefusingActor()  # the call's abort still goes through its own handle
-        try:
-            controller.abort("stop")
-            runner.join(30)
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._actor = actor
-            backend._in_flight.clear()  # so that a failure here does not hang close()
-    (result,) = out
+        with _InFlight(backend) as left:
+            try:
+                controller.abort("stop")
+                result = running.result(30)
+            finally:
+                backend._actor = actor
     assert result.code == TOOL_ABORTED, result
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -563,15 +552,9 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
     # Ray whether the task ended. Ray refusing to answer (shut down
     # meanwhile: ray.wait raises) must not fail the call or leave it in
     # flight; the task's own end settles it.
-    backend = RayBackend(kill_after=0.0)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _waits_for_its_release))
-        runner = threading.Thread(
-            target=lambda: out.append(registry.execute(call("t", signal=controller.signal, call_id="no-wait")))
-        )
-        runner.start()
+    with _serving(_waits_for_its_release, kill_after=0.0) as (backend, registry):
+        running = ExecutingInThread(registry, call("t", signal=controller.signal, call_id="no-wait"))
         assert ray.get(probe.wait.remote("no-wait-started", 30)) is True
 
         asked = threading.Event()
@@ -580,19 +563,14 @@ def test_the_forced_stop_survives_ray_refusing_to_say_whether_the_task_ended(
             asked.set()
             raise ValueError("You are trying to access Ray objects whose owner is unknown")  # what Ray raises
 
-        try:
-            with monkeypatch.context() as patch:
-                patch.setattr(ray, "wait", refuses)
-                controller.abort("stop")
-                assert asked.wait(30)  # the forced stop asked Ray, and was refused
-                probe.set.remote("no-wait-release")
-                runner.join(30)
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._in_flight.clear()  # so that a failure here does not hang close()
-    (result,) = out
+        with _InFlight(backend) as left, monkeypatch.context() as patch:
+            patch.setattr(ray, "wait", refuses)
+            controller.abort("stop")
+            assert asked.wait(30)  # the forced stop asked Ray, and was refused
+            probe.set.remote("no-wait-release")
+            result = running.result(30)
     assert result.code == TOOL_ABORTED, result
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -603,21 +581,15 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
     # wait, which would leave the call in flight for close() to wait on.
     # The refusal keeps its class name and message (N14); why
     # it did not deserialize is in its cause.
-    backend = RayBackend(kill_after=None)
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _RefusedInTheWorker(os.getpid())))
-        try:
-            result = registry.execute(call("t", call_id="refused-here"))
-            in_flight = len(backend._in_flight)
-        finally:
-            backend._in_flight.clear()  # so that a failure here does not hang close()
+    with _serving(_RefusedInTheWorker(os.getpid())) as (backend, registry), _InFlight(backend) as left:
+        result = registry.execute(call("t", call_id="refused-here"))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     reason = (result.meta or {})["reason"]
     assert isinstance(reason, BaseException), reason
     assert type(reason).__name__ == "_LoadsOnlyInTheWorker"
     assert str(reason) == f"body refused in the worker (driver {os.getpid()})"
     assert "cannot be rebuilt in the driver" in str(reason.__cause__)
-    assert in_flight == 0
+    assert left.count == 0
 
 
 @pytest.mark.timeout(60)
@@ -626,9 +598,7 @@ def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any
     # SystemExit fails the call before dispatch, as any other fault there;
     # it must not end the Ray worker and read as a worker lost under a body
     # that never started.
-    backend = RayBackend(kill_after=None)
-    with ToolRegistry(backend=backend) as registry:
-        registry.register(ToolDefinition("t", "t", OBJECT, _ExitsInTheWorker(os.getpid())))
+    with _serving(_ExitsInTheWorker(os.getpid())) as (_backend, registry):
         result = registry.execute(call("t", call_id="exits-loading"))
     assert result.code == TOOL_ABORTED_BEFORE_DISPATCH, result
     assert "SystemExit" in repr((result.meta or {})["reason"])
@@ -657,24 +627,19 @@ def test_a_body_whose_abort_listener_blocks_is_still_swept_with_its_descendants(
     # processes and leaves the body's child alive (decisions 0037, 0046).
     backend = RayBackend(kill_after=0.3)
     controller = AbortController()
-    out: list[ToolExecutionResult] = []
     child = 0
     try:
         with ToolRegistry(backend=backend) as registry:
             registry.register(ToolDefinition("slow", "slow", OBJECT, _slow_listener_body))
-            runner = threading.Thread(
-                target=lambda: out.append(registry.execute(call("slow", signal=controller.signal, call_id="sl1")))
-            )
-            runner.start()
+            running = ExecutingInThread(registry, call("slow", signal=controller.signal, call_id="sl1"))
             child = ray.get(probe.wait.remote("sl1-child", 30))
             controller.abort("stop")
-            runner.join(40)
+            result = running.result(40)
             swept = not _alive(child)
     finally:
         probe.set.remote("sl1-release")
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
-    (result,) = out
     assert result.code == TOOL_ABORTED, result
     assert (result.meta or {}).get("killed") is True
     assert swept, "the body's child survived the forced stop"

@@ -150,6 +150,11 @@ class Watchdog:
         self.thread.join(10)
         assert not self.thread.is_alive()
 
+    def raise_if_hung(self, bug: str) -> None:
+        """Raise ``ObservedBug(bug)`` if the watchdog had to rescue the scenario."""
+        if self.hung:
+            raise ObservedBug(bug)
+
 
 def install_handoff_probe(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any], None]) -> list[Any]:
     """Replace the registry's ``_Handoff`` with a subclass whose instances are
@@ -640,8 +645,7 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
         dog.join()
     assert fired.is_set()
     assert codes(rec, "c1") == [TOOL_ABORTED]
-    if dog.hung:
-        raise ObservedBug("execute kept joining a hand-off whose lock it had already taken")
+    dog.raise_if_hung("execute kept joining a hand-off whose lock it had already taken")
 
 
 @posix_only
@@ -704,8 +708,7 @@ def test_second_interrupt_between_the_withdrawal_claim_and_its_release_does_not_
     executor.run_held()
     registry.close()
     assert codes(rec, "c1") == [ABD] and not ran.is_set()
-    if dog.hung:
-        raise ObservedBug("the waiter never learnt that the withdrawal had won the claim")
+    dog.raise_if_hung("the waiter never learnt that the withdrawal had won the claim")
 
 
 @pytest.mark.timeout(15)
@@ -916,8 +919,7 @@ def test_interrupt_in_the_inline_trampolines_cleanup_does_not_hang(monkeypatch: 
     assert fired.is_set()
     assert not t.is_alive() and isinstance(box[0], KeyboardInterrupt)
     registry.close()
-    if dog.hung:
-        raise ObservedBug("the trampoline's lost release left execute joining forever")
+    dog.raise_if_hung("the trampoline's lost release left execute joining forever")
 
 
 @posix_only
@@ -960,8 +962,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
         helper.join(5)
         dog.join()
     assert fired.is_set()
-    if dog.hung:
-        raise ObservedBug("the body's abort listener never ran; execute joined it until rescued")
+    dog.raise_if_hung("the body's abort listener never ran; execute joined it until rescued")
 
 
 @posix_only
