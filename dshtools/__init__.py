@@ -10,8 +10,8 @@ from ._backends.thread import ThreadBackend
 from ._core.errors import AbortError, TimeoutReason
 from ._core.freeze import FrozenDict, thaw
 from ._io.process import ProcessAbortError
-from ._registry.aio import TaskCancelled, execute_batch_async
-from ._registry.batch import execute_batch
+from ._registry.aio import TaskCancelled
+from ._registry.batch import execute_batch, execute_batch_async
 from ._registry.limits import ConcurrencyLimit, RateLimit, not_dispatched
 from ._registry.policies import TimeoutPolicy
 from ._registry.registry import ToolRegistry

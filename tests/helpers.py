@@ -172,6 +172,27 @@ def run_of(fields: Mapping[str, Any], signal: AbortSignal) -> Any:
     return run
 
 
+def body_context(call: ToolExecutionInput) -> ToolRunContext:
+    """The ``run`` (``ToolRunContext``) a registry hands the body of a tool
+    named ``call.name`` for ``call``: the registry's own construction of
+    it, captured from a real call."""
+    from dshtools import ToolRegistry
+
+    seen: list[ToolRunContext] = []
+    with ToolRegistry() as registry:
+        registry.register(tool(call.name, lambda _args, run: seen.append(run)))
+        registry.execute(call)
+    return seen[0]
+
+
+def context_fields(context: ToolRunContext) -> dict[str, Any]:
+    """``context``'s fields as ``ToolRunContext(**...)`` takes them (every
+    field of the class: one the registry did not set raises here)."""
+    import attrs
+
+    return {field.alias: getattr(context, field.name) for field in attrs.fields(type(context))}
+
+
 def swapping_signal(
     signal: AbortSignal,
 ) -> Callable[[ToolDispatchExecution, Callable[[], ToolExecutionResult]], ToolExecutionResult]:

@@ -17,9 +17,19 @@ import sys
 import traceback
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-__all__ = ["AbortError", "TimeoutReason", "check_seconds", "report_unraisable", "safe_repr", "safe_str"]
+__all__ = [
+    "AbortError",
+    "TimeoutReason",
+    "check_items",
+    "check_seconds",
+    "report_unraisable",
+    "safe_repr",
+    "safe_str",
+]
+
+_T = TypeVar("_T")
 
 
 class AbortError(Exception):
@@ -165,3 +175,18 @@ def check_seconds(seconds: object, what: str = "seconds") -> float:
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"{what} must be finite, got {seconds!r}")
     return value
+
+
+def check_items(values: object, kind: type[_T], *, one: str, item: str) -> list[_T]:
+    """``values``, an iterable of ``kind`` instances, as a list. Raises
+    ``TypeError(one)`` when ``values`` is itself one ``kind`` (a ``str`` is
+    an iterable of one-letter ``str``; a single call is a mistake for a
+    list of one), and ``TypeError(item.format(name))`` with the type name
+    of the first item that is not a ``kind``."""
+    if isinstance(values, kind):
+        raise TypeError(one)
+    items: list[object] = list(values)  # type: ignore[call-overload]
+    for value in items:
+        if not isinstance(value, kind):
+            raise TypeError(item.format(type(value).__name__))
+    return items  # type: ignore[return-value]  # every item is a kind

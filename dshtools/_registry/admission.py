@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast
 
+import attrs
+
 from .._core.errors import AbortError, safe_repr, safe_str, safe_type_name
 from .._types.calls import aborted
 from .._types.hooks import Allow, ApprovalRequest, Approver, Ask, Deny, PreExecuteDecision, ResumeDecision
@@ -56,6 +58,7 @@ def describe(fn: Callable[..., object] | object) -> str:
     return name if type(name) is str and name else safe_type_name(fn)
 
 
+@attrs.define(eq=False)
 class Waterfall(Generic[_D]):
     """A chain of hooks, each given ``next`` (docs/contract.md §3): hook
     ``i`` is called as ``hooks[i](*args, next)``, where ``next()`` runs hook
@@ -69,23 +72,12 @@ class Waterfall(Generic[_D]):
     never the other way round, so a finished call leaves no reference cycle behind (its objects
     are freed at once, not by the cyclic garbage collector)."""
 
-    __slots__ = ("_args", "_end", "_expected", "_gate", "_hooks", "_what")
-
-    def __init__(
-        self,
-        what: str,
-        hooks: Sequence[Callable[..., Any]],
-        args: tuple[object, ...],
-        end: Callable[[], _D],
-        expected: tuple[type, ...],
-        gate: Callable[[], None] | None = None,
-    ) -> None:
-        self._what = what
-        self._hooks = hooks
-        self._args = args
-        self._end = end
-        self._expected = expected
-        self._gate = gate
+    _what: str
+    _hooks: Sequence[Callable[..., Any]]
+    _args: tuple[object, ...]
+    _end: Callable[[], _D]
+    _expected: tuple[type, ...]
+    _gate: Callable[[], None] | None = None
 
     def at(self, i: int) -> _D:
         """Hook ``i``'s decision: ``at(0)`` runs the chain (``end()`` when

@@ -1,5 +1,6 @@
-"""Async callers: ``ToolRegistry.aexecute`` and ``execute_batch_async``
-(docs/contract.md#async, docs/async.md).
+"""Async callers: ``ToolRegistry.aexecute``/``aresume``, and the awaiting
+of a job on a thread that ``execute_batch_async`` (``batch``) shares with
+them (docs/contract.md#async, docs/async.md).
 
 Guarantees:
 
@@ -45,25 +46,22 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import attrs
 
-from .._backends.thread import on_worker
+from .._backends.thread import ThreadBackend, on_worker
 from .._signal import AbortController, AbortSignal
 from .._signal.timer import run_on_abort_runner
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
 from .._types.hooks import ResumeDecision
-from .batch import _check_max_parallel, execute_batch
+from .run import Run
 from .tickets import check_resume
 
-if TYPE_CHECKING:
-    from .registry import ToolRegistry
-
-__all__ = ["TaskCancelled", "aexecute", "aresume", "execute_batch_async"]
+__all__ = ["AwaitedRegistry", "TaskCancelled", "aexecute", "aresume", "await_job", "start_on_thread"]
 
 _T = TypeVar("_T")
 _WORKER: Final = object()  # the claim's value when a thread took the job
@@ -88,6 +86,28 @@ class TaskCancelled(Exception):
 
     def __repr__(self) -> str:
         return f"TaskCancelled({self.library!r})"
+
+
+class AwaitedRegistry(Protocol):
+    """What ``aexecute`` and ``aresume`` use of the ``ToolRegistry`` that
+    awaits them (it passes itself; this module never imports the registry,
+    whose ``aexecute``/``aresume`` import this one): its closed check, its
+    synchronous ``execute``/``resume`` (inline on a worker), the phases of
+    a call run from its thread pool, and that pool."""
+
+    _threads: ThreadBackend
+
+    def _check_open(self) -> None: ...
+
+    def execute(self, call: ToolExecutionInput) -> ToolExecutionResult: ...
+
+    def resume(
+        self, ticket: object, decision: ResumeDecision, *, arguments: object = None, signal: AbortSignal
+    ) -> ToolExecutionResult: ...
+
+    def _begin(self, call: ToolExecutionInput, *, allow_closed: bool = False) -> Run: ...
+
+    def _run(self, run: Run) -> ToolExecutionResult: ...
 
 
 class _Job(Generic[_T]):
@@ -167,27 +187,40 @@ class _Abort:
             self.wake()
 
 
-class _AsyncioWaiter:
-    """The loop side under asyncio: an ``asyncio.Event`` the worker sets
-    through ``call_soon_threadsafe``."""
+class _Waiter:
+    """The loop side of one wait: an event of the loop's library that the
+    worker sets through the loop's thread-safe scheduler (``schedule``),
+    from any thread, never blocking it; a loop that finished (``schedule``
+    raises ``gone``) has nobody waiting."""
 
-    __slots__ = ("event", "loop")
+    __slots__ = ("event", "gone", "schedule")
+    event: Any
+    schedule: Callable[[Callable[[], object]], object]
+    gone: type[BaseException]
+
+    def wake(self) -> None:
+        try:
+            self.schedule(self.event.set)
+        except self.gone:
+            pass
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+class _AsyncioWaiter(_Waiter):
+    """The loop side under asyncio: an ``asyncio.Event`` the worker sets
+    through ``call_soon_threadsafe`` (a closed loop raises ``RuntimeError``)."""
+
+    __slots__ = ("loop",)
     library: Final = "asyncio"
     cancelled: Final = asyncio.CancelledError
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
-
-    def wake(self) -> None:
-        """From any thread, never blocking it; a closed loop has nobody waiting."""
-        try:
-            self.loop.call_soon_threadsafe(self.event.set)
-        except RuntimeError:
-            pass
-
-    async def wait(self) -> None:
-        await self.event.wait()
+        self.schedule = loop.call_soon_threadsafe
+        self.gone = RuntimeError
 
     def another(self) -> _AsyncioWaiter:
         return _AsyncioWaiter(self.loop)
@@ -201,30 +234,23 @@ class _AsyncioWaiter:
         return nullcontext() if anyio is None else anyio.CancelScope(shield=True)
 
 
-class _TrioWaiter:
+class _TrioWaiter(_Waiter):
     """The loop side under trio: a ``trio.Event`` the worker sets through
-    the trio token's ``run_sync_soon``."""
+    the trio token's ``run_sync_soon`` (a finished run raises
+    ``trio.RunFinishedError``)."""
 
-    __slots__ = ("event", "token", "trio")
+    __slots__ = ("trio",)
     library: Final = "trio"
 
     def __init__(self, trio: Any) -> None:
         self.trio = trio
-        self.token = trio.lowlevel.current_trio_token()
+        self.schedule = trio.lowlevel.current_trio_token().run_sync_soon  # RuntimeError outside trio
         self.event = trio.Event()
+        self.gone = trio.RunFinishedError
 
     @property
     def cancelled(self) -> type[BaseException]:
         return self.trio.Cancelled  # type: ignore[no-any-return]
-
-    def wake(self) -> None:
-        try:
-            self.token.run_sync_soon(self.event.set)
-        except self.trio.RunFinishedError:
-            pass
-
-    async def wait(self) -> None:
-        await self.event.wait()
 
     def another(self) -> _TrioWaiter:
         return _TrioWaiter(self.trio)
@@ -248,7 +274,7 @@ def _waiter() -> _AsyncioWaiter | _TrioWaiter:
     raise RuntimeError("aexecute and execute_batch_async must be awaited in an asyncio or trio event loop")
 
 
-async def _await_job(
+async def await_job(
     fn: Callable[[AbortSignal], _T],
     signal: AbortSignal,
     start: Callable[[_Job[_T]], None],
@@ -309,27 +335,27 @@ async def _join(waiter: _AsyncioWaiter | _TrioWaiter, cancelled: type[BaseExcept
             continue
 
 
-def _execute_from_pool(registry: ToolRegistry, call: ToolExecutionInput, signal: AbortSignal) -> ToolExecutionResult:
+def _execute_from_pool(registry: AwaitedRegistry, call: ToolExecutionInput, signal: AbortSignal) -> ToolExecutionResult:
     """``registry.execute`` for ``call`` under ``signal``, except that a
     registry closed while the call was queued settles it
     ``ABORTED_BEFORE_DISPATCH`` (one result per call) instead of raising."""
     return registry._run(registry._begin(attrs.evolve(call, signal=signal), allow_closed=True))
 
 
-def _start_on_pool(registry: ToolRegistry, job: _Job[Any]) -> None:
+def _start_on_pool(registry: AwaitedRegistry, job: _Job[Any]) -> None:
     try:
         registry._threads.run_marked(job.run)
     except Exception:
         # The pool is shut down (the registry closed meanwhile) or the
         # supplied executor refused the work: a thread of its own.
-        _start_on_thread(job)
+        start_on_thread(job)
 
 
-def _start_on_thread(job: _Job[Any]) -> None:
+def start_on_thread(job: _Job[Any]) -> None:
     threading.Thread(target=job.run, name="dshtools-async").start()
 
 
-async def aexecute(registry: ToolRegistry, call: ToolExecutionInput) -> ToolExecutionResult:
+async def aexecute(registry: AwaitedRegistry, call: ToolExecutionInput) -> ToolExecutionResult:
     """``await registry.aexecute(call)``: see ``ToolRegistry.aexecute``."""
     if not isinstance(call, ToolExecutionInput):
         raise TypeError(f"aexecute() takes a ToolExecutionInput, not {type(call).__name__}")
@@ -339,11 +365,11 @@ async def aexecute(registry: ToolRegistry, call: ToolExecutionInput) -> ToolExec
         # belongs to could deadlock a full pool; the call runs inline, as a
         # nested ``execute`` does.
         return registry.execute(call)
-    return await _await_job(partial(_execute_from_pool, registry, call), call.signal, partial(_start_on_pool, registry))
+    return await await_job(partial(_execute_from_pool, registry, call), call.signal, partial(_start_on_pool, registry))
 
 
 async def aresume(
-    registry: ToolRegistry,
+    registry: AwaitedRegistry,
     ticket: object,
     decision: ResumeDecision,
     *,
@@ -361,42 +387,4 @@ async def aresume(
         # runs on the loop, nor does a ``TicketError`` arise there.
         return registry.resume(ticket, decision, arguments=arguments, signal=private)
 
-    return await _await_job(resume, signal, partial(_start_on_pool, registry))
-
-
-async def execute_batch_async(
-    registry: ToolRegistry,
-    calls: Iterable[ToolExecutionInput],
-    *,
-    signal: AbortSignal,
-    max_parallel: int = 10,
-) -> list[ToolExecutionResult]:
-    """``execute_batch`` for an async caller; returns one result per call,
-    in model order.
-
-    The options and what is raised for them are ``execute_batch``'s
-    (``TypeError``, ``ValueError``, ``RuntimeError`` when the registry is
-    closed), raised before anything runs. The batch runs on a thread of its
-    own (its hooks run there, in model order), its dispatches on the
-    registry's workers; the event loop is not blocked. Cancelling the
-    awaiting task aborts the batch's signal with ``TaskCancelled``: started
-    bodies are signalled and joined, unstarted calls settled
-    ``ABORTED_BEFORE_DISPATCH`` and every result published to the result
-    observers; then the cancellation is re-raised. ``signal`` itself is
-    never aborted. Source: docs/contract.md#async.
-    """
-    if not isinstance(signal, AbortSignal):
-        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
-    limit = _check_max_parallel(max_parallel)
-    items = list(calls)
-    for call in items:
-        if not isinstance(call, ToolExecutionInput):
-            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
-    registry._check_open()
-    if on_worker():
-        return execute_batch(registry, items, signal=signal, max_parallel=limit)
-
-    def batch(private: AbortSignal) -> list[ToolExecutionResult]:
-        return execute_batch(registry, items, signal=private, max_parallel=limit)
-
-    return await _await_job(batch, signal, _start_on_thread)
+    return await await_job(resume, signal, partial(_start_on_pool, registry))

@@ -1,4 +1,6 @@
-"""Batch execution of one model turn's tool calls (docs/contract.md §4).
+"""Batch execution of one model turn's tool calls (docs/contract.md §4),
+for a synchronous caller (``execute_batch``) and an async one
+(``execute_batch_async``, awaited as ``aio`` awaits a call).
 
 Guarantees:
 
@@ -52,13 +54,24 @@ from collections.abc import Iterable
 import attrs
 
 from .._backends.thread import on_worker
+from .._core.errors import check_items
 from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
+from .aio import await_job, start_on_thread
 from .registry import ToolRegistry
 from .run import Run
 
-__all__ = ["execute_batch"]
+__all__ = ["execute_batch", "execute_batch_async"]
+
+
+def _check_calls(calls: object) -> list[ToolExecutionInput]:
+    return check_items(
+        calls,
+        ToolExecutionInput,
+        one="calls must be an iterable of ToolExecutionInput, not one: for a single call pass [call]",
+        item="calls must be ToolExecutionInput objects, not {}",
+    )
 
 
 def _check_max_parallel(value: object) -> int:
@@ -69,51 +82,53 @@ def _check_max_parallel(value: object) -> int:
     return value
 
 
+@attrs.define(eq=False)
 class _Slot:
-    """One call's progress through the batch."""
+    """One call's progress through the batch. Dispatch on a worker:
+    ``submitted`` is set *before* the executor is asked,
+    ``started``/``withdrawn`` are decided under the batch lock, and
+    ``finished`` is set by the worker when its dispatch returned; ``done``:
+    the dispatch finished, or was never needed."""
 
-    __slots__ = ("call", "done", "error", "finished", "index", "run", "started", "submitted", "withdrawn")
-
-    def __init__(self, index: int, call: ToolExecutionInput) -> None:
-        self.index = index
-        self.call = call
-        self.run: Run | None = None
-        # Dispatch on a worker: `submitted` is set *before* the executor is
-        # asked, `started`/`withdrawn` are decided under the batch lock, and
-        # `finished` is set by the worker when its dispatch returned.
-        self.submitted = False
-        self.started = False
-        self.withdrawn = False
-        self.finished = threading.Event()
-        self.done = False  # dispatch finished, or never needed
-        self.error: BaseException | None = None
+    index: int
+    call: ToolExecutionInput
+    run: Run | None = attrs.field(init=False, default=None)
+    submitted: bool = attrs.field(init=False, default=False)
+    started: bool = attrs.field(init=False, default=False)
+    withdrawn: bool = attrs.field(init=False, default=False)
+    finished: threading.Event = attrs.field(init=False, factory=threading.Event)
+    done: bool = attrs.field(init=False, default=False)
+    error: BaseException | None = attrs.field(init=False, default=None)
 
 
+@attrs.define(eq=False)
 class _Batch:
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        calls: list[ToolExecutionInput],
-        signal: AbortSignal,
-        max_parallel: int,
-    ) -> None:
-        self.registry = registry
-        self.calls = calls
-        self.signal = signal
-        self.max_parallel = max_parallel
-        self.interrupt = AbortController()
-        self.results: list[ToolExecutionResult | None] = [None] * len(calls)
-        self.fused: list[AbortSignal] = []
-        self.window: list[_Slot] = []  # begun, not yet completed, model order
-        self.begun = 0  # calls [0, begun) have been begun
-        self.in_flight = 0  # for max_parallel; not trusted when draining
-        self.lock = threading.Lock()
-        # Worker -> calling thread: a finished slot, or None as a wake-up
-        # when the batch signal aborts.
-        self.events: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
-        # The first KeyboardInterrupt (or hook BaseException,
-        # docs/contract.md#a3) to re-raise once every result is published.
-        self.interrupted: BaseException | None = None
+    """One ``execute_batch``: its calls and options, and the scheduler's
+    state. ``window``: the calls begun, not yet completed, in model order;
+    calls ``[0, begun)`` have been begun; ``in_flight`` counts dispatches
+    for ``max_parallel`` (not trusted when draining); ``events`` carries a
+    finished slot from a worker to the calling thread, or ``None`` as a
+    wake-up when the batch signal aborts; ``interrupted`` is the first
+    ``KeyboardInterrupt`` (or hook ``BaseException``, docs/contract.md#a3)
+    to re-raise once every result is published."""
+
+    registry: ToolRegistry
+    calls: list[ToolExecutionInput]
+    signal: AbortSignal
+    max_parallel: int
+    interrupt: AbortController = attrs.field(init=False, factory=AbortController)
+    results: list[ToolExecutionResult | None] = attrs.field(init=False)
+    fused: list[AbortSignal] = attrs.field(init=False, factory=list)
+    window: list[_Slot] = attrs.field(init=False, factory=list)
+    begun: int = attrs.field(init=False, default=0)
+    in_flight: int = attrs.field(init=False, default=0)
+    lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    events: queue.SimpleQueue[_Slot | None] = attrs.field(init=False, factory=queue.SimpleQueue)
+    interrupted: BaseException | None = attrs.field(init=False, default=None)
+
+    @results.default
+    def _no_results(self) -> list[ToolExecutionResult | None]:
+        return [None] * len(self.calls)
 
     def cancelled(self) -> bool:
         return self.signal.aborted or self.interrupt.signal.aborted
@@ -372,11 +387,41 @@ def execute_batch(
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     limit = _check_max_parallel(max_parallel)
-    if isinstance(calls, ToolExecutionInput):
-        raise TypeError("calls must be an iterable of ToolExecutionInput, not one: for a single call pass [call]")
-    items = list(calls)
-    for call in items:
-        if not isinstance(call, ToolExecutionInput):
-            raise TypeError(f"calls must be ToolExecutionInput objects, not {type(call).__name__}")
+    items = _check_calls(calls)
     registry._check_open()
     return _Batch(registry, items, signal, limit).run_all()
+
+
+async def execute_batch_async(
+    registry: ToolRegistry,
+    calls: Iterable[ToolExecutionInput],
+    *,
+    signal: AbortSignal,
+    max_parallel: int = 10,
+) -> list[ToolExecutionResult]:
+    """``execute_batch`` for an async caller; returns one result per call,
+    in model order.
+
+    The options and what is raised for them are ``execute_batch``'s
+    (``TypeError``, ``ValueError``, ``RuntimeError`` when the registry is
+    closed), raised before anything runs. The batch runs on a thread of its
+    own (its hooks run there, in model order), its dispatches on the
+    registry's workers; the event loop is not blocked. Cancelling the
+    awaiting task aborts the batch's signal with ``TaskCancelled``: started
+    bodies are signalled and joined, unstarted calls settled
+    ``ABORTED_BEFORE_DISPATCH`` and every result published to the result
+    observers; then the cancellation is re-raised. ``signal`` itself is
+    never aborted. Source: docs/contract.md#async.
+    """
+    if not isinstance(signal, AbortSignal):
+        raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
+    limit = _check_max_parallel(max_parallel)
+    items = _check_calls(calls)
+    registry._check_open()
+    if on_worker():
+        return execute_batch(registry, items, signal=signal, max_parallel=limit)
+
+    def batch(private: AbortSignal) -> list[ToolExecutionResult]:
+        return execute_batch(registry, items, signal=private, max_parallel=limit)
+
+    return await await_job(batch, signal, start_on_thread)

@@ -1,28 +1,46 @@
-"""A registry's bookkeeping off the call path: what registration, sharing,
-forking and ``close()`` keep track of, and ``RegistryStatistics``.
+"""A registry's bookkeeping off the call path: registration of its tools
+and hooks, the backends it shares, ``close()``, the fork reset, and
+``RegistryStatistics``.
 
-Owns the hook tuples' copy-on-write (``check_hook``, ``with_hook``,
-``without_hook``, for ``ToolRegistry``'s ``add_*`` methods), the count of
-open registries using each backend (``adopt``/``release``: a backend shared
-by several registries is closed when the last of them closes), and the
-fork handler that starts every live registry over in a forked child
-(``track``). No call reads anything here; this module never imports the
-registry (it knows one by ``run.RegistryState``).
+Owns ``ToolRegistry``'s ``register``, ``add_*``, ``statistics`` and
+``close`` (the methods keep their contract and call these): the tools'
+and hooks' copy-on-write (``register_definition``, ``add_hook``), the
+count of open registries using each backend (``adopt``/``release``: a
+backend shared by several registries is closed when the last of them
+closes, by ``close_registry``), and the fork handler that starts every
+live registry over in a forked child (``track``). No call reads anything
+here; this module never imports the registry (it knows one by ``Books``,
+the ``run.RegistryState`` with the fields kept here).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import attrs
 
 from .._backends.base import Backend
-from .._core.interrupts import after_fork_in_child
-from .run import Hooks, RegistryState
+from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
+from .._types.hooks import ToolDefinition
+from .run import Hooks, RegistryState, on_worker_of
 
-__all__ = ["RegistryStatistics", "adopt", "check_hook", "release", "track", "with_hook", "without_hook"]
+__all__ = [
+    "Books",
+    "RegistryStatistics",
+    "add_hook",
+    "adopt",
+    "check_hook",
+    "close_registry",
+    "register_definition",
+    "release",
+    "statistics_of",
+    "track",
+    "with_hook",
+    "without_hook",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -98,6 +116,118 @@ def release(backend: Backend) -> bool:
             return True
         _backend_users[id(backend)] = (backend, count - 1)
         return False
+
+
+# ----------------------------------------------------------- registration
+
+
+class Books(RegistryState, Protocol):
+    """What this module keeps of a registry besides what a run reads: its
+    own thread backend, its tools and hooks (each replaced whole under
+    ``_lock``, never mutated: a call reads them without the lock), every
+    backend it closes, and those ``close()`` still has to close (``None``
+    until a ``close()`` decided them)."""
+
+    _definitions: dict[str, ToolDefinition]
+    _hooks: Hooks
+    _backends: list[Backend]
+    _closing: list[Backend] | None
+
+    @property
+    def _threads(self) -> Backend: ...
+
+
+def register_definition(registry: Books, definition: ToolDefinition) -> Callable[[], None]:
+    """``ToolRegistry.register``: add ``definition`` (adopting its own
+    backend), return its idempotent ``unregister()``."""
+    if not isinstance(definition, ToolDefinition):
+        raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
+    if registry._closed:
+        raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
+    own = definition.backend
+    (own or registry._backend).validate(definition.name, definition.execute)
+    with registry._lock:
+        if registry._closed:
+            raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
+        if definition.name in registry._definitions:
+            raise ValueError(f"a tool named {definition.name!r} is already registered")
+        if own is not None and not any(b is own for b in registry._backends):
+            adopt(own)
+            registry._backends.append(own)
+        # Copy-on-write: a call's definition lookup never sees a half-update.
+        defs = dict(registry._definitions)
+        defs[definition.name] = definition
+        registry._definitions = defs
+
+    def unregister() -> None:
+        with registry._lock:
+            if registry._definitions.get(definition.name) is definition:
+                defs = dict(registry._definitions)
+                del defs[definition.name]
+                registry._definitions = defs
+
+    return unregister
+
+
+def add_hook(registry: Books, kind: str, fn: object) -> Callable[[], None]:
+    """What every ``add_*`` method of ``ToolRegistry`` does: check ``fn``,
+    add it to the ``kind`` hooks (copy-on-write) and return its idempotent
+    ``unregister()``."""
+    check_hook(kind, fn)
+    with registry._lock:
+        registry._hooks = with_hook(registry._hooks, kind, fn)
+    removed = False
+
+    def unregister() -> None:
+        nonlocal removed
+        with registry._lock:
+            if not removed:
+                removed = True
+                registry._hooks = without_hook(registry._hooks, kind, fn)
+
+    return unregister
+
+
+def statistics_of(registry: Books) -> RegistryStatistics:
+    """``ToolRegistry.statistics()``."""
+    hooks = registry._hooks
+    return RegistryStatistics(
+        bodies_in_flight=len(registry._bodies),
+        tools=len(registry._definitions),
+        pre_execute_hooks=len(hooks.pre_execute),
+        guards=len(hooks.guards),
+        around_dispatch_hooks=len(hooks.around),
+        post_execute_hooks=len(hooks.post_execute),
+        result_observers=len(hooks.observers),
+        backends=len(registry._backends),
+        closed=registry._closed,
+    )
+
+
+# ------------------------------------------------------------------ close
+
+
+def close_registry(registry: Books) -> None:
+    """``ToolRegistry.close()``: refuse new calls, wait for the bodies in
+    flight, then close the backends this registry is the last to use."""
+    if on_worker_of(registry):
+        raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
+    # Not "already closed" by the flag alone: a close() interrupted by
+    # Ctrl-C while waiting left `_closed` set, and the next one must
+    # still wait for the bodies and close the backends.
+    with registry._lock:
+        registry._closed = True
+        while registry._bodies:
+            registry._idle.wait(INTERRUPT_SLICE)
+        if registry._closing is None:
+            # Decided once: the own thread backend is this registry's
+            # alone; another backend is closed by the last registry that
+            # uses it. A close() interrupted below is finished by the next.
+            registry._closing = [b for b in registry._backends if b is registry._threads or release(b)]
+        closing = registry._closing
+    while closing:
+        closing[0].close()  # idempotent
+        closing.pop(0)
 
 
 # ------------------------------------------------------------------- fork

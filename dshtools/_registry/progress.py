@@ -49,15 +49,13 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .._core.errors import report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 from .._types.hooks import ProgressObserver, ProgressUpdate
+from .._types.tools import ProgressRun
 from .observer import watch_progress
-
-if TYPE_CHECKING:
-    from .run import Run
 
 __all__ = ["enqueue", "flush", "post"]
 
@@ -66,7 +64,7 @@ _log: Final = logging.getLogger("dshtools")
 _Entry = tuple[float, "float | None", "str | None"]
 """``(progress, total, message)``: a call's latest update."""
 
-_queue: deque[Run] = deque()
+_queue: deque[ProgressRun] = deque()
 """Calls waiting for delivery, in the order they were queued; under ``_COND``."""
 _COND = threading.Condition(_lock := threading.Lock())
 _DELIVERED = threading.Condition(_lock)
@@ -115,7 +113,7 @@ def _valid(progress: object, total: object, message: object) -> bool:
         return False
 
 
-def post(run: Run, progress: object, total: object, message: object) -> None:
+def post(run: ProgressRun, progress: object, total: object, message: object) -> None:
     """``Run.report_progress``: queue the update ``(progress, total,
     message)`` of the call ``run`` for its progress observers
     (``run.hooks.progress``, snapshotted when the call started; without one
@@ -139,7 +137,7 @@ def post(run: Run, progress: object, total: object, message: object) -> None:
         enqueue(run)
 
 
-def enqueue(run: Run) -> None:
+def enqueue(run: ProgressRun) -> None:
     """Queue ``run`` for delivery unless it is queued, and wake (or start)
     the delivery thread."""
     global _thread
@@ -155,7 +153,7 @@ def enqueue(run: Run) -> None:
             _COND.notify()
 
 
-def _watch(watch: Any, run: Run, progress: Any, total: Any, message: Any) -> None:
+def _watch(watch: Any, run: ProgressRun, progress: Any, total: Any, message: Any) -> None:
     """Every update to the call observer's watch, in the body's thread (it
     keeps its own bounded record: docs/observability.md)."""
     try:

@@ -32,8 +32,9 @@ Guarantees:
   publication. Without one the call path pays one attribute test per phase.
 
 What is not the call path lives beside it: the call-observer seam in
-``observer``; hook registration's copy-on-write, backend sharing, the fork
-reset and ``RegistryStatistics`` in ``lifecycle``.
+``observer``; registration of tools and hooks (copy-on-write), backend
+sharing, ``close()``, the fork reset and ``RegistryStatistics`` in
+``lifecycle``.
 
 Threads: steps 1-3 and 6-7 and the around-dispatch waterfall run in the
 calling thread; the body runs where its backend puts it. Hook registration
@@ -53,17 +54,17 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 
 from .._backends.base import Backend, ListeningBackend
-from .._backends.thread import DEFAULT_MAX_WORKERS, ThreadBackend
+from .._backends.thread import ThreadBackend
+from .._core.closing import Closing
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
-from .._core.interrupts import INTERRUPT_SLICE
 from .._signal import AbortSignal, abort_owned
+from .._types import hooks as hook_types
 from .._types.calls import (
     ANY_OBJECT,
     INVALID_ARGS,
@@ -77,28 +78,19 @@ from .._types.calls import (
     exception_failure,
     failure,
 )
-from .._types.hooks import (
-    Accept,
-    Allow,
-    ApprovalRequest,
-    Approver,
-    AroundDispatch,
-    Ask,
-    Block,
-    Deny,
-    Guard,
-    PostExecuteDecision,
-    PostExecuteHook,
-    PreExecuteHook,
-    ProgressObserver,
-    ResultObserver,
-    ResumeDecision,
-    ToolDefinition,
-)
+from .._types.hooks import Accept, Block, ToolDefinition
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
 from .admission import HookReturnError, Waterfall, admit, admit_resumed
-from .lifecycle import RegistryStatistics, adopt, check_hook, release, track, with_hook, without_hook
+from .lifecycle import (
+    RegistryStatistics,
+    add_hook,
+    adopt,
+    close_registry,
+    register_definition,
+    statistics_of,
+    track,
+)
 from .observer import CallObserver, enter_watch, exit_watch
 from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
 from .run import (
@@ -123,25 +115,12 @@ _log = logging.getLogger("dshtools")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-__all__ = [
-    "DEFAULT_MAX_WORKERS",
-    "Accept",
-    "Allow",
-    "ApprovalRequest",
-    "Ask",
-    "Block",
-    "Deny",
-    "RegistryStatistics",
-    # defined in _hooks, re-exported here (the registry's vocabulary)
-    "ToolDefinition",
-    "ToolRegistry",
-    "on_worker_of",
-]
+__all__ = ["ToolRegistry", "around_dispatch_hooks", "registered"]
 
 _ACCEPT: Final = Accept()
 
 
-def _accept() -> PostExecuteDecision:
+def _accept() -> hook_types.PostExecuteDecision:
     return _ACCEPT
 
 
@@ -150,7 +129,7 @@ def _check_unsettled(run: Run) -> None:
         raise RuntimeError("next() called after the around-dispatch waterfall settled")
 
 
-class ToolRegistry:
+class ToolRegistry(Closing):
     """Registered tools, their policies, and the backend their bodies run on.
 
     ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
@@ -181,7 +160,7 @@ class ToolRegistry:
         *,
         max_workers: int | None = None,
         executor: Executor | None = None,
-        approver: Approver | None = None,
+        approver: hook_types.Approver | None = None,
         backend: Backend | None = None,
         tickets: ApprovalTickets | None = None,
     ) -> None:
@@ -224,18 +203,7 @@ class ToolRegistry:
         """A snapshot of the registry's state, for tests, monitoring and
         quiescence checks (nothing here is a lock-protected invariant: read
         it after the calls you care about returned)."""
-        hooks = self._hooks
-        return RegistryStatistics(
-            bodies_in_flight=len(self._bodies),
-            tools=len(self._definitions),
-            pre_execute_hooks=len(hooks.pre_execute),
-            guards=len(hooks.guards),
-            around_dispatch_hooks=len(hooks.around),
-            post_execute_hooks=len(hooks.post_execute),
-            result_observers=len(hooks.observers),
-            backends=len(self._backends),
-            closed=self._closed,
-        )
+        return statistics_of(self)
 
     # ------------------------------------------------------------ registration
 
@@ -245,33 +213,7 @@ class ToolRegistry:
         already registered or a body its backend cannot run
         (``Backend.validate``), ``RuntimeError`` after ``close()``
         (docs/contract.md#a13)."""
-        if not isinstance(definition, ToolDefinition):
-            raise TypeError(f"register() takes a ToolDefinition, not {type(definition).__name__}")
-        if self._closed:
-            raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
-        own = definition.backend
-        (own or self._backend).validate(definition.name, definition.execute)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("ToolRegistry is closed: register() after close() is not allowed")
-            if definition.name in self._definitions:
-                raise ValueError(f"a tool named {definition.name!r} is already registered")
-            if own is not None and not any(b is own for b in self._backends):
-                adopt(own)
-                self._backends.append(own)
-            # Copy-on-write: a call's definition lookup never sees a half-update.
-            defs = dict(self._definitions)
-            defs[definition.name] = definition
-            self._definitions = defs
-
-        def unregister() -> None:
-            with self._lock:
-                if self._definitions.get(definition.name) is definition:
-                    defs = dict(self._definitions)
-                    del defs[definition.name]
-                    self._definitions = defs
-
-        return unregister
+        return register_definition(self, definition)
 
     @overload
     def tool(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
@@ -302,54 +244,36 @@ class ToolRegistry:
         order, as fresh mutable data."""
         return [d.schema() for d in self._definitions.values()]
 
-    def _add(self, kind: str, fn: object) -> Callable[[], None]:
-        """What every ``add_*`` method does: check ``fn``, add it to the
-        ``kind`` hooks (copy-on-write) and return its idempotent
-        ``unregister()``."""
-        check_hook(kind, fn)
-        with self._lock:
-            self._hooks = with_hook(self._hooks, kind, fn)
-        removed = False
-
-        def unregister() -> None:
-            nonlocal removed
-            with self._lock:
-                if not removed:
-                    removed = True
-                    self._hooks = without_hook(self._hooks, kind, fn)
-
-        return unregister
-
-    def add_pre_execute(self, fn: PreExecuteHook) -> Callable[[], None]:
+    def add_pre_execute(self, fn: hook_types.PreExecuteHook) -> Callable[[], None]:
         """``fn(exec, next) -> Allow() | Deny(reason) | Ask(reason=None)``;
         first registered runs outermost. Returns ``unregister()``."""
-        return self._add("pre_execute", fn)
+        return add_hook(self, "pre_execute", fn)
 
-    def add_guard(self, fn: Guard) -> Callable[[], None]:
+    def add_guard(self, fn: hook_types.Guard) -> Callable[[], None]:
         """``fn(exec) -> str | None``: a string denies (final)."""
-        return self._add("guards", fn)
+        return add_hook(self, "guards", fn)
 
-    def add_around_dispatch(self, fn: AroundDispatch) -> Callable[[], None]:
+    def add_around_dispatch(self, fn: hook_types.AroundDispatch) -> Callable[[], None]:
         """``fn(exec: ToolDispatchExecution, next) -> result``; may replace
         ``exec.signal`` (and must restore it) or return without ``next()``."""
-        return self._add("around", fn)
+        return add_hook(self, "around", fn)
 
-    def add_post_execute(self, fn: PostExecuteHook) -> Callable[[], None]:
+    def add_post_execute(self, fn: hook_types.PostExecuteHook) -> Callable[[], None]:
         """``fn(exec, result, next) -> Accept(...) | Block(...)``."""
-        return self._add("post_execute", fn)
+        return add_hook(self, "post_execute", fn)
 
-    def add_result_observer(self, fn: ResultObserver) -> Callable[[], None]:
+    def add_result_observer(self, fn: hook_types.ResultObserver) -> Callable[[], None]:
         """``fn(exec, result) -> None``: sees each call's frozen final result
         exactly once; an exception goes to ``sys.unraisablehook``."""
-        return self._add("observers", fn)
+        return add_hook(self, "observers", fn)
 
-    def add_progress_observer(self, fn: ProgressObserver) -> Callable[[], None]:
+    def add_progress_observer(self, fn: hook_types.ProgressObserver) -> Callable[[], None]:
         """``fn(exec, update) -> None``: sees the ``ProgressUpdate``s a body
         reports with ``run.report_progress``, on the ``dshtools-progress``
         thread (never the body's): a slow observer sees only the latest
         update of a call, the last one included; an exception goes to
         ``sys.unraisablehook`` (docs/policies.md#progress)."""
-        return self._add("progress", fn)
+        return add_hook(self, "progress", fn)
 
     def execution_mode(self, call: ToolExecutionInput) -> Literal["parallel", "exclusive"]:
         """``"parallel"`` when the tool's ``is_concurrency_safe(args)``
@@ -380,32 +304,7 @@ class ToolRegistry:
         interrupted by Ctrl-C is finished by the next. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
-        if on_worker_of(self):
-            raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
-        # Not "already closed" by the flag alone: a close() interrupted by
-        # Ctrl-C while waiting left `_closed` set, and the next one must
-        # still wait for the bodies and close the backends.
-        with self._lock:
-            self._closed = True
-            while self._bodies:
-                self._idle.wait(INTERRUPT_SLICE)
-            if self._closing is None:
-                # Decided once: the own thread backend is this registry's
-                # alone; another backend is closed by the last registry that
-                # uses it. A close() interrupted below is finished by the next.
-                self._closing = [b for b in self._backends if b is self._threads or release(b)]
-            closing = self._closing
-        while closing:
-            closing[0].close()  # idempotent
-            closing.pop(0)
-
-    def __enter__(self) -> ToolRegistry:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        close_registry(self)
 
     # --------------------------------------------------------------- execute
 
@@ -415,18 +314,7 @@ class ToolRegistry:
         non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
         ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins
         the body, publishes the ``ABORTED`` result, then is re-raised."""
-        # `_run`'s body, written out here: one call frame less on every call.
-        run = self._begin(call)
-        try:
-            self._dispatch(run)
-        except BaseException:
-            # The run holds its cancellation result; publish it, then re-raise.
-            self._complete(run)
-            raise
-        result = self._complete(run)
-        if run.interrupt is not None:  # arrived during post-execute/observers
-            raise run.interrupt
-        return result
+        return self._run(self._begin(call))
 
     async def aexecute(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """``execute`` for an asyncio or trio caller (anyio's cancel scopes
@@ -448,7 +336,7 @@ class ToolRegistry:
     def resume(
         self,
         ticket: object,
-        decision: ResumeDecision,
+        decision: hook_types.ResumeDecision,
         *,
         arguments: object = None,
         signal: AbortSignal,
@@ -482,7 +370,7 @@ class ToolRegistry:
     async def aresume(
         self,
         ticket: object,
-        decision: ResumeDecision,
+        decision: hook_types.ResumeDecision,
         *,
         arguments: object = None,
         signal: AbortSignal,
@@ -779,7 +667,7 @@ def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:
     return tuple(registry._definitions.values())
 
 
-def around_dispatch_hooks(registry: ToolRegistry) -> tuple[AroundDispatch, ...]:
+def around_dispatch_hooks(registry: ToolRegistry) -> tuple[hook_types.AroundDispatch, ...]:
     """The around-dispatch wrappers installed on ``registry``, outermost
     first (a snapshot). Package-internal (the command line's checks)."""
     return registry._hooks.around

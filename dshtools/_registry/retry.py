@@ -34,6 +34,7 @@ from typing import Final
 
 import attrs
 
+from .._core.errors import check_items
 from .._types.calls import (
     DENIED,
     INVALID_ARGS,
@@ -141,12 +142,14 @@ class RetryPolicy:
                 raise ValueError(f"{what} must be finite and not negative, got {value!r}")
         if jitter > 1:
             raise ValueError(f"jitter is a fraction of the back-off in [0, 1], got {jitter!r}")
-        if isinstance(retry_on, str):
-            raise TypeError("retry_on is an iterable of codes, not one str")
-        codes = frozenset(retry_on)
-        for code in codes:
-            if not isinstance(code, str):
-                raise TypeError(f"retry_on holds codes (str), not {type(code).__name__}")
+        codes = frozenset(
+            check_items(
+                retry_on,
+                str,
+                one="retry_on is an iterable of codes, not one str",
+                item="retry_on holds codes (str), not {}",
+            )
+        )
         refused = sorted(codes & NEVER_RETRIED)
         if refused:
             raise ValueError(f"never retried: {', '.join(refused)}")

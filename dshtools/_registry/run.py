@@ -73,6 +73,8 @@ from .outcome import NULL_SUCCESS, check_success
 from .progress import enqueue, post
 from .trusted import trusted_view
 
+_RunContextTwin: Final = twin(ToolRunContext)
+
 
 class RegistryState(Protocol):
     """What a run reads and locks of the registry that made it (the
@@ -104,7 +106,6 @@ __all__ = [
     "classify",
     "on_worker_of",
     "prepare_body_arguments",
-    "trusted_run_context",
 ]
 
 _log: Final = logging.getLogger("dshtools")
@@ -388,7 +389,21 @@ class Run:
             result: ToolExecutionResult = aborted(fused.reason, invoked=False)
             self.body_result, self.body_kind = result, FINAL
             return result
-        ctx = trusted_run_context(self, fused)
+        # The body's ``run``, built through a twin (dshtools/_core/construct.py):
+        # every field is a value the registry produced itself, so there is
+        # nothing to convert or check. Written out here, on every call.
+        ctx = _RunContextTwin()
+        ctx.token = self.token
+        ctx.call_id = call.call_id
+        ctx.root_call_id = self.root_call_id
+        ctx.name = call.name
+        ctx.arguments = self.arguments
+        ctx.agent = call.agent
+        ctx.parent = call.parent
+        ctx.definition = definition
+        ctx.signal = fused
+        ctx._run = self
+        ctx.__class__ = ToolRunContext
         bodies = registry._bodies
         # One attempt per next() call (a wrapper may retry or hedge): its run
         # context. Registered before the closed check (close() sets
@@ -629,27 +644,3 @@ def prepare_body_arguments(run: Run, definition: ToolDefinition) -> bool:
         )
         return False
     return True
-
-
-_RunContextTwin: Final = twin(ToolRunContext)
-
-
-def trusted_run_context(run: Run, signal: AbortSignal) -> ToolRunContext:
-    """``ToolRunContext`` of ``run`` with the dispatch ``signal``, built
-    through a twin (``dshtools/_core/construct.py``): every field is a
-    value the registry produced itself, so there is nothing to convert or
-    check."""
-    call = run.call
-    ctx = _RunContextTwin()
-    ctx.token = run.token
-    ctx.call_id = call.call_id
-    ctx.root_call_id = run.root_call_id
-    ctx.name = call.name
-    ctx.arguments = run.arguments
-    ctx.agent = call.agent
-    ctx.parent = call.parent
-    ctx.definition = run.definition
-    ctx.signal = signal
-    ctx._run = run
-    ctx.__class__ = ToolRunContext
-    return ctx  # type: ignore[no-any-return]

@@ -1,17 +1,19 @@
 """The registry's trusted constructors of frozen objects.
 
-The registry builds a context, usually a success and, with hooks, the views
-on every call. ``attrs``' generated ``__init__`` of a frozen class runs
-converters and a slot-wrapper setattr per field; these build the same frozen
-instances through a twin (``dshtools/_core/construct.py``, the one way the
-package builds an object without its ``__init__``) from values the registry
-produced itself, so there is nothing to convert or check. The views take
-the call's run and read its fields there; each constructor writes the
-fields it shares with the others itself, because a call to a shared step
-per view is measurable on the path of every call with hooks
-(``benchmarks.instructions``, case ``execute_hooks``), whose bound it
-would pass. Not public: users build results and views with the classes.
-Tests compare each with the class's own ``__init__``, field by field.
+The registry builds usually a success and, with hooks, the views on every
+call (and the body's context, in ``Run.invoke``). ``attrs``' generated
+``__init__`` of a frozen class runs converters and a slot-wrapper setattr
+per field; these build the same frozen instances through a twin
+(``dshtools/_core/construct.py``, the one way the package builds an object
+without its ``__init__``) from values the registry produced itself, so
+there is nothing to convert or check. The views take the call's run and
+read its fields there; each constructor writes the fields it shares with
+the others itself, so that each store site sees one class and CPython
+specializes it: one builder for both views (its sites seeing two classes)
+or a shared step per view is measurably slower on the path of every call
+with hooks (``benchmarks.instructions``, case ``execute_hooks``). Not
+public: users build results and views with the classes. Tests compare
+each with the class's own ``__init__``, field by field.
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ import attrs
 from .._core.freeze import FreezeError, freeze, thaw
 from .._core.schema import CompiledSchema
 from .._signal import AbortSignal
-from .calls import ANY_OBJECT, ContentBlock, ExecutionToken, ToolExecutionResult
+from .calls import ANY_OBJECT, ContentBlock, ExecutionToken, ToolExecutionInput, ToolExecutionResult
 
 __all__ = [
     "BackendLike",
+    "ProgressRun",
     "RunLike",
     "SignalSlot",
     "ToolBody",
@@ -64,9 +65,8 @@ def frozen_deferred_context(context: object, settled: bool) -> Any:
 
 class RunLike(Protocol):
     """What a view needs from the registry's private run object. A
-    registry's run also has what ``report_progress``'s inline path reads
-    (``watch``, ``hooks.progress``, ``progress_latest``,
-    ``progress_queued``, ``queue_progress()``); any other run answers
+    registry's run is also a ``ProgressRun``, whose fields
+    ``report_progress``'s inline path reads; any other run answers
     ``report_progress`` itself."""
 
     def defer_context(self, context: object) -> None: ...
@@ -76,6 +76,27 @@ class RunLike(Protocol):
     def dispatch(
         self, name: str, arguments: object, call_id: str | None, signal: AbortSignal, parent: ExecutionToken
     ) -> ToolExecutionResult: ...
+
+
+class ProgressRun(RunLike, Protocol):
+    """A registry's run as ``report_progress``'s inline path and the
+    progress delivery read it (docs/policies.md#progress): the call, its
+    call observer's ``watch`` (``None`` without one), the progress
+    observers snapshotted at its start (``hooks.progress``), its latest
+    update, whether it is queued for delivery, the update last delivered,
+    and the view the observers receive."""
+
+    call: ToolExecutionInput
+    watch: Any
+    hooks: Any
+    progress_latest: Any
+    progress_queued: bool
+    progress_sent: Any
+
+    @property
+    def view(self) -> ToolExecution: ...
+
+    def queue_progress(self) -> None: ...
 
 
 @attrs.frozen(eq=False, kw_only=True)

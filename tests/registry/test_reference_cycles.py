@@ -18,7 +18,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import OBJECT, call, cyclic_garbage_of, run_of, view_fields
+from tests.helpers import OBJECT, body_context, call, context_fields, cyclic_garbage_of, run_of, view_fields
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -65,7 +65,6 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     import attrs
 
     from dshtools import ToolExecution, ToolSuccess
-    from dshtools._registry.run import trusted_run_context
     from dshtools._registry.trusted import trusted_success, trusted_view
     from dshtools._types.calls import text_content
 
@@ -82,11 +81,12 @@ def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:
     fields = view_fields()
     run = run_of(fields, signal)
     view = trusted_view(run)
-    context = trusted_run_context(run, signal)
+    context = body_context(run.call)
     assert type(view) is ToolExecution and type(context) is ToolRunContext
     assert repr(view) == repr(ToolExecution(**fields, signal=signal))
-    assert repr(context) == repr(ToolRunContext(**fields, signal=signal, run=run))
-    assert attrs.evolve(view, name="m").name == "m" and attrs.evolve(context, name="m").signal is signal
+    assert repr(context) == repr(ToolRunContext(**context_fields(context)))
+    assert attrs.evolve(view, name="m").name == "m"
+    assert attrs.evolve(context, name="m").signal is context.signal
     for obj in (success, view, context):
         twin = next(c for c in type(obj).__subclasses__() if c.__qualname__.endswith(".<twin>"))
         with pytest.raises(attrs.exceptions.FrozenInstanceError):

@@ -29,7 +29,7 @@ from dshtools import (
 )
 from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
 from dshtools._types.calls import EMPTY_META, aborted, exception_failure, failure
-from tests.helpers import run_of, view_fields
+from tests.helpers import body_context, context_fields, run_of, view_fields
 
 
 def test_code_constants_have_the_contract_values() -> None:
@@ -319,15 +319,16 @@ def _same_fields(a: object, b: object) -> None:
         assert getattr(a, name) is getattr(b, name), name
 
 
-def test_trusted_run_context_sets_every_field_like_the_class() -> None:
-    from dshtools._registry.run import trusted_run_context
-
-    signal, dispatch_signal = AbortController().signal, AbortController().signal
-    values = view_fields(agent="ag", parent=ExecutionToken())
-    run = run_of(values, signal)
-    built = dshtools.ToolRunContext(**values, signal=dispatch_signal, run=run)
-    fast = trusted_run_context(run, dispatch_signal)
-    _same_fields(built, fast)  # fails when a field is added to the class only
+def test_the_body_context_sets_every_field_like_the_class() -> None:
+    signal, parent = AbortController().signal, ExecutionToken()
+    call = ToolExecutionInput("c", "n", {"a": [1]}, signal, agent="ag", parent=parent, root_call_id="r")
+    fast = body_context(call)  # built by the registry through a twin
+    built = dshtools.ToolRunContext(**context_fields(fast))  # fails when a field is added to the class only
+    _same_fields(built, fast)
+    assert (fast.call_id, fast.root_call_id, fast.name, fast.agent) == ("c", "r", "n", "ag")
+    assert fast.parent is parent and fast.arguments == freeze({"a": [1]})
+    assert fast.definition is not None and fast.definition.name == "n"
+    assert fast.signal is not signal  # the dispatch signal
     with pytest.raises(AttributeError):
         fast.signal = signal  # type: ignore[misc]
 

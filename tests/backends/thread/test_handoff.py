@@ -803,22 +803,22 @@ def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure()
 def test_close_between_the_closed_check_and_submit_never_lets_a_body_start_after_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The window between ``_invoke``'s closed check and the attempt
-    registration is a few bytecodes; a probe on ``_run_context`` (called in
-    it) holds the call there while ``close()`` runs. Expected: either
-    ``close()`` waits for that call, or the call is settled
-    ABORTED_BEFORE_DISPATCH - never a body starting after ``close()``
-    returned."""
+    """The window between ``Run.invoke``'s closed check and the attempt
+    registration is a few bytecodes; a probe on ``derive`` (called in it,
+    before the registration) holds the call there while ``close()`` runs.
+    Expected: either ``close()`` waits for that call, or the call is
+    settled ABORTED_BEFORE_DISPATCH - never a body starting after
+    ``close()`` returned."""
     in_window, go = threading.Event(), threading.Event()
-    make_context = _run.trusted_run_context
+    derive = _run.derive  # type: ignore[attr-defined]
 
-    def held_context(*args: Any) -> Any:
+    def held_derive(*args: Any, **kwargs: Any) -> Any:
         if not in_window.is_set():
             in_window.set()
             go.wait(5)
-        return make_context(*args)
+        return derive(*args, **kwargs)
 
-    monkeypatch.setattr(_run, "trusted_run_context", held_context)
+    monkeypatch.setattr(_run, "derive", held_derive)
     close_returned = threading.Event()
     started_after_close: list[bool] = []
     executor = ThreadPoolExecutor(max_workers=1)
