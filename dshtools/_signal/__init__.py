@@ -3,10 +3,11 @@
 package imports.
 
 Guarantees and invariants live with the code that gives them: ``signal``
-(``AbortSignal``, its slots, ``derive``), ``controller``
-(``AbortController``, the plain abort), ``state`` (listener storage, the
-abort decision and dispatch, ``ListenerHandle``, the lock and atomicity
-rationale), ``links`` (linked signals: keep-alive and abort propagation),
+(``AbortSignal``, ``derive``), ``controller`` (``AbortController``, the
+plain abort), ``state`` (``SignalState``: every signal's slots; listener
+storage, the abort decision and dispatch, ``ListenerHandle``, the lock and
+atomicity rationale), ``links`` (``LinkedState``: a linked signal's slots;
+keep-alive and abort propagation),
 ``timer`` (the timer thread and abort runners),
 ``deadline`` and ``lifecycle``. Imports flow one way: this module ->
 controller -> signal -> links -> state.

@@ -37,13 +37,16 @@ interrupt at the entry of a linked signal's listener dispatch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import Any
 
 import dshtools._signal.timer as _timer
 
+from .._core.errors import TimeoutReason
 from .state import (
     _LOCK,
     ListenerHandle,
+    SignalState,
     _Callback,
     _dispatch,
     _dispatch_plain,
@@ -52,11 +55,82 @@ from .state import (
     _shared_reason_locked,
 )
 
-if TYPE_CHECKING:
-    from .signal import AbortSignal, _LinkedSignal
-
 # `_dispatch` is listed as the documented test hook (module docstring).
-__all__ = ["_dispatch", "abort_owned"]
+__all__ = ["LinkedState", "_dispatch", "abort_owned"]
+
+
+class LinkedState(SignalState):
+    """The links of a linked signal (derived and timeout signals), on top of
+    the state every signal has: its sources, its anchor, its strong
+    dependents and its timer entry, declared once with what each slot
+    holds. This module's functions read and write them; ``_LinkedSignal``
+    (``dshtools._signal.signal``) is this record with the public API. Its
+    only creator, ``derive``, writes its initial state.
+
+    Code that holds a ``SignalState`` and finds ``_linked`` true holds one
+    of these."""
+
+    __slots__ = (
+        "_aborts_directly",
+        "_anchor",
+        "_closed",
+        "_derived",
+        "_fired",
+        "_link",
+        "_ref",
+        "_sources",
+        "_strong_deps",
+        "_timer",
+        "_timer_code",
+        "_timer_seconds",
+    )
+    _sources: tuple[SignalState, ...]  # original sources (flattened)
+    _ref: weakref.ref[LinkedState]  # a weak reference to itself
+    _link: tuple[weakref.ref[LinkedState], list[LinkedState]]  # its entry in a source's `_deps`
+    _anchor: list[LinkedState]  # [itself] while its sources must keep it alive, else []
+    _strong_deps: int  # a timeout source: dependents that need it kept alive
+    _timer: _timer.TimerEntry | None  # its pending timer entry
+    _timer_code: str  # the `TimeoutReason` its timer aborts it with
+    _timer_seconds: float
+    _fired: bool  # aborted by its own timer (set only then)
+    _closed: bool
+    _derived: bool  # False for a timeout signal (a root)
+    # Its owner may abort it directly (`abort_owned`): signals derived from
+    # it link to it as well as to its sources.
+    _aborts_directly: bool
+
+    def _on_timer(self) -> None:
+        # Its timer is due (`timer`, on an abort runner).
+        _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
+
+    def close(self) -> None:
+        """``AbortSignal.close`` of a linked signal: drop the links that
+        keep it alive and its sources' links to it, and cancel its timer
+        entry. Never aborts; idempotent."""
+        with _LOCK:
+            timer = self._timer
+            sources = self._sources
+            if self._closed and timer is None and not sources:
+                return
+            # Each strong link goes in one step, first: the timer entry's (a
+            # timeout signal), every source's at once through the anchor (a
+            # derived signal). So an interrupt (Ctrl-C) at any point of this
+            # block leaves either the signal untouched or no strong link to it -
+            # at most weak entries, pruned once it is gone - and close() again
+            # finishes the job.
+            if timer is not None:
+                timer.strong = None
+            _release_sources_locked(self)
+            self._closed = True
+            self._timer = None
+            for source in sources:
+                deps = source._deps
+                if deps is self._link:
+                    source._deps = None
+                elif type(deps) is dict:
+                    deps.pop(self._ref, None)
+        if timer is not None:
+            _timer.cancel(timer)
 
 
 class _LinkedHandle(ListenerHandle):
@@ -67,7 +141,7 @@ class _LinkedHandle(ListenerHandle):
 
     def remove(self) -> None:
         self._cb = _removed  # a dispatch that has not read it never runs it
-        signal: _LinkedSignal = self._signal  # type: ignore[assignment]  # made by `_add_linked`
+        signal: LinkedState = self._signal  # type: ignore[assignment]  # made by `_add_linked`
         with _LOCK:
             listeners = signal._listeners
             if listeners is None or listeners.pop(self, None) is None:
@@ -76,7 +150,7 @@ class _LinkedHandle(ListenerHandle):
                 _keepalive_changed_locked(signal)
 
 
-def _add_linked(self: _LinkedSignal, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
+def _add_linked(self: LinkedState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
     with _LOCK:
         if not self._aborted:
             handle = _LinkedHandle()
@@ -92,7 +166,7 @@ def _add_linked(self: _LinkedSignal, callback: _Callback, run_if_aborted: bool) 
     return _refused(self, callback, run_if_aborted)
 
 
-def _keepalive_changed_locked(self: _LinkedSignal) -> None:
+def _keepalive_changed_locked(self: LinkedState) -> None:
     """Listener/strong-dependent presence changed on a linked signal:
     make the links that keep it alive strong or weak accordingly.
 
@@ -115,13 +189,13 @@ def _keepalive_changed_locked(self: _LinkedSignal) -> None:
     # must then keep them alive).
     for source in self._sources:
         if source._linked:
-            linked: _LinkedSignal = source  # type: ignore[assignment]  # `_linked` is True
+            linked: LinkedState = source  # type: ignore[assignment]  # `_linked` is True
             linked._strong_deps += 1 if needed else -1
             if linked._strong_deps == (1 if needed else 0):
                 _keepalive_changed_locked(linked)
 
 
-def _abort_linked(self: _LinkedSignal, reason: object, *, from_timer: bool = False) -> None:
+def _abort_linked(self: LinkedState, reason: object, *, from_timer: bool = False) -> None:
     # `reason` is never None: a linked signal is aborted by its timer (a
     # `TimeoutReason`) or by its owner with a reason (`abort_owned`).
     with _LOCK:
@@ -142,7 +216,7 @@ def _abort_linked(self: _LinkedSignal, reason: object, *, from_timer: bool = Fal
     _finish(won, batches, None)
 
 
-def _mark_aborted_locked(self: _LinkedSignal, reason: object) -> None:
+def _mark_aborted_locked(self: LinkedState, reason: object) -> None:
     # Linked signals only (their every abort path holds _LOCK).
     self._reason = reason
     self._aborted = True
@@ -159,7 +233,7 @@ def _mark_aborted_locked(self: _LinkedSignal, reason: object) -> None:
         self._sources = ()
 
 
-def _release_sources_locked(self: _LinkedSignal) -> None:
+def _release_sources_locked(self: LinkedState) -> None:
     # An aborted derived signal no longer needs its sources to keep it
     # alive, nor pins them. Its (weak) entries in the sources' dependent
     # dicts are left for their amortised prune: that is what makes an
@@ -173,13 +247,13 @@ def _release_sources_locked(self: _LinkedSignal) -> None:
     self._sources = ()
     for source in sources:
         if source._linked:
-            linked: _LinkedSignal = source  # type: ignore[assignment]  # `_linked` is True
+            linked: LinkedState = source  # type: ignore[assignment]  # `_linked` is True
             linked._strong_deps -= 1
             if linked._strong_deps == 0:
                 _keepalive_changed_locked(linked)
 
 
-def _mark_dependents_locked(signal: AbortSignal, reason: object) -> tuple[list[AbortSignal], list[Any]]:
+def _mark_dependents_locked(signal: SignalState, reason: object) -> tuple[list[SignalState], list[Any]]:
     """Mark every live dependent of ``signal`` aborted with ``reason``;
     return the signals to wake (``signal`` first) and the listener batches
     of the linked ones to run, in order: ``(signal, iterator of handles)``,
@@ -206,7 +280,7 @@ def _mark_dependents_locked(signal: AbortSignal, reason: object) -> tuple[list[A
     return won, batches
 
 
-def _finish(won: list[AbortSignal], batches: list[Any], plain: dict[Any, Any] | None) -> None:
+def _finish(won: list[SignalState], batches: list[Any], plain: dict[Any, Any] | None) -> None:
     # Every affected signal now reads aborted. Wake waiters, then run
     # listeners: own first (`plain`: the listener dict of a plain signal,
     # `won[0]`), dependents in derivation order.
@@ -226,7 +300,7 @@ def _finish(won: list[AbortSignal], batches: list[Any], plain: dict[Any, Any] | 
         raise first
 
 
-def _won_plain_with_deps(signal: AbortSignal) -> None:
+def _won_plain_with_deps(signal: SignalState) -> None:
     # The rest of a plain signal's abort that won, once `_aborted` is
     # stored, when it has dependents.
     with _LOCK:
@@ -243,15 +317,15 @@ def _dep_links(deps: Any) -> Any:
     return (deps,) if type(deps) is tuple else deps.items()
 
 
-def _live(ref: Any, anchor: list[Any]) -> _LinkedSignal | None:
+def _live(ref: Any, anchor: list[Any]) -> LinkedState | None:
     # The dependent behind a link (a derived signal), if it can still abort.
-    dep: _LinkedSignal | None = anchor[0] if anchor else ref()
+    dep: LinkedState | None = anchor[0] if anchor else ref()
     if dep is not None and not dep._aborted and dep._sources:
         return dep
     return None
 
 
-def _add_dep_locked(root: AbortSignal, deps: Any, link: tuple[Any, list[AbortSignal]]) -> None:
+def _add_dep_locked(root: SignalState, deps: Any, link: tuple[Any, list[LinkedState]]) -> None:
     # A link to one more dependent of `root`, whose `_deps` is `deps` (not None).
     if type(deps) is tuple:
         if _live(*deps) is None:
@@ -264,40 +338,13 @@ def _add_dep_locked(root: AbortSignal, deps: Any, link: tuple[Any, list[AbortSig
         _prune_deps_locked(root)
 
 
-def _close_linked(self: _LinkedSignal) -> None:
-    with _LOCK:
-        timer = self._timer
-        sources = self._sources
-        if self._closed and timer is None and not sources:
-            return
-        # Each strong link goes in one step, first: the timer entry's (a
-        # timeout signal), every source's at once through the anchor (a
-        # derived signal). So an interrupt (Ctrl-C) at any point of this
-        # block leaves either the signal untouched or no strong link to it -
-        # at most weak entries, pruned once it is gone - and close() again
-        # finishes the job.
-        if timer is not None:
-            timer.strong = None
-        _release_sources_locked(self)
-        self._closed = True
-        self._timer = None
-        for source in sources:
-            deps = source._deps
-            if deps is self._link:
-                source._deps = None
-            elif type(deps) is dict:
-                deps.pop(self._ref, None)
-    if timer is not None:
-        _timer.cancel(timer)
-
-
-def _born_aborted(derived: AbortSignal, source: AbortSignal) -> None:
+def _born_aborted(derived: SignalState, source: SignalState) -> None:
     # Under _LOCK. `source` aborted: `derived` reads aborted with its reason.
     derived._reason = _shared_reason_locked(source)
     derived._aborted = True
 
 
-def _prune_deps_locked(signal: AbortSignal) -> None:
+def _prune_deps_locked(signal: SignalState) -> None:
     # Amortised O(1): drop links to released, aborted and closed dependents
     # once the dict has doubled since the last prune, so a long-lived
     # parent's memory follows its live dependents, not every signal ever
@@ -312,7 +359,7 @@ def _prune_deps_locked(signal: AbortSignal) -> None:
     signal._deps_prune_at = max(32, 2 * len(live))
 
 
-def abort_owned(signal: AbortSignal, reason: object) -> None:
+def abort_owned(signal: SignalState, reason: object) -> None:
     """Abort ``signal``, a signal ``derive``d with ``aborts_directly=True``
     by the caller that owns it (the registry's dispatch signal on
     ``KeyboardInterrupt``), with ``reason`` (not ``None``). If it is already aborted, run the listeners it
@@ -322,7 +369,7 @@ def abort_owned(signal: AbortSignal, reason: object) -> None:
     draw from the one iterator the abort made (``_pending``), so none runs
     twice. Package-internal."""
     if not signal._aborted:
-        _abort_linked(signal, reason)  # type: ignore[arg-type]  # derived: a `_LinkedSignal`
+        _abort_linked(signal, reason)  # type: ignore[arg-type]  # derived: a `LinkedState`
         return
     pending = signal._pending
     if pending is not None:

@@ -30,11 +30,14 @@ stay one frame deep (add_listener, wait, any_of/derive); ``AbortController``
 is in ``dshtools._signal.controller``. The layers under it, each with its
 own guarantees and invariants:
 
-* ``state``: listener storage, the abort decision, listener dispatch (the
-  boundary), ``ListenerHandle``, the module lock ``_LOCK``, and the
-  atomicity assumptions every lock-free step relies on;
-* ``links``: linked signals' listeners, keep-alive links, abort
-  propagation to dependents, release and pruning;
+* ``state``: ``SignalState``, the record every signal is (its slots),
+  listener storage, the abort decision,
+  listener dispatch (the boundary), ``ListenerHandle``, the module lock
+  ``_LOCK``, and the atomicity assumptions every lock-free step relies on;
+* ``links``: ``LinkedState``, the record a linked signal adds (sources,
+  anchor, strong dependents, timer entry, and its ``close``), linked
+  signals' listeners, keep-alive links, abort propagation to dependents,
+  release and pruning;
 * ``timer``: the timer thread and the abort runners.
 
 Two kinds of signal. A *plain* signal (a controller's, ``AbortSignal()``,
@@ -57,14 +60,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dshtools._signal.timer as _timer
 
-from .._core.errors import AbortError, TimeoutReason, check_seconds, safe_repr
+from .._core.errors import AbortError, check_seconds, safe_repr
 from .._core.interrupts import INTERRUPT_SLICE
 from .links import (
-    _abort_linked,
+    LinkedState,
     _add_dep_locked,
     _add_linked,
     _born_aborted,
-    _close_linked,
     _dep_links,
     _keepalive_changed_locked,
     _live,
@@ -74,6 +76,7 @@ from .state import (
     _BOUNDARY,
     _LOCK,
     ListenerHandle,
+    SignalState,
     _added_late,
     _listener_dict,
     _pending_count,
@@ -88,7 +91,7 @@ Listener = Callable[["AbortSignal"], object]
 _new_signal: Final = object.__new__
 
 
-class AbortSignal:
+class AbortSignal(SignalState):
     """A one-way flag that says "stop", with listeners.
 
     Obtain one from ``AbortController().signal`` or the factories
@@ -97,65 +100,8 @@ class AbortSignal:
     docs/contract.md#1-cancellation-primitive.
     """
 
-    # Every slot of every signal is declared here once, with what it holds;
-    # `__slots__` of this class and of `_LinkedSignal` only allocate them. A
-    # slot costs every signal's creation and deallocation a step, written or
-    # not, so a plain signal allocates only its own.
-    __slots__ = (
-        "__weakref__",
-        "_aborted",
-        "_armed",
-        "_deps",
-        "_deps_prune_at",
-        "_event",
-        "_linked",
-        "_listeners",
-        "_pending",
-        "_reason",
-        "_watched",
-    )
-    _linked: bool  # True for a `_LinkedSignal` (derived and timeout signals)
-    _aborted: bool  # never goes back; `_reason` is stored before it
-    _armed: bool  # plain signals: deleted by the abort that wins (`state`)
-    _reason: object  # written by the abort (read only once aborted)
-    _event: threading.Event | None  # made by the first wait()
-    # handle -> callback, registration order (plus the boundary on a plain
-    # signal whose abort began); None until the first listener.
-    _listeners: dict[Any, Any] | None
-    # As a source: its links to derived signals (`links._dep_links`), and
-    # the size at which a dict of them is pruned next.
-    _deps: Any
-    _deps_prune_at: int
-    # Plain signals: set (under `_LOCK`) right after `_event` or `_deps` is
-    # first written, and never cleared: a plain abort reads this one slot
-    # after storing `_aborted`, and `_event` and `_deps` only if it is set
-    # (`state`, "Atomicity").
-    _watched: bool
-    # The dispatch of an aborted signal's listeners: the iterator of handles
-    # it draws from (for a linked signal each dispatch draws from it, so that
-    # one cut short by an interrupt can be finished by `abort_owned` and no
-    # listener runs twice). Unset (plain) or None (linked) before.
-    _pending: Any
-    # Slots of `_LinkedSignal` only (`_linked` True), declared here so that
-    # code that holds an `AbortSignal` and checked `_linked` can read them:
-    _sources: tuple[AbortSignal, ...]  # original sources (flattened)
-    _ref: weakref.ref[AbortSignal]  # a weak reference to itself
-    _link: tuple[weakref.ref[AbortSignal], list[AbortSignal]]  # its entry in a source's `_deps`
-    _anchor: list[AbortSignal]  # [itself] while its sources must keep it alive, else []
-    _strong_deps: int  # a timeout source: dependents that need it kept alive
-    _timer: _timer.TimerEntry | None  # its pending timer entry
-    _timer_code: str  # the `TimeoutReason` its timer aborts it with
-    _timer_seconds: float
-    _fired: bool  # aborted by its own timer (set only then)
-    _closed: bool
-    _derived: bool  # False for a timeout signal (a root)
-    # Its owner may abort it directly (`abort_owned`): signals derived from
-    # it link to it as well as to its sources.
-    _aborts_directly: bool
-    # The deadline a plain signal reports without a timer of its own: a
-    # slot of `_BudgetSignal` only; a class attribute here, so that every
-    # other signal reads `None` at no cost to its creation.
-    _budget_at: float | None = None
+    # The slots, with what each holds, are `SignalState`'s.
+    __slots__ = ()
 
     def __init__(self) -> None:
         # The initial state of a plain signal, written here only
@@ -252,7 +198,7 @@ class AbortSignal:
             return None
         if not self._linked:
             return self._budget_at
-        return _deadline_of(self)
+        return _deadline_of(self)  # type: ignore[arg-type]  # a `_LinkedSignal`
 
     def time_left(self) -> float | None:
         """Seconds until ``deadline`` (never negative), ``0.0`` once the
@@ -304,8 +250,8 @@ class AbortSignal:
         """Detach a derived signal from its sources and cancel a pending
         timer; afterwards it never aborts. Never aborts, idempotent, and a
         no-op for controller signals. ``with signal:`` closes on exit."""
-        if self._linked:
-            _close_linked(self)  # type: ignore[arg-type]  # a `_LinkedSignal`
+        # A plain signal has no links to drop; a linked signal's close is
+        # `LinkedState.close`.
 
     def __enter__(self) -> AbortSignal:
         return self
@@ -354,7 +300,7 @@ class AbortSignal:
     def __repr__(self) -> str:
         if self._aborted:
             return f"<AbortSignal aborted reason={safe_repr(_reason_of(self))}>"
-        kind = "derived" if self._linked and self._derived else "source"
+        kind = "derived" if isinstance(self, _LinkedSignal) and self._derived else "source"
         return f"<AbortSignal {kind} pending>"
 
 
@@ -382,35 +328,20 @@ class _BudgetSignal(_PlainSignal):
 _SIGNAL_TYPES: Final = repeat(AbortSignal)
 
 
-class _LinkedSignal(AbortSignal):
+class _LinkedSignal(LinkedState, AbortSignal):
     """A derived or timeout signal: it owns keep-alive links to its sources
-    (weak until it has listeners or strong dependents) or a timer entry."""
+    (weak until it has listeners or strong dependents) or a timer entry
+    (their slots and ``close``: ``LinkedState``, first in the bases so
+    that its ``close`` is the one a linked signal runs)."""
 
-    __slots__ = (
-        "_aborts_directly",
-        "_anchor",
-        "_closed",
-        "_derived",
-        "_fired",
-        "_link",
-        "_ref",
-        "_sources",
-        "_strong_deps",
-        "_timer",
-        "_timer_code",
-        "_timer_seconds",
-    )
+    __slots__ = ()
 
     # Made only by `derive` (a timeout signal is `derive([])`), the one
     # place its slots are first written, without running an `__init__`: a
     # registry call's derive then runs no second Python function.
 
-    def _on_timer(self) -> None:
-        # Its timer is due (`timer`, on an abort runner).
-        _abort_linked(self, TimeoutReason(self._timer_code, self._timer_seconds), from_timer=True)
 
-
-def _deadline_of(signal: AbortSignal) -> float | None:
+def _deadline_of(signal: LinkedState) -> float | None:
     """The earliest ``time.monotonic()`` instant (seconds) among the timer
     entry of ``signal`` itself, those of its pending linked sources and the
     carried deadlines of its pending plain sources (a remote body's
@@ -423,7 +354,7 @@ def _deadline_of(signal: AbortSignal) -> float | None:
     best = None if timer is None else timer.when
     for source in signal._sources:
         if not source._aborted:
-            at = _deadline_of(source) if source._linked else source._budget_at
+            at = _deadline_of(source) if isinstance(source, LinkedState) else source._budget_at
             if at is not None and (best is None or at < best):
                 best = at
     return best
@@ -487,7 +418,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     derived._pending = None
     derived._sources = ()
     ref = derived._ref = weakref.ref(derived)
-    anchor: list[AbortSignal] = []
+    anchor: list[LinkedState] = []
     derived._anchor = anchor
     derived._strong_deps = 0
     derived._timer = None
@@ -511,11 +442,11 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
                 return derived
             if s._linked:
                 flat = False
-        roots: list[AbortSignal] = items
+        roots: list[SignalState] = items  # type: ignore[assignment]  # read only while `flat`
         if not flat:
             roots = []
             for s in items:
-                if s._linked and s._derived:
+                if isinstance(s, _LinkedSignal) and s._derived:
                     roots.extend(s._sources)
                     if s._aborts_directly and s._sources:
                         roots.append(s)  # its direct abort must reach us too

@@ -87,10 +87,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.interrupts import after_fork_in_child
 
-if TYPE_CHECKING:
-    from .signal import AbortSignal
-
-__all__ = ["ListenerHandle"]
+__all__ = ["ListenerHandle", "SignalState"]
 
 # A listener as this layer stores and calls it; the public, precisely typed
 # alias is `dshtools._signal.Listener`.
@@ -101,6 +98,62 @@ _LOCK: Final = threading.Lock()
 # A fork while another thread (the timer thread, say) is inside a critical
 # section would leave the child's copy of _LOCK held forever.
 after_fork_in_child(_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
+
+
+class SignalState:
+    """The state every signal has - its listeners, its abort and its
+    dependents - declared once with what each slot holds. This layer's
+    functions read and write it;
+    ``dshtools._signal.links.LinkedState`` adds a linked signal's links, and
+    ``AbortSignal`` (``dshtools._signal.signal``) is this record with the
+    public API.
+
+    Invariants: ``_aborted`` never goes back and ``_reason`` is stored
+    before it; a plain signal's ``_armed`` is deleted by the abort that
+    wins; a linked signal's links and abort change only under ``_LOCK``
+    (module docstring, ``dshtools._signal.links``)."""
+
+    # A slot costs every signal's creation and deallocation a step, written
+    # or not, so a plain signal allocates only these.
+    __slots__ = (
+        "__weakref__",
+        "_aborted",
+        "_armed",
+        "_deps",
+        "_deps_prune_at",
+        "_event",
+        "_linked",
+        "_listeners",
+        "_pending",
+        "_reason",
+        "_watched",
+    )
+    _linked: bool  # True for a `_LinkedSignal` (derived and timeout signals)
+    _aborted: bool  # never goes back; `_reason` is stored before it
+    _armed: bool  # plain signals: deleted by the abort that wins
+    _reason: object  # written by the abort (read only once aborted)
+    _event: threading.Event | None  # made by the first wait()
+    # handle -> callback, registration order (plus the boundary on a plain
+    # signal whose abort began); None until the first listener.
+    _listeners: dict[Any, Any] | None
+    # As a source: its links to derived signals (`links._dep_links`), and
+    # the size at which a dict of them is pruned next.
+    _deps: Any
+    _deps_prune_at: int
+    # Plain signals: set (under `_LOCK`) right after `_event` or `_deps` is
+    # first written, and never cleared: a plain abort reads this one slot
+    # after storing `_aborted`, and `_event` and `_deps` only if it is set
+    # ("Atomicity" above).
+    _watched: bool
+    # The dispatch of an aborted signal's listeners: the iterator of handles
+    # it draws from (for a linked signal each dispatch draws from it, so that
+    # one cut short by an interrupt can be finished by `abort_owned` and no
+    # listener runs twice). Unset (plain) or None (linked) before.
+    _pending: Any
+    # The deadline a plain signal reports without a timer of its own: a
+    # slot of `_BudgetSignal` only; a class attribute here, so that every
+    # other signal reads `None` at no cost to its creation.
+    _budget_at: float | None = None
 
 
 class _Boundary:
@@ -136,7 +189,7 @@ class _DefaultReason:
         self.error: AbortError | None = None
 
 
-def _reason_of(signal: AbortSignal) -> object:
+def _reason_of(signal: SignalState) -> object:
     if not signal._aborted:
         return None  # `_reason` is written by the abort, before `_aborted`
     reason = signal._reason
@@ -146,7 +199,7 @@ def _reason_of(signal: AbortSignal) -> object:
     return reason
 
 
-def _resolved_reason_locked(signal: AbortSignal) -> object:
+def _resolved_reason_locked(signal: SignalState) -> object:
     # Each replacement happens once, under `_LOCK`, after the abort stored
     # the marker (the reader saw it), so no write undoes another.
     reason = signal._reason
@@ -159,7 +212,7 @@ def _resolved_reason_locked(signal: AbortSignal) -> object:
     return reason
 
 
-def _shared_reason_locked(signal: AbortSignal) -> object:
+def _shared_reason_locked(signal: SignalState) -> object:
     """``signal``'s reason (it aborted), as other signals copy it: a
     default reason not yet made becomes one they share."""
     reason = signal._reason
@@ -172,7 +225,7 @@ def _removed(_signal: object) -> None:
     """The callback of a removed handle: a dispatch that reads it does nothing."""
 
 
-def _listener_dict(signal: AbortSignal) -> dict[Any, Any]:
+def _listener_dict(signal: SignalState) -> dict[Any, Any]:
     """``signal``'s listener dict, made by the first caller (under
     ``_LOCK``: two first adders must not make two)."""
     with _LOCK:
@@ -204,7 +257,7 @@ class ListenerHandle:
 
     # No __init__: `ListenerHandle()` then two slot writes is the cheapest
     # way to make one (add_listener is a hot path).
-    _signal: AbortSignal
+    _signal: SignalState
     _cb: _Callback
 
     def remove(self) -> None:
@@ -244,7 +297,7 @@ class _RefusedHandle(ListenerHandle):
         pass
 
 
-def _dispatch(signal: AbortSignal, handles: Iterable[Any]) -> BaseException | None:
+def _dispatch(signal: SignalState, handles: Iterable[Any]) -> BaseException | None:
     """Call each handle's callback with ``signal``: the one place a listener
     runs. The callback is read right before the call; ``remove()`` replaces
     it with ``_removed`` first, so it either wins (the listener never
@@ -275,14 +328,14 @@ def _pending_count(pending: Any) -> int:
     return sum(1 for handle in rest if handle._cb is not _removed)
 
 
-def _pending(signal: AbortSignal, handles: list[Any]) -> Iterator[Any]:
+def _pending(signal: SignalState, handles: list[Any]) -> Iterator[Any]:
     """The iterator a plain signal's dispatch draws ``handles`` from, kept
     for ``listener_count``."""
     pending = signal._pending = iter(handles)
     return pending
 
 
-def _dispatch_plain(signal: AbortSignal, listeners: dict[Any, Any]) -> BaseException | None:
+def _dispatch_plain(signal: SignalState, listeners: dict[Any, Any]) -> BaseException | None:
     """Run an aborted plain signal's listeners (the module docstring's
     boundary rule); called once, by the abort that won, after it stored
     ``_aborted``. Returns what ``_dispatch`` returns."""
@@ -315,7 +368,7 @@ def _claimed(listeners: dict[Any, Any], handles: list[Any]) -> Iterator[Any]:
 
 
 def _added_late(
-    signal: AbortSignal, listeners: dict[Any, Any], handle: ListenerHandle, callback: _Callback, run_if_aborted: bool
+    signal: SignalState, listeners: dict[Any, Any], handle: ListenerHandle, callback: _Callback, run_if_aborted: bool
 ) -> ListenerHandle:
     """``handle`` went into a plain signal's ``listeners``, then the adder
     read ``_aborted``: decide who runs it (module docstring)."""
@@ -329,7 +382,7 @@ def _added_late(
     return _refused(signal, callback, run_if_aborted)
 
 
-def _refused(signal: AbortSignal, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
+def _refused(signal: SignalState, callback: _Callback, run_if_aborted: bool) -> ListenerHandle:
     """The handle of a listener given to an aborted signal; with
     ``run_if_aborted`` the listener runs first, in this thread: an
     ``Exception`` is reported, a ``KeyboardInterrupt``/``SystemExit``

@@ -144,7 +144,7 @@ def _interrupt_at(step: int, fn: Callable[[], None], codes: set[CodeType]) -> bo
 
 _CLOSE_CODES = {
     AbortSignal.close.__code__,
-    _links._close_linked.__code__,
+    _links.LinkedState.close.__code__,
     _links._release_sources_locked.__code__,
     _links._keepalive_changed_locked.__code__,
 }

@@ -32,6 +32,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Final, Protocol
 
+import attrs
+
 from ..._signal import AbortSignal
 from ..._types.tools import ToolRunContext
 from ..base import BodyReport, NotInvoked
@@ -108,43 +110,30 @@ class _Worker:
             self.pidfd = -1
 
 
+@attrs.define(eq=False, repr=False, weakref_slot=False)
 class _Job:
-    """One submitted body: the claim, the settlement and the report."""
+    """One submitted body: the claim, the settlement and the report.
+    ``_Job(backend, seq, body_key, body_data, args, run)``; the other fields
+    start empty."""
 
-    __slots__ = (
-        "aborted_at",
-        "args",
-        "backend",
-        "body_data",
-        "body_key",
-        "carried",
-        "claim",
-        "deferred",
-        "done",
-        "handle",
-        "lock",
-        "report_",
-        "run",
-        "seq",
-        "worker",
-    )
-
-    def __init__(self, backend: _Wakeable, seq: int, key: int, data: bytes, args: object, run: ToolRunContext):
-        self.backend = backend
-        self.seq = seq
-        self.body_key = key
-        self.body_data = data
-        self.args = args
-        self.run = run
-        self.claim: dict[int, object] = {}
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.report_: BodyReport | None = None
-        self.worker: _Worker | None = None
-        self.aborted_at: float | None = None
-        self.handle: Any = None
-        self.deferred: BaseException | None = None  # an interrupt submit() caught after the start
-        self.carried: Any = None  # the tracing context sent with the call (remote.outgoing_context)
+    backend: _Wakeable
+    seq: int
+    body_key: int
+    body_data: bytes
+    args: object
+    run: ToolRunContext
+    # 0 -> the claimer's token, inserted once with setdefault (module docstring)
+    claim: dict[int, object] = attrs.field(init=False, factory=dict)
+    lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    done: threading.Event = attrs.field(init=False, factory=threading.Event)
+    report_: BodyReport | None = attrs.field(init=False, default=None)
+    worker: _Worker | None = attrs.field(init=False, default=None)
+    aborted_at: float | None = attrs.field(init=False, default=None)
+    handle: Any = attrs.field(init=False, default=None)
+    # an interrupt submit() caught after the start
+    deferred: BaseException | None = attrs.field(init=False, default=None)
+    # the tracing context sent with the call (remote.outgoing_context)
+    carried: Any = attrs.field(init=False, default=None)
 
     # -- Dispatch protocol --------------------------------------------------
 

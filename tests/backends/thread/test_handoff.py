@@ -44,6 +44,7 @@ from dshtools._backends import thread as _thread_backend
 from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
 from dshtools._signal import links as _signal_links
+from dshtools._signal.signal import _LinkedSignal
 from tests.helpers import (
     HookRecorder,
     blocked_in_wait,
@@ -842,20 +843,20 @@ def test_interrupt_in_the_dispatch_cleanup_does_not_leave_execute_joining_foreve
 ) -> None:
     """The body returned; as the calling thread enters ``_invoke``'s
     ``finally``, a Ctrl-C is handled at the entry of ``fused.close()``
-    (probe: ``AbortSignal.close`` raises there once). Expected: execute
+    (probe: the dispatch signal's ``_LinkedSignal.close`` raises there once). Expected: execute
     re-raises KeyboardInterrupt promptly and the registry holds no attempt
     (``close()`` returns)."""
     armed, fired, finished = threading.Event(), threading.Event(), threading.Event()
-    close = AbortSignal.close
+    close = _LinkedSignal.close
 
-    def close_probe(self: AbortSignal) -> None:
+    def close_probe(self: _LinkedSignal) -> None:
         if armed.is_set() and threading.current_thread().name == "handoff-caller":
             armed.clear()
             fired.set()
             raise KeyboardInterrupt  # a Ctrl-C handled at close()'s entry
         close(self)
 
-    monkeypatch.setattr(AbortSignal, "close", close_probe)
+    monkeypatch.setattr(_LinkedSignal, "close", close_probe)
     runs: list[Any] = []
 
     def body(a: Any, run: Any) -> Any:
@@ -936,7 +937,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
     armed, fired, woke, wake = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     dispatch = _signal_links._dispatch
 
-    def dispatch_probe(signal: AbortSignal, keys: Any) -> Any:
+    def dispatch_probe(signal: _LinkedSignal, keys: Any) -> Any:
         if armed.is_set() and threading.current_thread() is MAIN and signal._sources is not None:
             armed.clear()
             fired.set()
