@@ -59,15 +59,22 @@ class Server:
     async def sleep_child(self) -> psutil.Process:
         """The ``sleep 60`` a ``slow`` body started (polled for: it runs in
         another process; bounded by the caller's ``fail_after``)."""
-        server = psutil.Process(self.process.pid)
-        while True:
-            for child in server.children(recursive=True):
-                try:
-                    if child.cmdline() == ["sleep", "60"]:
-                        return child
-                except psutil.NoSuchProcess:
-                    pass
+        while not (children := _sleeps(self.process.pid)):
             await anyio.sleep(0.01)
+        return children[0]
+
+    async def call_into(self, results: list[object], name: str, arguments: dict[str, Any]) -> None:
+        """Call ``name`` and append its result to ``results``: the task of a
+        call the test cancels or waits for."""
+        results.append(await self.session.call_tool(name, arguments))
+
+    async def slow_until_closed(self, tag: str) -> None:
+        """A ``slow`` call under ``tag`` that the server's exit ends (the
+        connection closes under it, with no answer to read)."""
+        try:
+            await self.session.call_tool("slow", {"tag": tag})
+        except Exception:
+            pass
 
     def call_id(self, name: str) -> types.RequestId:
         for message in self.sent:
@@ -174,13 +181,9 @@ def test_lists_the_tools_calls_them_and_keeps_stdout_clean(tmp_path: Path) -> No
 def test_cancelling_a_call_aborts_its_body_at_once_and_sends_no_response(tmp_path: Path) -> None:
     async def scenario(server: Server) -> None:
         outcome: list[object] = []
-
-        async def call() -> None:
-            outcome.append(await server.session.call_tool("slow", {"tag": "cancelled"}))
-
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
+                tg.start_soon(server.call_into, outcome, "slow", {"tag": "cancelled"})
                 child = await server.sleep_child()
                 # The SDK client sends notifications/cancelled when the
                 # caller's scope abandons the request.
@@ -208,15 +211,9 @@ def test_cancelling_a_call_aborts_its_body_at_once_and_sends_no_response(tmp_pat
 @pytest.mark.timeout(20)
 def test_end_of_input_aborts_the_call_in_flight_and_exits_after_joining_it(tmp_path: Path) -> None:
     async def scenario(server: Server) -> None:
-        async def call() -> None:
-            try:
-                await server.session.call_tool("slow", {"tag": "eof"})
-            except Exception:
-                pass  # the connection closes under the call
-
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
+                tg.start_soon(server.slow_until_closed, "eof")
                 child = await server.sleep_child()
                 assert server.process.stdin is not None
                 await server.process.stdin.aclose()
@@ -239,17 +236,11 @@ def test_a_stop_signal_aborts_every_call_joins_and_exits_128_plus_signum(
     tmp_path: Path, signum: signal.Signals, status: int
 ) -> None:
     async def scenario(server: Server) -> None:
-        async def call(tag: str) -> None:
-            try:
-                await server.session.call_tool("slow", {"tag": tag})
-            except Exception:
-                pass  # answered with a connection-closed error
-
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(call, "term-1")
+                tg.start_soon(server.slow_until_closed, "term-1")
                 first = await server.sleep_child()
-                tg.start_soon(call, "term-2")
+                tg.start_soon(server.slow_until_closed, "term-2")
                 while len(children := _sleeps(server.process.pid)) < 2:
                     await anyio.sleep(0.01)
                 server.process.send_signal(signum)
@@ -270,18 +261,11 @@ def test_a_stop_signal_aborts_every_call_joins_and_exits_128_plus_signum(
 def test_an_exclusive_call_waits_for_the_call_in_flight(tmp_path: Path) -> None:
     async def scenario(server: Server) -> None:
         noted: list[object] = []
-
-        async def slow() -> None:
-            await server.session.call_tool("slow", {"tag": "first"})
-
-        async def note() -> None:
-            noted.append(await server.session.call_tool("note", {"tag": "second"}))
-
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg, anyio.create_task_group() as slow_group:
-                slow_group.start_soon(slow)
+                slow_group.start_soon(server.call_into, [], "slow", {"tag": "first"})
                 await server.sleep_child()
-                tg.start_soon(note)
+                tg.start_soon(server.call_into, noted, "note", {"tag": "second"})
                 # The server reads requests in order: once this ping is
                 # answered, the note call was received and is queued.
                 await server.session.send_ping()
