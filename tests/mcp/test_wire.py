@@ -2,11 +2,12 @@
 an id gets exactly one response or, when cancelled, none
 (docs/contract.md §13 A19; field cases N12, B52, B54).
 
-Each test writes lines to the server's stdin byte for byte (no SDK client,
-which would refuse to send most of them), and reads every line of its
-stdout. "No response" is checked at the end of the transcript: closing
-stdin makes the server abort and join every call and exit, after which
-nothing more can come, so the full list of answers per id is known.
+The tests write lines to a server's stdin byte for byte (no SDK client,
+which would refuse to send most of them), and read every line of its
+stdout; the cases of one line each share one server (``transcript``).
+"No response" is checked at the end of the transcript: closing stdin makes
+the server abort and join every call and exit, after which nothing more
+can come, so the full list of answers per id is known.
 """
 
 from __future__ import annotations
