@@ -648,8 +648,8 @@ def run_cli(
 
 def run_mypy(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
     """Run mypy with the checkout's setup.cfg (its plugin and strictness)
-    and its incremental cache (``.mypy_cache``, the one the gate's run
-    fills: the standard library, the SDKs and ``dshtools`` are analysed
+    and its incremental cache (``.mypy_cache``; the gate's run keeps its
+    own: the standard library, the SDKs and ``dshtools`` are analysed
     once per checkout, not once per call; a file mypy reports errors in is
     checked again every run), from the checkout (so ``dshtools`` is this
     one), on ``args`` (paths and extra flags); 300 s at most. The caller

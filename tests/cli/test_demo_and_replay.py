@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,19 +192,56 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 # ---------------------------------------------------------------------- demo
 
 
+class Demo:
+    """One ``python -m dshtools demo`` run in a process group of its own
+    (checked after it), read to its end by a thread that notes how long it
+    took."""
+
+    def __init__(self, cwd: Path, *options: str) -> None:
+        self._options = " ".join(options)
+        self._started = time.monotonic()
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "dshtools", "demo", *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        self._output: tuple[str, str] = ("", "")
+        self.elapsed = float("inf")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        self._output = self.child.communicate()
+        self.elapsed = time.monotonic() - self._started
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        self._reader.join(TIMEOUT_S)
+        assert not self._reader.is_alive(), f"demo {self._options} did not end within {TIMEOUT_S}s"
+        return subprocess.CompletedProcess(self.child.args, self.child.returncode, *self._output)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Demo]]:
+    """Both demo runs, started together: each spends most of its time
+    waiting for its own tools' sleeps and timeouts."""
+    cwd = tmp_path_factory.mktemp("demo")
+    runs = {"cancel": Demo(cwd, "--trace"), "no-cancel": Demo(cwd, "--no-cancel")}
+    yield runs
+    for run in runs.values():
+        if run.child.poll() is None:
+            run.child.kill()
+        run.result()
+
+
 @pytest.mark.timeout(40)
-def test_demo_shows_every_outcome_kind_and_proves_quiescence(tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "dshtools", "demo", "--trace"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, checked below
-    )
-    stdout, stderr = child.communicate(timeout=TIMEOUT_S)
-    elapsed = time.monotonic() - t0
-    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+def test_demo_shows_every_outcome_kind_and_proves_quiescence(demos: dict[str, Demo]) -> None:
+    demo = demos["cancel"]
+    proc = demo.result()
+    elapsed = demo.elapsed
+    child = demo.child
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert elapsed < 20  # the MCP server's start is most of it on a loaded machine
     rows = _rows(proc.stdout)
@@ -293,8 +331,8 @@ def _check_demo_trace(lines: list[str], outcomes: dict[str, str]) -> None:
 
 
 @pytest.mark.timeout(40)
-def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(tmp_path: Path) -> None:
-    proc = _run(["demo", "--no-cancel"], tmp_path)
+def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(demos: dict[str, Demo]) -> None:
+    proc = demos["no-cancel"].result()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     outcomes = _outcomes(proc.stdout)
     assert outcomes["call_07"] == "TOOL_TIMEOUT (killed)"  # the policy's abort, then the forced stop
@@ -316,6 +354,18 @@ def _write_transcript(tmp_path: Path, data: object, name: str = "t.json") -> Pat
     path = tmp_path / name
     path.write_text(json.dumps(data))
     return path
+
+
+def _assistant(*calls: dict[str, Any]) -> dict[str, Any]:
+    """One assistant message asking for ``calls``."""
+    return {"role": "assistant", "tool_calls": list(calls)}
+
+
+def _replay(tools_dir: Path, transcript: object, factory: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``python -m dshtools replay`` of ``transcript`` (written to a file)
+    with the tools ``cli_tools_mod.<factory>`` gives, and ``options``."""
+    path = _write_transcript(tools_dir, transcript)
+    return _run(["replay", str(path), "--tools", f"cli_tools_mod:{factory}", *options], tools_dir)
 
 
 TWO_TURNS = [
@@ -344,8 +394,7 @@ TWO_TURNS = [
 
 @pytest.mark.timeout(40)
 def test_replay_runs_each_assistant_message_as_one_batch(tools_dir: Path) -> None:
-    path = _write_transcript(tools_dir, TWO_TURNS)
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
+    proc = _replay(tools_dir, TWO_TURNS, "registry")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
     assert list(rows) == ["a1", "a2", "a3", "b1", "b2", "b3"]
@@ -367,18 +416,13 @@ def test_replay_runs_each_assistant_message_as_one_batch(tools_dir: Path) -> Non
     ["message-list", "messages-object", "one-assistant-message"],
 )
 def test_replay_json_prints_parsable_tool_messages_for_every_transcript_shape(tools_dir: Path, shape: str) -> None:
-    message = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [_call("c1", "echo", {"text": "hi"}), _call("c2", "fail", {})],
-    }
+    message = {"content": None, **_assistant(_call("c1", "echo", {"text": "hi"}), _call("c2", "fail", {}))}
     data: object = {
         "message-list": [{"role": "user", "content": "hi"}, message],
         "messages-object": {"messages": [message]},
         "one-assistant-message": message,
     }[shape]
-    path = _write_transcript(tools_dir, data)
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:make", "--json"], tools_dir)
+    proc = _replay(tools_dir, data, "make", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     messages = json.loads(proc.stdout)
     assert [m["role"] for m in messages] == ["tool", "tool"]
@@ -390,17 +434,13 @@ def test_replay_json_prints_parsable_tool_messages_for_every_transcript_shape(to
 
 @pytest.mark.timeout(40)
 def test_replay_cancel_after_aborts_the_running_call_and_skips_the_rest(tools_dir: Path) -> None:
-    data = {
-        "role": "assistant",
-        "tool_calls": [
-            _call("d1", "echo", {"text": "fast"}),
-            _call("d2", "wait", {"seconds": 20}),
-            _call("d3", "echo", {"text": "never"}),
-        ],
-    }
-    path = _write_transcript(tools_dir, data)
+    data = _assistant(
+        _call("d1", "echo", {"text": "fast"}),
+        _call("d2", "wait", {"seconds": 20}),
+        _call("d3", "echo", {"text": "never"}),
+    )
     t0 = time.monotonic()
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry", "--cancel-after", "0.3"], tools_dir)
+    proc = _replay(tools_dir, data, "registry", "--cancel-after", "0.3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 10
     assert _outcomes(proc.stdout) == {"d1": "SUCCESS", "d2": "ABORTED", "d3": "ABORTED_BEFORE_DISPATCH"}
@@ -411,14 +451,11 @@ def test_replay_cancel_after_aborts_the_running_call_and_skips_the_rest(tools_di
 def test_sigint_during_replay_cancels_joins_and_exits_130(tools_dir: Path) -> None:
     fifo = tools_dir / "ready.fifo"
     os.mkfifo(fifo)
-    data = {
-        "role": "assistant",
-        "tool_calls": [
-            _call("e1", "echo", {"text": "before"}),
-            _call("e2", "spawn", {"fifo": str(fifo)}),
-            _call("e3", "echo", {"text": "after"}),
-        ],
-    }
+    data = _assistant(
+        _call("e1", "echo", {"text": "before"}),
+        _call("e2", "spawn", {"fifo": str(fifo)}),
+        _call("e3", "echo", {"text": "after"}),
+    )
     path = _write_transcript(tools_dir, data)
     # The child must see SIGINT as Ctrl-C even if this runner ignores it
     # (an ignored signal stays ignored across exec; a handled one does not).
@@ -674,7 +711,7 @@ def test_replay_quiescence_fails_for_a_grandchild_orphaned_by_a_tool(tools_dir: 
         hide.mkdir()
         (hide / "psutil.py").write_text('raise ImportError("psutil hidden by the test")\n')
     pidfile = tools_dir / "orphan.pid"
-    data = {"role": "assistant", "tool_calls": [_call("o1", "orphan", {"pidfile": str(pidfile)})]}
+    data = _assistant(_call("o1", "orphan", {"pidfile": str(pidfile)}))
     path = _write_transcript(tools_dir, data)
     env = _env(tools_dir)
     if not with_psutil:
@@ -706,18 +743,14 @@ def test_replay_quiescence_fails_for_a_grandchild_orphaned_by_a_tool(tools_dir: 
 
 @pytest.mark.timeout(40)
 def test_replay_body_column_is_observed_for_timeouts_and_exceptions(tools_dir: Path) -> None:
-    data = {
-        "role": "assistant",
-        "tool_calls": [
-            _call("t1", "late", {"text": "never"}),
-            _call("t2", "stalls", {}),
-            _call("t3", "raises", {}),
-            _call("t4", "fail", {}),
-            _call("t5", "nosuch", {}),
-        ],
-    }
-    path = _write_transcript(tools_dir, data)
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:timed"], tools_dir)
+    data = _assistant(
+        _call("t1", "late", {"text": "never"}),
+        _call("t2", "stalls", {}),
+        _call("t3", "raises", {}),
+        _call("t4", "fail", {}),
+        _call("t5", "nosuch", {}),
+    )
+    proc = _replay(tools_dir, data, "timed")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
     assert {cid: (r[3], r[4]) for cid, r in rows.items()} == {
@@ -732,15 +765,14 @@ def test_replay_body_column_is_observed_for_timeouts_and_exceptions(tools_dir: P
 
 @pytest.mark.timeout(40)
 def test_replay_warns_once_when_a_timeout_is_declared_without_timeout_policy(tools_dir: Path) -> None:
-    data = {"role": "assistant", "tool_calls": [_call("w1", "echo", {"text": "hi"})]}
-    path = _write_transcript(tools_dir, data)
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:timed_without_policy"], tools_dir)
+    data = _assistant(_call("w1", "echo", {"text": "hi"}))
+    proc = _replay(tools_dir, data, "timed_without_policy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1, proc.stderr
     assert "stalls" in warnings[0] and "TimeoutPolicy" in warnings[0] and "echo" not in warnings[0]
     assert "warning" not in proc.stdout
-    quiet = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)  # no timeout declared
+    quiet = _replay(tools_dir, data, "registry")  # no timeout declared
     assert quiet.returncode == 0 and "warning" not in quiet.stderr
 
 
@@ -771,8 +803,7 @@ def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
         transcript_batches([user, user, {"role": "assistant", "tool_calls": "x"}])
     # A call without an id is model output, not a usage error: it is
     # answered with INVALID_CALL (docs/contract.md §8 A11).
-    path = _write_transcript(tools_dir, [user, {"role": "assistant", "tool_calls": [{"function": {"name": "echo"}}]}])
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry"], tools_dir)
+    proc = _replay(tools_dir, [user, _assistant({"function": {"name": "echo"}})], "registry")
     assert proc.returncode == 0, proc.stderr
     assert "INVALID_CALL" in proc.stdout and "the call id is missing" in proc.stdout
 
@@ -791,12 +822,11 @@ def test_a_failed_quiescence_check_exits_1_and_says_fail(capsys: pytest.CaptureF
 @pytest.mark.timeout(40)
 def test_replay_keeps_results_apart_when_turns_reuse_a_call_id(tools_dir: Path) -> None:
     data = [
-        {"role": "assistant", "tool_calls": [_call("same", "echo", {"text": "first"})]},
+        _assistant(_call("same", "echo", {"text": "first"})),
         {"role": "tool", "tool_call_id": "same", "content": "first"},
-        {"role": "assistant", "tool_calls": [_call("same", "fail", {})]},
+        _assistant(_call("same", "fail", {})),
     ]
-    path = _write_transcript(tools_dir, data)
-    proc = _run(["replay", str(path), "--tools", "cli_tools_mod:registry", "--json"], tools_dir)
+    proc = _replay(tools_dir, data, "registry", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     messages = json.loads(proc.stdout)
     assert [m["tool_call_id"] for m in messages] == ["same", "same"]

@@ -24,6 +24,9 @@ from dshtools.mcp import MCPClient
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
 SERVERS = str(TESTS / "client_servers.py")
+# the ``cancel_grace`` of the clients that test what a cancel leaves: long
+# enough for a server that answers at once, short enough to wait out
+GRACE = 0.3
 
 
 def env_for(records: Path) -> dict[str, str]:

@@ -33,6 +33,7 @@ from dshtools import (
 )
 from dshtools.mcp import MCPClient
 from tests.mcp.client_support import (
+    GRACE,
     call,
     call_ids,
     cancels,
@@ -43,8 +44,6 @@ from tests.mcp.client_support import (
     sleep_children,
     value_of,
 )
-
-GRACE = 0.3
 
 
 @pytest.mark.timeout(60)

@@ -25,6 +25,7 @@ from dshtools import (
 )
 from dshtools.mcp import MCPClient
 from tests.mcp.client_support import (
+    GRACE,
     call,
     cancels,
     client_threads,
@@ -35,8 +36,6 @@ from tests.mcp.client_support import (
     sleep_children,
     value_of,
 )
-
-GRACE = 0.3
 
 
 @pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -59,15 +59,22 @@ class Server:
     async def sleep_child(self) -> psutil.Process:
         """The ``sleep 60`` a ``slow`` body started (polled for: it runs in
         another process; bounded by the caller's ``fail_after``)."""
-        server = psutil.Process(self.process.pid)
-        while True:
-            for child in server.children(recursive=True):
-                try:
-                    if child.cmdline() == ["sleep", "60"]:
-                        return child
-                except psutil.NoSuchProcess:
-                    pass
+        while not (children := _sleeps(self.process.pid)):
             await anyio.sleep(0.01)
+        return children[0]
+
+    async def call_into(self, results: list[object], name: str, arguments: dict[str, Any]) -> None:
+        """Call ``name`` and append its result to ``results``: the task of a
+        call the test cancels or waits for."""
+        results.append(await self.session.call_tool(name, arguments))
+
+    async def slow_until_closed(self, tag: str) -> None:
+        """A ``slow`` call under ``tag`` that the server's exit ends (the
+        connection closes under it, with no answer to read)."""
+        try:
+            await self.session.call_tool("slow", {"tag": tag})
+        except Exception:
+            pass
 
     def call_id(self, name: str) -> types.RequestId:
         for message in self.sent:
@@ -113,12 +120,17 @@ async def serving(tmp_path: Path) -> AsyncIterator[Server]:
             await process.wait()
 
 
-def run(tmp_path: Path, scenario: Callable[[Server], Any]) -> None:
-    async def main() -> None:
-        async with serving(tmp_path) as server:
-            await scenario(server)
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
-    anyio.run(main)
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    """A server of ``mcp_tools.py`` for one async test (run by anyio's
+    pytest plugin), killed after it if still running."""
+    async with serving(tmp_path) as server:
+        yield server
 
 
 def no_sleep_left(child: psutil.Process) -> bool:
@@ -128,171 +140,138 @@ def no_sleep_left(child: psutil.Process) -> bool:
         return True
 
 
+@pytest.mark.anyio
 @pytest.mark.timeout(20)
-def test_lists_the_tools_calls_them_and_keeps_stdout_clean(tmp_path: Path) -> None:
-    async def scenario(server: Server) -> None:
-        with anyio.fail_after(10):
-            listed = await server.session.list_tools()
-            by_name = {tool.name: tool for tool in listed.tools}
-            assert sorted(by_name) == ["echo", "note", "slow", "wait"]
-            assert by_name["echo"].input_schema == {
-                "type": "object",
-                "properties": {"text": {"type": "string"}},
-                "required": ["text"],
-            }
-            assert by_name["slow"].description == "Run sleep 60 in a child process"
+async def test_lists_the_tools_calls_them_and_keeps_stdout_clean(server: Server) -> None:
+    with anyio.fail_after(10):
+        listed = await server.session.list_tools()
+        by_name = {tool.name: tool for tool in listed.tools}
+        assert sorted(by_name) == ["echo", "note", "slow", "wait"]
+        assert by_name["echo"].input_schema == {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        }
+        assert by_name["slow"].description == "Run sleep 60 in a child process"
 
-            result = await server.session.call_tool("echo", {"text": "hello over MCP"})
-            assert result.is_error is False
-            assert [(c.type, getattr(c, "text", None)) for c in result.content] == [("text", "hello over MCP")]
+        result = await server.session.call_tool("echo", {"text": "hello over MCP"})
+        assert result.is_error is False
+        assert [(c.type, getattr(c, "text", None)) for c in result.content] == [("text", "hello over MCP")]
 
-            bad = await server.session.call_tool("echo", {"text": 7})
-            assert bad.is_error is True
-            assert "invalid arguments" in getattr(bad.content[0], "text", "")
+        bad = await server.session.call_tool("echo", {"text": 7})
+        assert bad.is_error is True
+        assert "invalid arguments" in getattr(bad.content[0], "text", "")
 
-            # An unknown tool is an isError result the model can read, not a
-            # JSON-RPC error.
-            unknown = await server.session.call_tool("no_such_tool", {})
-            assert unknown.is_error is True
-            assert getattr(unknown.content[0], "text", "") == 'Error: unknown tool "no_such_tool"'
-            (answer,) = server.answers_to(server.call_id("no_such_tool"))
-            assert isinstance(answer, types.JSONRPCResponse)
-        # The body's print and its child's output went to stderr, not into the
-        # protocol (pump_out would have failed on a non-JSON line).
-        assert server.process.stdin is not None
-        await server.process.stdin.aclose()
-        with anyio.fail_after(10):
-            assert await server.process.wait() == 0
-        noise = server.stderr.read_text()
-        assert "stray print from a tool body" in noise
-        assert "stray output from a child process" in noise
-
-    run(tmp_path, scenario)
+        # An unknown tool is an isError result the model can read, not a
+        # JSON-RPC error.
+        unknown = await server.session.call_tool("no_such_tool", {})
+        assert unknown.is_error is True
+        assert getattr(unknown.content[0], "text", "") == 'Error: unknown tool "no_such_tool"'
+        (answer,) = server.answers_to(server.call_id("no_such_tool"))
+        assert isinstance(answer, types.JSONRPCResponse)
+    # The body's print and its child's output went to stderr, not into the
+    # protocol (pump_out would have failed on a non-JSON line).
+    assert server.process.stdin is not None
+    await server.process.stdin.aclose()
+    with anyio.fail_after(10):
+        assert await server.process.wait() == 0
+    noise = server.stderr.read_text()
+    assert "stray print from a tool body" in noise
+    assert "stray output from a child process" in noise
 
 
+@pytest.mark.anyio
 @pytest.mark.timeout(20)
-def test_cancelling_a_call_aborts_its_body_at_once_and_sends_no_response(tmp_path: Path) -> None:
-    async def scenario(server: Server) -> None:
-        outcome: list[object] = []
-
-        async def call() -> None:
-            outcome.append(await server.session.call_tool("slow", {"tag": "cancelled"}))
-
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                child = await server.sleep_child()
-                # The SDK client sends notifications/cancelled when the
-                # caller's scope abandons the request.
-                cancelled_at = time.time()
-                tg.cancel_scope.cancel()
-            while server.record("cancelled", "ended") is None:
-                await anyio.sleep(0.01)
-            # The connection still serves (and this round trip lets any
-            # stray answer to the cancelled request arrive first).
-            after = await server.session.call_tool("echo", {"text": "still serving"})
-        assert after.is_error is False
-        assert outcome == []
-        sent = [m for m in server.sent if isinstance(m, types.JSONRPCNotification)]
-        assert [m.method for m in sent if m.method == "notifications/cancelled"] == ["notifications/cancelled"]
-        abort = server.record("cancelled", "abort")
-        assert abort is not None
-        assert abort["t"] - cancelled_at < 0.1, f"the body saw its signal {abort['t'] - cancelled_at:.3f}s late"
-        assert "notifications/cancelled" in abort["reason"]
-        assert no_sleep_left(child)
-        assert server.answers_to(server.call_id("slow")) == []
-
-    run(tmp_path, scenario)
+async def test_cancelling_a_call_aborts_its_body_at_once_and_sends_no_response(server: Server) -> None:
+    outcome: list[object] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.call_into, outcome, "slow", {"tag": "cancelled"})
+            child = await server.sleep_child()
+            # The SDK client sends notifications/cancelled when the
+            # caller's scope abandons the request.
+            cancelled_at = time.time()
+            tg.cancel_scope.cancel()
+        while server.record("cancelled", "ended") is None:
+            await anyio.sleep(0.01)
+        # The connection still serves (and this round trip lets any
+        # stray answer to the cancelled request arrive first).
+        after = await server.session.call_tool("echo", {"text": "still serving"})
+    assert after.is_error is False
+    assert outcome == []
+    sent = [m for m in server.sent if isinstance(m, types.JSONRPCNotification)]
+    assert [m.method for m in sent if m.method == "notifications/cancelled"] == ["notifications/cancelled"]
+    abort = server.record("cancelled", "abort")
+    assert abort is not None
+    assert abort["t"] - cancelled_at < 0.1, f"the body saw its signal {abort['t'] - cancelled_at:.3f}s late"
+    assert "notifications/cancelled" in abort["reason"]
+    assert no_sleep_left(child)
+    assert server.answers_to(server.call_id("slow")) == []
 
 
+@pytest.mark.anyio
 @pytest.mark.timeout(20)
-def test_end_of_input_aborts_the_call_in_flight_and_exits_after_joining_it(tmp_path: Path) -> None:
-    async def scenario(server: Server) -> None:
-        async def call() -> None:
-            try:
-                await server.session.call_tool("slow", {"tag": "eof"})
-            except Exception:
-                pass  # the connection closes under the call
-
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                child = await server.sleep_child()
-                assert server.process.stdin is not None
-                await server.process.stdin.aclose()
-                status = await server.process.wait()
-                tg.cancel_scope.cancel()
-        assert status == 0
-        # Joined before exit: the body returned (it records that itself) and
-        # the process it started is gone.
-        ended, abort = server.record("eof", "ended"), server.record("eof", "abort")
-        assert ended is not None and abort is not None
-        assert "end of input" in abort["reason"]
-        assert no_sleep_left(child)
-
-    run(tmp_path, scenario)
+async def test_end_of_input_aborts_the_call_in_flight_and_exits_after_joining_it(server: Server) -> None:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.slow_until_closed, "eof")
+            child = await server.sleep_child()
+            assert server.process.stdin is not None
+            await server.process.stdin.aclose()
+            status = await server.process.wait()
+            tg.cancel_scope.cancel()
+    assert status == 0
+    # Joined before exit: the body returned (it records that itself) and
+    # the process it started is gone.
+    ended, abort = server.record("eof", "ended"), server.record("eof", "abort")
+    assert ended is not None and abort is not None
+    assert "end of input" in abort["reason"]
+    assert no_sleep_left(child)
 
 
+@pytest.mark.anyio
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_stop_signal_aborts_every_call_joins_and_exits_128_plus_signum(
-    tmp_path: Path, signum: signal.Signals, status: int
+async def test_a_stop_signal_aborts_every_call_joins_and_exits_128_plus_signum(
+    server: Server, signum: signal.Signals, status: int
 ) -> None:
-    async def scenario(server: Server) -> None:
-        async def call(tag: str) -> None:
-            try:
-                await server.session.call_tool("slow", {"tag": tag})
-            except Exception:
-                pass  # answered with a connection-closed error
-
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call, "term-1")
-                first = await server.sleep_child()
-                tg.start_soon(call, "term-2")
-                while len(children := _sleeps(server.process.pid)) < 2:
-                    await anyio.sleep(0.01)
-                server.process.send_signal(signum)
-                exit_status = await server.process.wait()
-                tg.cancel_scope.cancel()
-        assert exit_status == 128 + signum == status
-        for tag in ("term-1", "term-2"):
-            abort = server.record(tag, "abort")
-            assert abort is not None and signum.name in abort["reason"]
-            assert server.record(tag, "ended") is not None
-        assert no_sleep_left(first)
-        assert all(no_sleep_left(child) for child in children)
-
-    run(tmp_path, scenario)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.slow_until_closed, "term-1")
+            first = await server.sleep_child()
+            tg.start_soon(server.slow_until_closed, "term-2")
+            while len(children := _sleeps(server.process.pid)) < 2:
+                await anyio.sleep(0.01)
+            server.process.send_signal(signum)
+            exit_status = await server.process.wait()
+            tg.cancel_scope.cancel()
+    assert exit_status == 128 + signum == status
+    for tag in ("term-1", "term-2"):
+        abort = server.record(tag, "abort")
+        assert abort is not None and signum.name in abort["reason"]
+        assert server.record(tag, "ended") is not None
+    assert no_sleep_left(first)
+    assert all(no_sleep_left(child) for child in children)
 
 
+@pytest.mark.anyio
 @pytest.mark.timeout(20)
-def test_an_exclusive_call_waits_for_the_call_in_flight(tmp_path: Path) -> None:
-    async def scenario(server: Server) -> None:
-        noted: list[object] = []
-
-        async def slow() -> None:
-            await server.session.call_tool("slow", {"tag": "first"})
-
-        async def note() -> None:
-            noted.append(await server.session.call_tool("note", {"tag": "second"}))
-
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg, anyio.create_task_group() as slow_group:
-                slow_group.start_soon(slow)
-                await server.sleep_child()
-                tg.start_soon(note)
-                # The server reads requests in order: once this ping is
-                # answered, the note call was received and is queued.
-                await server.session.send_ping()
-                assert server.record("second", "start") is None
-                slow_group.cancel_scope.cancel()
-        ended, started = server.record("first", "ended"), server.record("second", "start")
-        assert ended is not None and started is not None
-        assert started["t"] >= ended["t"]
-        assert len(noted) == 1
-
-    run(tmp_path, scenario)
+async def test_an_exclusive_call_waits_for_the_call_in_flight(server: Server) -> None:
+    noted: list[object] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, anyio.create_task_group() as slow_group:
+            slow_group.start_soon(server.call_into, [], "slow", {"tag": "first"})
+            await server.sleep_child()
+            tg.start_soon(server.call_into, noted, "note", {"tag": "second"})
+            # The server reads requests in order: once this ping is
+            # answered, the note call was received and is queued.
+            await server.session.send_ping()
+            assert server.record("second", "start") is None
+            slow_group.cancel_scope.cancel()
+    ended, started = server.record("first", "ended"), server.record("second", "start")
+    assert ended is not None and started is not None
+    assert started["t"] >= ended["t"]
+    assert len(noted) == 1
 
 
 def _sleeps(pid: int) -> list[psutil.Process]:

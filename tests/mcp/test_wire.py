@@ -2,11 +2,12 @@
 an id gets exactly one response or, when cancelled, none
 (docs/contract.md §13 A19; field cases N12, B52, B54).
 
-Each test writes lines to the server's stdin byte for byte (no SDK client,
-which would refuse to send most of them), and reads every line of its
-stdout. "No response" is checked at the end of the transcript: closing
-stdin makes the server abort and join every call and exit, after which
-nothing more can come, so the full list of answers per id is known.
+The tests write lines to a server's stdin byte for byte (no SDK client,
+which would refuse to send most of them), and read every line of its
+stdout; the cases of one line each share one server (``transcript``).
+"No response" is checked at the end of the transcript: closing stdin makes
+the server abort and join every call and exit, after which nothing more
+can come, so the full list of answers per id is known.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
 WAIT = 10.0  # seconds any one expected line may take on a loaded machine
+
+
+def _answers_to(message: dict[str, Any], request_id: object) -> bool:
+    """``message`` is a response under ``request_id``, matched by type and
+    value (``1`` is not ``"1"``)."""
+    return (
+        "id" in message
+        and type(message["id"]) is type(request_id)
+        and message["id"] == request_id
+        and "method" not in message
+    )
 
 
 class RawServer:
@@ -82,11 +94,7 @@ class RawServer:
         """The responses sent under ``request_id``, matched by type and value
         (``1`` is not ``"1"``)."""
         with self._cond:
-            return [
-                m
-                for m in self.messages
-                if "id" in m and type(m["id"]) is type(request_id) and m["id"] == request_id and "method" not in m
-            ]
+            return [m for m in self.messages if _answers_to(m, request_id)]
 
     def answer(self, request_id: object) -> dict[str, Any]:
         self.until(lambda: bool(self.answers(request_id)), f"an answer to {request_id!r}")
@@ -145,151 +153,202 @@ def error_code(answer: dict[str, Any]) -> int:
 
 
 # ------------------------------------------------------ one answer per line
+#
+# Every case of this section is one line sent to one server that all of
+# them share (``transcript``): the server reads the cases' lines in turn,
+# each followed by a ping named after its case once the answer it expects
+# has come, then end of input. Lines are served in order, so the answers
+# between two pings belong to the case between them; and the tests read
+# the transcript after the server exited, when nothing more can come.
+
+NULL_ID_LINES = {
+    "not-json": (b"not json", -32700),
+    "truncated": (b'{"jsonrpc": "2.0", "id": 7, "method": "ping"', -32700),
+    "not-utf8": (b"\xff\xfe{}", -32700),
+    "empty-batch": (b"[]", -32600),
+    "a-number": (b"42", -32600),
+    "a-string": (b'"ping"', -32600),
+    "fractional-id": (b'{"jsonrpc": "2.0", "id": 4.5, "method": "ping"}', -32600),
+    "boolean-id": (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600),
+    "null-id": (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}', -32600),
+    "array-id": (b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}', -32600),
+}
+
+# Each request goes out under an id of its own (``request_ids``).
+BAD_ENVELOPES: dict[str, tuple[dict[str, Any], int]] = {
+    "params-string": ({"jsonrpc": "2.0", "method": "tools/call", "params": "echo"}, -32600),
+    "params-array": ({"jsonrpc": "2.0", "method": "tools/call", "params": ["echo", {}]}, -32602),
+    "params-number": ({"jsonrpc": "2.0", "method": "tools/call", "params": 3}, -32600),
+    "params-boolean": ({"jsonrpc": "2.0", "method": "tools/call", "params": True}, -32600),
+    "arguments-string": (
+        {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": "x"}},
+        -32602,
+    ),
+    "no-name": ({"jsonrpc": "2.0", "method": "tools/call", "params": {"arguments": {}}}, -32602),
+    "method-number": ({"jsonrpc": "2.0", "method": 7}, -32600),
+    "jsonrpc-1.0": ({"jsonrpc": "1.0", "method": "ping"}, -32600),
+    "no-jsonrpc": ({"method": "ping"}, -32600),
+    "unknown-method": ({"jsonrpc": "2.0", "method": "no/such/method"}, -32601),
+}
+
+SURROGATE_ARGUMENTS = {
+    "lone-high-in-a-value": b'{"text": "\\ud800"}',
+    "lone-low-in-a-value": b'{"text": "ok \\udfff end"}',
+    "lone-in-a-key": b'{"te\\ud800xt": "a"}',
+}
+
+DEPTHS = (300, 5000)
+
+BATCH = [
+    {"jsonrpc": "2.0", "id": "b1", "method": "ping"},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": "b2", "method": "tools/list"},
+]
+
+
+def _tool_call_line(request_id: int, arguments: bytes) -> bytes:
+    head = b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "echo", "arguments": ' % request_id
+    return head + arguments + b"}}"
+
+
+def _cases() -> dict[str, tuple[bytes, list[object]]]:
+    """case -> (the line sent, the ids whose answers come before the case's ping)."""
+    cases: dict[str, tuple[bytes, list[object]]] = {}
+    ids = iter(range(1, 1000))
+    for name, (line, _) in NULL_ID_LINES.items():
+        cases[f"null-id:{name}"] = (line, [])
+    for name, (message, _) in BAD_ENVELOPES.items():
+        request_id = next(ids)
+        cases[f"envelope:{name}"] = (json.dumps({**message, "id": request_id}).encode(), [request_id])
+    for name, arguments in SURROGATE_ARGUMENTS.items():
+        request_id = next(ids)
+        cases[f"surrogate:{name}"] = (_tool_call_line(request_id, arguments), [request_id])
+    for depth in DEPTHS:
+        request_id = next(ids)
+        nested = b"[" * depth + b"]" * depth
+        cases[f"depth:{depth}"] = (_tool_call_line(request_id, b'{"text": ' + nested + b"}"), [request_id])
+    cases["batch"] = (json.dumps(BATCH).encode(), ["b1", "b2"])
+    cases["surrogate-id"] = (b'{"jsonrpc": "2.0", "id": "r\\ud800", "method": "ping"}', ["r\ud800"])
+    return cases
+
+
+CASES = _cases()
+
+
+class Transcript:
+    """What the shared server sent, read after it exited with ``status``."""
+
+    def __init__(self, server: RawServer, status: int) -> None:
+        self.server = server
+        self.status = status
+
+    def request_ids(self, case: str) -> list[object]:
+        return CASES[case][1]
+
+    def answers(self, case: str, request_id: object) -> list[dict[str, Any]]:
+        """The answers under ``request_id`` sent after the previous case's
+        ping and before ``case``'s own."""
+        names = list(CASES)
+        position = names.index(case)
+        start = 0 if position == 0 else self._ping(names[position - 1]) + 1
+        part = self.server.messages[start : self._ping(case)]
+        return [m for m in part if _answers_to(m, request_id)]
+
+    def _ping(self, case: str) -> int:
+        (index,) = [i for i, m in enumerate(self.server.messages) if _answers_to(m, case)]
+        return index
+
+
+@pytest.fixture(scope="module")
+def transcript(tmp_path_factory: pytest.TempPathFactory) -> Transcript:
+    with raw_server(tmp_path_factory.mktemp("wire")) as server:
+        for case, (line, request_ids) in CASES.items():
+            server.send(line)
+            for request_id in request_ids:
+                server.answer(request_id)
+            server.request(case, "ping")
+            server.answer(case)
+        status = server.finish()
+    return Transcript(server, status)
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    ("line", "code"),
-    [
-        pytest.param(b"not json", -32700, id="not-json"),
-        pytest.param(b'{"jsonrpc": "2.0", "id": 7, "method": "ping"', -32700, id="truncated"),
-        pytest.param(b"\xff\xfe{}", -32700, id="not-utf8"),
-        pytest.param(b"[]", -32600, id="empty-batch"),
-        pytest.param(b"42", -32600, id="a-number"),
-        pytest.param(b'"ping"', -32600, id="a-string"),
-        pytest.param(b'{"jsonrpc": "2.0", "id": 4.5, "method": "ping"}', -32600, id="fractional-id"),
-        pytest.param(b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600, id="boolean-id"),
-        pytest.param(b'{"jsonrpc": "2.0", "id": null, "method": "ping"}', -32600, id="null-id"),
-        pytest.param(b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}', -32600, id="array-id"),
-    ],
-)
-def test_a_line_whose_id_cannot_be_read_is_answered_once_with_id_null(tmp_path: Path, line: bytes, code: int) -> None:
+@pytest.mark.parametrize("case", list(NULL_ID_LINES))
+def test_a_line_whose_id_cannot_be_read_is_answered_once_with_id_null(transcript: Transcript, case: str) -> None:
     """N12, A19: malformed JSON → -32700; JSON that is not a request with a
     usable id → -32600; both under id null (JSON-RPC 2.0 §5), before the
     next line is served."""
-    with raw_server(tmp_path) as server:
-        server.send(line)
-        server.request("after", "ping")
-        server.answer("after")
-        nulls = server.answers(None)
-        assert [error_code(m) for m in nulls] == [code]
-        assert server.finish() == 0
-        assert len(server.answers(None)) == 1
+    nulls = transcript.answers(f"null-id:{case}", None)
+    assert [error_code(m) for m in nulls] == [NULL_ID_LINES[case][1]]
+    assert transcript.status == 0
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    ("message", "code"),
-    [
-        pytest.param({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "echo"}, -32600, id="params-string"),
-        pytest.param(
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": ["echo", {}]}, -32602, id="params-array"
-        ),
-        pytest.param({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": 3}, -32600, id="params-number"),
-        pytest.param({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": True}, -32600, id="params-boolean"),
-        pytest.param(
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": "x"}},
-            -32602,
-            id="arguments-string",
-        ),
-        pytest.param(
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"arguments": {}}}, -32602, id="no-name"
-        ),
-        pytest.param({"jsonrpc": "2.0", "id": 2, "method": 7}, -32600, id="method-number"),
-        pytest.param({"jsonrpc": "1.0", "id": 2, "method": "ping"}, -32600, id="jsonrpc-1.0"),
-        pytest.param({"id": 2, "method": "ping"}, -32600, id="no-jsonrpc"),
-        pytest.param({"jsonrpc": "2.0", "id": 2, "method": "no/such/method"}, -32601, id="unknown-method"),
-    ],
-)
-def test_a_request_with_a_bad_envelope_is_answered_once_under_its_id(
-    tmp_path: Path, message: dict[str, Any], code: int
-) -> None:
+@pytest.mark.parametrize("case", list(BAD_ENVELOPES))
+def test_a_request_with_a_bad_envelope_is_answered_once_under_its_id(transcript: Transcript, case: str) -> None:
     """N12, A19: a wrong ``params`` type (a string, a list) → -32600/-32602
     under the request's own id; the client is never left waiting."""
-    with raw_server(tmp_path) as server:
-        server.send(message)
-        assert error_code(server.answer(2)) == code
-        server.request("after", "ping")
-        server.answer("after")
-        assert server.finish() == 0
-        assert len(server.answers(2)) == 1
-        assert server.answers(None) == []
+    name = f"envelope:{case}"
+    (request_id,) = transcript.request_ids(name)
+    (answer,) = transcript.answers(name, request_id)
+    assert error_code(answer) == BAD_ENVELOPES[case][1]
+    assert transcript.status == 0
+    assert len(transcript.server.answers(request_id)) == 1
+    assert transcript.answers(name, None) == []
 
 
 @pytest.mark.timeout(30)
-def test_a_batch_is_refused_once_for_each_request_in_it(tmp_path: Path) -> None:
-    with raw_server(tmp_path) as server:
-        batch = [
-            {"jsonrpc": "2.0", "id": "b1", "method": "ping"},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": "b2", "method": "tools/list"},
-        ]
-        server.send(json.dumps(batch).encode())
-        assert error_code(server.answer("b1")) == error_code(server.answer("b2")) == -32600
-        assert server.finish() == 0
-        assert len(server.answers("b1")) == len(server.answers("b2")) == 1
-        assert server.answers(None) == []
+def test_a_batch_is_refused_once_for_each_request_in_it(transcript: Transcript) -> None:
+    (b1,) = transcript.answers("batch", "b1")
+    (b2,) = transcript.answers("batch", "b2")
+    assert error_code(b1) == error_code(b2) == -32600
+    assert transcript.status == 0
+    assert len(transcript.server.answers("b1")) == len(transcript.server.answers("b2")) == 1
+    assert transcript.answers("batch", None) == []
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        pytest.param(b'{"text": "\\ud800"}', id="lone-high-in-a-value"),
-        pytest.param(b'{"text": "ok \\udfff end"}', id="lone-low-in-a-value"),
-        pytest.param(b'{"te\\ud800xt": "a"}', id="lone-in-a-key"),
-    ],
-)
-def test_lone_surrogates_in_arguments_are_an_invalid_args_result(tmp_path: Path, arguments: bytes) -> None:
+@pytest.mark.parametrize("case", list(SURROGATE_ARGUMENTS))
+def test_lone_surrogates_in_arguments_are_an_invalid_args_result(transcript: Transcript, case: str) -> None:
     """N12, A19: arguments holding a lone surrogate escape get an
     ``isError`` result with the INVALID_ARGS text (as A11), and the body
     never runs."""
-    with raw_server(tmp_path) as server:
-        line = (
-            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": '
-            + arguments
-            + b"}}"
-        )
-        server.send(line)
-        answer = server.answer(1)
-        assert answer["result"]["isError"] is True
-        (block,) = answer["result"]["content"]
-        assert block["text"].startswith("Error: invalid arguments: arguments are not valid text:")
-        assert "lone surrogate" in block["text"]
-        assert server.finish() == 0
-        assert len(server.answers(1)) == 1
-        assert "stray print from a tool body" not in server.noise
+    name = f"surrogate:{case}"
+    (request_id,) = transcript.request_ids(name)
+    (answer,) = transcript.answers(name, request_id)
+    assert answer["result"]["isError"] is True
+    (block,) = answer["result"]["content"]
+    assert block["text"].startswith("Error: invalid arguments: arguments are not valid text:")
+    assert "lone surrogate" in block["text"]
+    assert transcript.status == 0
+    assert len(transcript.server.answers(request_id)) == 1
+    # No case of the transcript runs the echo body, which prints this.
+    assert "stray print from a tool body" not in transcript.server.noise
 
 
 @pytest.mark.timeout(30)
-def test_a_string_id_with_a_lone_surrogate_comes_back_exactly(tmp_path: Path) -> None:
-    with raw_server(tmp_path) as server:
-        server.send(b'{"jsonrpc": "2.0", "id": "r\\ud800", "method": "ping"}')
-        assert server.answer("r\ud800")["result"] == {}
-        assert server.finish() == 0
+def test_a_string_id_with_a_lone_surrogate_comes_back_exactly(transcript: Transcript) -> None:
+    (answer,) = transcript.answers("surrogate-id", "r\ud800")
+    assert answer["result"] == {}
+    assert transcript.status == 0
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("depth", [300, 5000])
-def test_deeply_nested_arguments_are_answered_once(tmp_path: Path, depth: int) -> None:
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_deeply_nested_arguments_are_answered_once(transcript: Transcript, depth: int) -> None:
     """The SDK's own parser stops at 200 levels and answered nothing; a
     value within A11's 1 000 levels reaches the registry (INVALID_ARGS from
     the schema), a deeper one is refused -32602 under its id."""
-    with raw_server(tmp_path) as server:
-        nested = b"[" * depth + b"]" * depth
-        server.send(
-            b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": '
-            + nested
-            + b"}}}"
-        )
-        answer = server.answer(3)
-        if depth <= 1000:
-            assert answer["result"]["isError"] is True
-            assert answer["result"]["content"][0]["text"].startswith("Error: invalid arguments")
-        else:
-            assert error_code(answer) == -32602
-        assert server.finish() == 0
-        assert len(server.answers(3)) == 1
+    name = f"depth:{depth}"
+    (request_id,) = transcript.request_ids(name)
+    (answer,) = transcript.answers(name, request_id)
+    if depth <= 1000:
+        assert answer["result"]["isError"] is True
+        assert answer["result"]["content"][0]["text"].startswith("Error: invalid arguments")
+    else:
+        assert error_code(answer) == -32602
+    assert transcript.status == 0
+    assert len(transcript.server.answers(request_id)) == 1
 
 
 # ------------------------------------------------------------- exact ids
