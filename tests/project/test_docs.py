@@ -125,6 +125,28 @@ def test_every_decision_note_is_in_the_navigation() -> None:
     assert not missing, f"add these decision notes to mkdocs.yml nav: {missing}"
 
 
+def test_every_decision_note_is_named_by_its_own_number() -> None:
+    """A note's heading, its navigation entry and every link to it give the
+    number in its file name (notes are renumbered when branches merge)."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    wrong = []
+    for note in sorted((DOCS / "decisions").glob("[0-9][0-9][0-9][0-9]-*.md")):
+        number = note.name[:4]
+        heading = note.read_text(encoding="utf-8").splitlines()[0]
+        if not re.match(rf"# {number}\b", heading):
+            wrong.append(f"{note.name}: heading {heading!r}")
+        for entry in re.findall(rf'"(\d{{4}}) [^"]*": decisions/{re.escape(note.name)}', nav):
+            if entry != number:
+                wrong.append(f"{note.name}: mkdocs.yml names it {entry}")
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    link = re.compile(r"(\d{4})\]\((?:\.\./)?(?:decisions/)?(\d{4})-[^)]*\.md\)")
+    for page in pages:
+        for shown, target in link.findall(page.read_text(encoding="utf-8")):
+            if shown != target:
+                wrong.append(f"{page.relative_to(ROOT)}: [{shown}] links to note {target}")
+    assert not wrong, wrong
+
+
 def test_benchmark_page_has_the_table_markers_and_the_command() -> None:
     from benchmarks import report
 
