@@ -55,7 +55,7 @@ def not_dispatched(signal: AbortSignal) -> ToolFailure:
     """The result of a call a wrapper did not dispatch because ``signal``
     aborted: ``ABORTED_BEFORE_DISPATCH`` with ``meta["reason"]`` the
     signal's reason and ``body_invoked`` ``False``. The registry keeps it
-    as it is (docs/decisions/0062-a-wrapper-reports-not-dispatched.md)."""
+    as it is: a wrapper that did not dispatch the body may say so."""
     return aborted(signal.reason, invoked=False)
 
 

@@ -1,5 +1,4 @@
-"""The value types hooks return and the hooks' signatures (docs/contract.md
-§3). ``ToolDefinition`` is defined with the other data types in
+"""The value types hooks return and the hooks' signatures (docs/contract.md#hooks). ``ToolDefinition`` is defined with the other data types in
 ``_types.py`` and re-exported here.
 
 Guarantees:
