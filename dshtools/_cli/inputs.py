@@ -56,7 +56,7 @@ def _read_json(path: str) -> Any:
     """The parsed JSON of ``path``, or of standard input when ``path`` is
     ``"-"``. Raises ``UsageError`` for a missing or unreadable file, for
     text that is not JSON, and for a document nested too deeply to read
-    (a usage error naming the file, never a traceback)."""
+    (a usage error, never a traceback)."""
     name = "<stdin>" if path == STDIN else path
     try:
         if path == STDIN:

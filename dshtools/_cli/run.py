@@ -301,8 +301,8 @@ def _pair(
     calls: list[ToolExecutionInput], returned: list[ToolExecutionResult] | None, published: list[_Published]
 ) -> list[tuple[ToolExecutionResult | None, ExecutionToken | None]]:
     """``(result, token)`` for each model call of one batch, by identity,
-    never by call id (a transcript may repeat an id, and a nested call may
-    reuse one). ``returned`` is what ``execute_batch`` returned, one result
+    never by call id (ids may repeat across a transcript, and a nested call
+    may reuse its parent's). ``returned`` is what ``execute_batch`` returned, one result
     per call in model order; its token is that of the published entry
     holding the very same result object. Without it (the batch was
     interrupted and re-raised), the batch's top-level publications, in

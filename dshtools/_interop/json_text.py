@@ -1,6 +1,6 @@
-"""JSON text read whatever the calling thread's stack depth (docs/contract.md#a11,
-model output never raises): the model's arguments and the MCP server's input lines are parsed
-here. Package-internal.
+"""JSON text read whatever the calling thread's stack depth, so that model
+output never raises (docs/contract.md#a11): the model's arguments and the
+MCP server's input lines are parsed here. Package-internal.
 
 Guarantees:
 

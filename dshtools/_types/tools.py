@@ -52,9 +52,10 @@ __all__ = [
 
 
 def frozen_deferred_context(context: object, settled: bool) -> Any:
-    """``context`` deep-frozen for ``run.defer_context``
-    (docs/contract.md#outputs: each context is a JSON object): ``RuntimeError`` once the body ``settled``, ``TypeError`` for a
-    non-object, ``TypeError``/``ValueError`` for a non-JSON value.
+    """``context`` deep-frozen for ``run.defer_context`` (each context is a
+    JSON object; docs/contract.md#outputs): ``RuntimeError`` once the body
+    ``settled``, ``TypeError`` for a non-object, ``TypeError``/``ValueError``
+    for a non-JSON value.
     Package-internal (every kind of run)."""
     if settled:
         raise RuntimeError("defer_context() after the tool body settled")
