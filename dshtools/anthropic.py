@@ -140,7 +140,7 @@ def calls_from_message(
     list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_use`` block that
     holds Chat Completions ``tool_calls`` or ``choices``, or a Responses
-    API ``output``: the message names the reader to use. Source:
+    API ``output``: the error names the reader to use. Source:
     docs/contract.md#anthropic, docs/contract.md#a11, docs/contract.md#a12."""
     msg = assistant_fields(message, has="content", what="tool_use blocks", signal=signal)
     content = field(msg, "content")

@@ -180,7 +180,7 @@ def calls_from_message(
     non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_calls`` that is a
     whole response (``choices``), a Responses API response (``output``)
-    or holds Anthropic ``tool_use`` blocks: the message names the reader
+    or holds Anthropic ``tool_use`` blocks: the error names the reader
     to use. Source: docs/contract.md#openai, docs/contract.md#a11,
     docs/contract.md#a12."""
     msg = assistant_fields(message, has="tool_calls", what="tool calls", signal=signal)

@@ -34,7 +34,7 @@ from .._core.freeze import FrozenDict, freeze
 from .._signal import AbortSignal
 from .._signal.deadline import timeout_of
 
-# ------------------------------------ codes (docs/contract.md#codes)
+# ---------------------------------------------- codes (docs/contract.md#codes)
 
 TOOL_ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
 TOOL_ABORTED: Final = "ABORTED"
