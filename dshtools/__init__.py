@@ -82,7 +82,7 @@ __all__ = [
     "AbortController",
     "AbortError",
     "AbortSignal",
-    # registry (docs/contract.md §2, §3)
+    # registry (docs/contract.md#calls, docs/contract.md#registry)
     "Accept",
     "Allow",
     "ApprovalDecision",
@@ -123,7 +123,7 @@ __all__ = [
     "ThreadBackend",
     "TicketError",
     "TicketStore",
-    # policies and scheduling (docs/contract.md §4)
+    # policies and scheduling (docs/contract.md#scheduling)
     "TimeoutPolicy",
     "TimeoutReason",
     "ToolDefinition",
@@ -151,7 +151,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 # The library logs through "dshtools" and its children and prints nothing
-# itself (docs/contract.md §8 A8).
+# itself (docs/contract.md#a8).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 

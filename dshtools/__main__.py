@@ -1,4 +1,5 @@
-"""``python -m dshtools``: the command line (docs/contract.md §6).
+"""``python -m dshtools``: the command line (docs/contract.md#demo,
+docs/contract.md#replay).
 
 ``python -m dshtools [demo]`` replays the bundled transcript against real
 blocking tools; ``python -m dshtools replay TRANSCRIPT.json --tools

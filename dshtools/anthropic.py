@@ -1,5 +1,5 @@
-"""Anthropic Messages API interop, without the SDK (docs/contract.md §11,
-§8 A11, A12).
+"""Anthropic Messages API interop, without the SDK (docs/contract.md#anthropic,
+docs/contract.md#a11, docs/contract.md#a12).
 
 Three conversions, plain JSON in and out (SDK objects accepted on input):
 
@@ -15,7 +15,7 @@ Three conversions, plain JSON in and out (SDK objects accepted on input):
 
 Guarantees (the same rules as ``dshtools.openai``):
 
-* **Model output never raises** (docs/contract.md §8 A11). A ``tool_use``
+* **Model output never raises** (docs/contract.md#a11). A ``tool_use``
   block's ``input`` is an object already decoded by the API; one nested
   deeper than 1 000 levels ("nested too deeply") or holding a lone
   surrogate carries a ``MalformedArguments`` placeholder (``INVALID_ARGS``
@@ -26,7 +26,7 @@ Guarantees (the same rules as ``dshtools.openai``):
   blocks (``text``, ``thinking``, server tool blocks the API runs itself)
   are not tool calls for this process and are skipped.
 * **Results always encode as UTF-8**: lone surrogates become U+FFFD.
-* **Names the API accepts** (docs/contract.md §8 A12): the same alias
+* **Names the API accepts** (docs/contract.md#a12): the same alias
   scheme as ``dshtools.openai`` (``alias_names``), mapped back by
   ``calls_from_message(..., registry=registry)``.
 * Nothing here runs a tool, blocks, or touches the signal beyond handing it
@@ -108,10 +108,10 @@ def tools_param(registry: HasSchemas) -> list[ToolParam]:
 
     ``name`` matches ``^[a-zA-Z0-9_-]{1,64}$``: a registered name that does
     is sent unchanged, any other under its alias (``alias_names``;
-    docs/contract.md §8 A12). Raises ``ValueError`` naming the tool when its
+    docs/contract.md#a12). Raises ``ValueError`` naming the tool when its
     ``parameters`` is not an object schema. The result is fresh, plain,
     mutable JSON: editing it does not touch the registry. Source:
-    docs/contract.md §11."""
+    docs/contract.md#anthropic."""
     return [
         {"name": name, "description": description, "input_schema": parameters}
         for name, description, parameters in provider_tools(registry)
@@ -140,8 +140,8 @@ def calls_from_message(
     list, or a non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_use`` block that
     holds Chat Completions ``tool_calls`` or ``choices``, or a Responses
-    API ``output`` (decision 0049).
-    Source: docs/contract.md §11, §8 A11, A12."""
+    API ``output``: the error names the reader to use. Source:
+    docs/contract.md#anthropic, docs/contract.md#a11, docs/contract.md#a12."""
     msg = assistant_fields(message, has="content", what="tool_use blocks", signal=signal)
     content = field(msg, "content")
     if content is None or isinstance(content, str):
@@ -181,8 +181,8 @@ def tool_result(call_id: str, result: ToolExecutionResult) -> ToolResultBlock:
     ``result.content``'s blocks joined with ``"\\n"`` (a failure's is
     ``"Error: <message>"``; a non-text block as its JSON); ``is_error`` is
     ``result.is_error``. Lone surrogates become U+FFFD. Raises
-    ``TypeError`` for a non-``str`` ``call_id``. Source: docs/contract.md
-    §11."""
+    ``TypeError`` for a non-``str`` ``call_id``. Source:
+    docs/contract.md#anthropic."""
     return {
         "type": "tool_result",
         "tool_use_id": checked_call_id(call_id),
@@ -196,6 +196,6 @@ def tool_results(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExec
     ``content`` of the ``role: "user"`` message that answers the assistant
     message (one block per ``tool_use``, as the API requires). Raises
     ``ValueError`` when the two lengths differ, ``TypeError`` when
-    ``calls`` holds something else (the arguments swapped). Source: docs/contract.md
-    §11."""
+    ``calls`` holds something else (the arguments swapped). Source:
+    docs/contract.md#anthropic."""
     return [tool_result(call.call_id, result) for call, result in paired(calls, results)]

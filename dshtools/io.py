@@ -1,4 +1,4 @@
-"""Cancellable blocking I/O: capabilities that own termination (docs/contract.md#5-cancellable-blocking-io).
+"""Cancellable blocking I/O: capabilities that own termination (docs/contract.md#io).
 
 A tool body that blocks (sleeps, waits on a future, runs a process, talks
 HTTP, reads a file) hands its ``AbortSignal`` to one of these helpers. Each
@@ -101,7 +101,7 @@ def sleep(seconds: float, signal: AbortSignal) -> None:
     ``signal`` is already aborted, or within about a millisecond of an abort
     from another thread. Adds no listener. Raises ``TypeError`` for a
     non-number, ``ValueError`` for a negative, NaN or infinite duration.
-    Source: docs/contract.md#5-cancellable-blocking-io.
+    Source: docs/contract.md#io.
     """
     sig = _ensure_signal(signal, "signal")
     value = check_seconds(seconds)
@@ -139,7 +139,7 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
     Abort wins a tie with completion. The listener added on ``signal`` is
     removed before returning or raising. A small done-callback (setting a
     private event) stays attached to the future, as ``Future`` has no way to
-    remove one. Source: docs/contract.md#5-cancellable-blocking-io.
+    remove one. Source: docs/contract.md#io.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(future, concurrent.futures.Future):
@@ -184,8 +184,8 @@ def read_file(path: StrPath, signal: AbortSignal, *, chunk_size: int = _MiB) -> 
     descriptor, so a path swapped for a FIFO after the first check cannot
     block either. ``OSError`` (missing file, permissions) propagates. Adds
     no listener. Raises ``TypeError``/``ValueError`` for a ``chunk_size``
-    that is not a positive ``int``. Source: docs/contract.md#5-cancellable-blocking-io,
-    #a14.
+    that is not a positive ``int``. Source: docs/contract.md#io,
+    docs/contract.md#a14.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -296,7 +296,7 @@ def run_process(
     Raises ``TypeError`` for a string ``argv``, non-bytes ``input`` or a
     non-number ``timeout``/``grace`` (the message names the parameter),
     ``ValueError`` for an empty ``argv``, a negative ``grace`` or a NaN or
-    infinite ``timeout``/``grace``. Source: docs/contract.md#5-cancellable-blocking-io.
+    infinite ``timeout``/``grace``. Source: docs/contract.md#io.
     """
     sig = _ensure_signal(signal, "signal")
     if isinstance(argv, (str, bytes)):
@@ -340,8 +340,8 @@ class HttpResponse:
     responses that have none: HEAD, 204, 304) and ``trailers``, the fields
     sent after a chunked body (kept apart from ``headers``, as RFC 9110
     §6.5.1 asks; empty when there were none). Any status is a response, not
-    an error (a 500 is returned, not raised). Source: docs/contract.md#5-cancellable-blocking-io,
-    #a14."""
+    an error (a 500 is returned, not raised). Source: docs/contract.md#io,
+    docs/contract.md#a14."""
 
     status: int
     headers: Mapping[str, str] = attrs.field(converter=_to_headers)
@@ -368,8 +368,7 @@ def http_request(
     ``bytes`` or ``None``. Redirects are not followed; any final status is
     returned.
 
-    **Framing** follows RFC 9110/9112 (docs/contract.md#a14; the rules
-    one by one in docs/decisions/0026-http-message-framing.md): interim
+    **Framing** follows RFC 9110/9112 (docs/contract.md#a14): interim
     ``1xx`` responses (``100``, ``102``, ``103 Early Hints``, ...) are skipped
     and the final response returned; HEAD, ``204`` and ``304`` responses
     have an empty body whatever their headers say; ``Transfer-Encoding:
@@ -396,7 +395,7 @@ def http_request(
     ``str``, a non-bytes body or a non-number ``timeout`` (the message names
     the parameter); ``ValueError`` for an unsupported URL scheme, a URL
     without host, the ``CONNECT`` method, a header the HTTP grammar does not
-    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md#5-cancellable-blocking-io.
+    allow, or a NaN or infinite ``timeout``. Source: docs/contract.md#io.
     """
     sig = _ensure_signal(signal, "signal")
     if not isinstance(method, str) or not method:

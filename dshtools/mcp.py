@@ -1,5 +1,5 @@
 """A ``ToolRegistry`` served as a Model Context Protocol server over stdio
-(docs/contract.md §11) or streamable HTTP (docs/mcp.md#the-server-over-http),
+(docs/contract.md#mcp-stdio) or streamable HTTP (docs/mcp.md#the-server-over-http),
 built on the official ``mcp`` SDK (extra ``mcp``).
 
 ``serve_stdio(registry, *, name="dshtools")`` answers ``tools/list`` from
@@ -134,7 +134,7 @@ def serve_stdio(registry: ToolRegistry, *, name: str = "dshtools") -> int:
     call in flight was aborted and joined first: no body of ``registry`` is
     still running when this returns. The registry is not closed (it is the
     caller's). Raises ``RuntimeError`` when called from a running event loop
-    (it starts its own). Source: docs/contract.md §11.
+    (it starts its own). Source: docs/contract.md#mcp-stdio.
     """
     handle_signals = threading.current_thread() is threading.main_thread()
     with _claim_stdio() as (in_fd, out_fd):

@@ -1,6 +1,8 @@
 """A mypy plugin that rejects ``del view.signal`` on the around-dispatch view.
 
-docs/contract.md §2 asks mypy to reject deleting ``ToolDispatchExecution.signal``.
+The type checker enforces the views' read-only signals
+(docs/contract.md#calls), which includes rejecting ``del`` of
+``ToolDispatchExecution.signal``.
 mypy itself does not check ``del`` of a property that has no deleter
 (python/mypy#12904), so this plugin adds exactly that check and nothing
 else. Enable it in the mypy configuration::
@@ -8,7 +10,7 @@ else. Enable it in the mypy configuration::
     [mypy]
     plugins = dshtools.mypy_plugin
 
-Without the plugin every other typing rule of §2 still holds (assigning a
+Without the plugin every other typing rule of the views still holds (assigning a
 read-only ``signal``, assigning ``None`` to the dispatch view's ``signal``,
 constructing ``ToolExecutionInput`` without ``signal``); only the ``del``
 check needs it. The error is reported under the ``misc`` code.

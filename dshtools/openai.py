@@ -1,5 +1,6 @@
-"""OpenAI interop, without the SDK: Chat Completions (docs/contract.md §6,
-§8 A11, A12) and the Responses API (§17).
+"""OpenAI interop, without the SDK: Chat Completions (docs/contract.md#openai,
+docs/contract.md#a11, docs/contract.md#a12) and the Responses API
+(docs/contract.md#responses).
 
 Three conversions for each API, plain JSON in and out (SDK objects accepted
 on input):
@@ -22,7 +23,7 @@ on input):
 
 Guarantees:
 
-* **Model output never raises** (docs/contract.md §8 A11). Whatever the
+* **Model output never raises** (docs/contract.md#a11). Whatever the
   model wrote, each of its tool calls becomes one ``ToolExecutionInput``
   answered under the model's id:
 
@@ -43,7 +44,7 @@ Guarantees:
   item (ids from ``call_id``) and skips every other output item.
 * **Tool messages and outputs always encode as UTF-8**: lone surrogates in
   a result's text or in an id become U+FFFD.
-* **Names the provider accepts** (docs/contract.md §8 A12): ``tools_param``
+* **Names the provider accepts** (docs/contract.md#a12): ``tools_param``
   sends a name breaking ``^[a-zA-Z0-9_-]{1,64}$`` under an alias
   (``dshtools._interop.names.alias_names`` states the rule; the registry keeps
   the user's names), and ``calls_from_message(..., registry=registry)``
@@ -113,7 +114,7 @@ class ToolMessage(TypedDict):
     time; it is annotated ``Any`` so that the dict is accepted wherever the
     OpenAI SDK expects ``ChatCompletionToolMessageParam`` (a ``TypedDict``'s
     items are invariant, and the SDK's ``content`` is a union whose members
-    change between SDK versions). See docs/decisions/0023."""
+    change between SDK versions)."""
 
     role: Literal["tool"]
     tool_call_id: str
@@ -128,7 +129,7 @@ def tools_param(registry: HasSchemas) -> list[ChatCompletionToolParam]:
 
     ``name`` matches ``^[a-zA-Z0-9_-]{1,64}$``: a registered name that does
     is sent unchanged, any other under its alias (``alias_names``;
-    docs/contract.md §8 A12). Raises ``ValueError`` naming the tool when its
+    docs/contract.md#a12). Raises ``ValueError`` naming the tool when its
     ``parameters`` is not an object schema (providers reject the whole
     request otherwise). The result is a fresh, plain, mutable JSON
     structure: editing it does not touch the registry. A tool defined with
@@ -179,7 +180,9 @@ def calls_from_message(
     non-``AbortSignal``; ``ValueError`` for a ``role`` other than
     ``"assistant"``, and for a message with no ``tool_calls`` that is a
     whole response (``choices``), a Responses API response (``output``)
-    or holds Anthropic ``tool_use`` blocks (decision 0049). Source: docs/contract.md §6, §8 A11, A12."""
+    or holds Anthropic ``tool_use`` blocks: the error names the reader
+    to use. Source: docs/contract.md#openai, docs/contract.md#a11,
+    docs/contract.md#a12."""
     msg = assistant_fields(message, has="tool_calls", what="tool calls", signal=signal)
     calls = field(msg, "tool_calls")
     if not calls:
@@ -226,7 +229,7 @@ def tool_message(call_id: str, result: ToolExecutionResult) -> ToolMessage:
     encodes as UTF-8. The result's ``additional_contexts`` are not part of
     the tool message: where they go in the conversation is the agent
     loop's decision. Raises ``TypeError`` for a non-``str`` ``call_id``.
-    Source: docs/contract.md §6, §8 A11."""
+    Source: docs/contract.md#openai, docs/contract.md#a11."""
     return {"role": "tool", "tool_call_id": checked_call_id(call_id), "content": provider_text(result)}
 
 
@@ -236,12 +239,12 @@ def tool_messages(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExe
     per model tool call, since ``calls_from_message`` gave one input per
     call. Raises ``ValueError`` when the two lengths differ, ``TypeError``
     when ``calls`` holds something else (the arguments swapped). Source:
-    docs/contract.md §6, §8 A11."""
+    docs/contract.md#openai, docs/contract.md#a11."""
     return [tool_message(call.call_id, result) for call, result in paired(calls, results)]
 
 
 # ---------------------------------------------------------------------------
-# The Responses API (docs/contract.md §17)
+# The Responses API (docs/contract.md#responses)
 
 
 def responses_tools_param(registry: HasSchemas, *names: str) -> list[FunctionToolParam]:
@@ -261,7 +264,7 @@ def responses_tools_param(registry: HasSchemas, *names: str) -> list[FunctionToo
     registry=registry)`` maps them back. Raises ``ValueError`` for a name
     not in the registry and, as ``tools_param``, for a tool whose
     ``parameters`` is not an object schema. The result is fresh, plain,
-    mutable JSON. Source: docs/contract.md §8 A12, §17."""
+    mutable JSON. Source: docs/contract.md#a12, docs/contract.md#responses."""
     tools: list[FunctionToolParam] = [
         {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": strict}
         for (name, description, parameters), (_, strict) in zip(
@@ -298,13 +301,13 @@ def calls_from_response(
     whose arguments are not JSON, too deep or hold a lone surrogate
     executes to ``INVALID_ARGS``; one whose ``call_id`` is missing, empty
     or repeats an earlier one, or that has no ``name``, to ``INVALID_CALL``,
-    with the texts of the Chat Completions reader (docs/contract.md §8 A11).
+    with the texts of the Chat Completions reader (docs/contract.md#a11).
 
     Raises ``TypeError`` for a non-``AbortSignal``, for an argument that is
     neither a response nor a list, and for an ``output`` that is not a
     list; ``ValueError`` for a mapping without ``output`` (a Chat
     Completions response or message, an Anthropic message: the error names
-    the reader to use). Source: docs/contract.md §17."""
+    the reader to use). Source: docs/contract.md#responses."""
     if not isinstance(signal, AbortSignal):
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     items = output_items(response_or_items)
@@ -318,7 +321,7 @@ def function_call_output(call_id: str, result: ToolExecutionResult) -> FunctionC
     as ``content`` (text blocks joined with ``"\\n"``, other blocks as
     JSON, a failure's ``Error: <message>``, never empty for a failure,
     always UTF-8). Raises ``TypeError`` for a non-``str`` ``call_id``.
-    Source: docs/contract.md §17, §13 A18."""
+    Source: docs/contract.md#responses, docs/contract.md#a18."""
     return {"type": "function_call_output", "call_id": checked_call_id(call_id), "output": provider_text(result)}
 
 
@@ -332,5 +335,5 @@ def function_call_outputs(
     (a list of ``ResponseInputItemParam``), so it is accepted as ``input=``
     as it is. Raises ``ValueError`` when the two lengths differ,
     ``TypeError`` when ``calls`` holds something else. Source:
-    docs/contract.md §17."""
+    docs/contract.md#responses."""
     return [function_call_output(call.call_id, result) for call, result in paired(calls, results)]

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RegistryToolset", "toolset"]
 
-# The registry validates the arguments (docs/contract.md §3): pydantic-ai
+# The registry validates the arguments (docs/contract.md#step-validate): pydantic-ai
 # passes the decoded object through unchanged.
 _ANY_ARGUMENTS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
 

@@ -1,5 +1,5 @@
 """Tool bodies as Ray tasks: ``RayBackend``
-(docs/contract.md#9-execution-backends, #10-ray).
+(docs/contract.md#backends, docs/contract.md#ray).
 
 ``ToolRegistry(backend=RayBackend())`` runs every tool body as a Ray task on
 the cluster ``ray.init()`` connected this process to, or on a local Ray that

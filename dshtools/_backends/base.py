@@ -1,4 +1,4 @@
-"""Execution backends: where a tool body runs (docs/contract.md §9).
+"""Execution backends: where a tool body runs (docs/contract.md#backends).
 
 A backend owns one step of the pipeline, the innermost one: running a body
 whose call was admitted, and telling the registry what became of it. The
@@ -59,7 +59,7 @@ class WorkerLost(Exception):
     """The process (or Ray worker) running a body died on its own (a crash,
     ``os._exit``) before the body returned. A backend reports it as
     ``Error(WorkerLost(...))``; the registry makes it a failure with code
-    ``WORKER_LOST`` and ``info.name`` ``"WorkerLost"`` (docs/contract.md §9)."""
+    ``WORKER_LOST`` and ``info.name`` ``"WorkerLost"`` (docs/contract.md#lost-workers)."""
 
 
 @attrs.frozen(slots=True)

@@ -1,5 +1,5 @@
 """The ``run`` services of a body that runs outside the caller's process
-(docs/contract.md#9-execution-backends): a ``ProcessBackend`` worker or a Ray worker.
+(docs/contract.md#backends): a ``ProcessBackend`` worker or a Ray worker.
 
 * ``run.signal`` is the signal of ``call_controller``: aborted by the
   caller's abort message; when the caller's dispatch signal had a timer
@@ -283,5 +283,5 @@ class RemoteRun:
     ) -> ToolExecutionResult:
         raise RuntimeError(
             f"run.dispatch() is not available in a tool running on {self._where}: "
-            "nested calls need the thread backend (docs/contract.md#9-execution-backends)"
+            "nested calls need the thread backend (docs/contract.md#backends)"
         )

@@ -1,5 +1,6 @@
 """The thread backend and its hand-off: where a queued body becomes a
-running one (docs/contract.md §3 step 4, §9; docs/backends.md).
+running one (docs/contract.md#step-dispatch, docs/contract.md#backends;
+docs/backends.md).
 
 Guarantees:
 
@@ -375,7 +376,7 @@ class _Settled:
 
 class ThreadBackend:
     """Runs bodies on a ``concurrent.futures`` executor in this process: the
-    default backend (docs/backends.md, docs/contract.md §9).
+    default backend (docs/backends.md, docs/contract.md#backends).
 
     ``ThreadBackend(max_workers=None, *, executor=None)``: without
     ``executor`` it owns a ``ThreadPoolExecutor`` of ``max_workers``

@@ -1,4 +1,4 @@
-"""The built-in default of ``python -m dshtools demo`` (docs/contract.md §6): a
+"""The built-in default of ``python -m dshtools demo`` (docs/contract.md#demo): a
 local HTTP server and four real blocking tools.
 
 Guarantees:
@@ -16,7 +16,7 @@ Guarantees:
   capabilities of ``dshtools.io`` with the signal they receive, and a fifth,
   ``stubborn``, that ignores its signal (a plain ``time.sleep``) and runs on
   a ``ProcessBackend`` with ``kill_after=FORCED_STOP_AFTER``: a cancel stops
-  it by force (docs/contract.md §9). Every body
+  it by force (docs/contract.md#forced-stop). Every body
   is counted while it runs (``bodies_in_flight``), every call id whose body
   was invoked is recorded, and the process group of every shell the
   ``shell`` tool started is recorded, so the demo can prove quiescence

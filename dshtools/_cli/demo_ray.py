@@ -1,5 +1,5 @@
 """``python -m dshtools demo --backend ray``: the demo's tools as Ray tasks
-on a local Ray (docs/contract.md §6, §10; docs/ray.md).
+on a local Ray (docs/contract.md#demo, docs/contract.md#ray; docs/ray.md).
 
 The same transcript, server and tools as the thread demo (``shell``,
 ``http_get``, ``read_file``, ``sleep``), rebuilt as module functions with

@@ -1,4 +1,4 @@
-"""Inputs of ``python -m dshtools replay`` (docs/contract.md §6): the transcript
+"""Inputs of ``python -m dshtools replay`` (docs/contract.md#replay): the transcript
 (a file or standard input; OpenAI Chat Completions or Anthropic Messages,
 detected or chosen with ``--format``) and the ``--tools MODULE:ATTRIBUTE``
 registry.
@@ -11,7 +11,7 @@ Guarantees:
   a transcript, no assistant message with tool calls, both formats in one
   transcript, ``tool_calls`` that is not a list (a malformed call inside
   it is model output: it becomes an ``INVALID_ARGS``/``INVALID_CALL``
-  result, docs/contract.md §8 A11); a file path where a module is
+  result, docs/contract.md#a11); a file path where a module is
   expected (the message names the module form), a malformed spec, a
   module that cannot be imported, a missing attribute, a factory that
   raises, anything that is not an open ``ToolRegistry``. That holds
@@ -56,7 +56,7 @@ def _read_json(path: str) -> Any:
     """The parsed JSON of ``path``, or of standard input when ``path`` is
     ``"-"``. Raises ``UsageError`` for a missing or unreadable file, for
     text that is not JSON, and for a document nested too deeply to read
-    (field case B37: never a traceback)."""
+    (a usage error, never a traceback)."""
     name = "<stdin>" if path == STDIN else path
     try:
         if path == STDIN:
@@ -292,7 +292,7 @@ def _failed(exc: BaseException) -> str:
 def _module_tools(module: ModuleType, module_name: str) -> ToolRegistry:
     """``--tools MODULE``: a new registry holding the module's
     ``@dshtools.tool`` functions, with a ``TimeoutPolicy`` so their
-    ``timeout=`` holds (docs/decisions/0052-typed-tools-from-a-module.md). ``UsageError`` when the module
+    ``timeout=`` holds. ``UsageError`` when the module
     marks none or one is refused."""
     from .._registry.policies import TimeoutPolicy
     from .._types.marks import tools_from_module

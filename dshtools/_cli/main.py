@@ -1,5 +1,5 @@
 """The command line: ``python -m dshtools demo`` and ``python -m dshtools
-replay`` (docs/contract.md §6).
+replay`` (docs/contract.md#interop-and-cli).
 
 Guarantees:
 
@@ -69,7 +69,7 @@ cancellation are outcomes, not errors); 1 a quiescence check failed, or
 stdout was closed early; 2 usage error (one line on stderr); 128 + signum
 when a signal stopped the run: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129
 SIGHUP. SIGTERM and SIGHUP are handled exactly like Ctrl-C (cancel, join,
-print the table and the quiescence report; docs/contract.md §8 A13).
+print the table and the quiescence report; docs/contract.md#a13).
 ``--trace`` (``dshtools._cli.trace``) makes every call an OpenTelemetry
 ``execute_tool`` span under one span for the run and prints the span tree
 after the quiescence report (on the table's stream); ``--trace FILE``
@@ -216,7 +216,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 not alive,
             ),
         ]
-        # The stubborn tool's worker processes (docs/contract.md §9): none runs a
+        # The stubborn tool's worker processes (docs/contract.md#forced-stop): none runs a
         # body, nothing a worker started is alive; then the idle worker is
         # stopped, so the descendant check below covers everything else.
         backend = tools.process_backend
@@ -256,7 +256,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 def timeout_warning(registry: ToolRegistry) -> str | None:
     """One line when a registered tool declares ``timeout`` but no
     ``TimeoutPolicy`` is installed on ``registry`` (the timeout is then not
-    enforced: docs/contract.md §4 makes the policy opt-in); else ``None``."""
+    enforced: docs/contract.md#timeout-policy makes the policy opt-in); else ``None``."""
     timed = sorted(d.name for d in registered(registry) if d.timeout is not None)
     if not timed or any(isinstance(fn, TimeoutPolicy) for fn in around_dispatch_hooks(registry)):
         return None
@@ -306,7 +306,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 
 
 def cmd_mcp(ns: argparse.Namespace) -> int:
-    """Serve ``--tools`` as an MCP server on stdio (docs/contract.md §11; see
+    """Serve ``--tools`` as an MCP server on stdio (docs/contract.md#mcp-stdio; see
     ``dshtools.mcp``): 0 at end of input, 128 + signum after SIGTERM/SIGINT."""
     # A module that prints while it is imported must not corrupt the protocol.
     with contextlib.redirect_stdout(sys.stderr):
@@ -371,7 +371,7 @@ def _serve_http(registry: ToolRegistry, ns: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (docs/contract.md §6: one line on
+    """argparse with a one-line usage error (docs/contract.md#replay: one line on
     stderr, exit 2); ``--help`` still prints the full usage."""
 
     def error(self, message: str) -> NoReturn:

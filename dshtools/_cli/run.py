@@ -1,5 +1,5 @@
 """The replay runner behind ``python -m dshtools demo`` and ``replay``
-(docs/contract.md §6) and its instrumentation: the dispatch meter, the result
+(docs/contract.md#interop-and-cli) and its instrumentation: the dispatch meter, the result
 collector and the progress ticker.
 
 Guarantees:
@@ -181,7 +181,7 @@ class _Published(NamedTuple):
 
 class _Collector:
     """A result observer that keeps every published result, in publication
-    order (model order within a batch; docs/contract.md §4), nested calls
+    order (model order within a batch; docs/contract.md#batch), nested calls
     marked as such."""
 
     def __init__(self) -> None:
@@ -233,7 +233,7 @@ class _Ticker:
       so, naming the calls, and that Ctrl-\\ (SIGQUIT) ends the process at
       once. On a terminal it replaces the progress line; elsewhere it is
       written once per set of calls waited for, as a line of its own
-      (docs/contract.md §8 A13).
+      (docs/contract.md#a13).
     """
 
     def __init__(
@@ -301,8 +301,8 @@ def _pair(
     calls: list[ToolExecutionInput], returned: list[ToolExecutionResult] | None, published: list[_Published]
 ) -> list[tuple[ToolExecutionResult | None, ExecutionToken | None]]:
     """``(result, token)`` for each model call of one batch, by identity,
-    never by call id (ids repeat and nested calls may reuse them; field
-    case B40). ``returned`` is what ``execute_batch`` returned, one result
+    never by call id (ids may repeat across a transcript, and a nested call
+    may reuse its parent's). ``returned`` is what ``execute_batch`` returned, one result
     per call in model order; its token is that of the published entry
     holding the very same result object. Without it (the batch was
     interrupted and re-raised), the batch's top-level publications, in

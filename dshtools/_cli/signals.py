@@ -1,4 +1,4 @@
-"""Process lifecycle signals of the command line (docs/contract.md §8 A13):
+"""Process lifecycle signals of the command line (docs/contract.md#a13):
 SIGTERM and SIGHUP are handled like Ctrl-C.
 
 Guarantees:

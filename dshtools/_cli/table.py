@@ -1,4 +1,4 @@
-"""The result table of ``python -m dshtools`` (docs/contract.md §6): one row per
+"""The result table of ``python -m dshtools`` (docs/contract.md#interop-and-cli): one row per
 call with batch, call id, tool, outcome (``SUCCESS``, the code, or
 ``ERROR(<exception name>)`` for a failure without a code), whether the body
 was invoked, the dispatch duration, the call's arguments and the start of
@@ -37,7 +37,7 @@ def outcome_of(result: ToolExecutionResult | None) -> str:
     """``SUCCESS``, the failure's code, ``TOOL_ERROR(<info name>)`` for an
     uncaught exception, ``ERROR(<info name>)`` for a failure without a code,
     or ``NO RESULT``; `` (killed)`` follows when a backend stopped the body
-    by force (``meta["killed"]``, docs/contract.md §9)."""
+    by force (``meta["killed"]``, docs/contract.md#forced-stop)."""
     text = _outcome(result)
     if result is not None and result.meta is not None and result.meta.get("killed") is True:
         text += " (killed)"

@@ -1,4 +1,4 @@
-"""Exceptions and abort reasons shared by every layer (docs/contract.md §1).
+"""Exceptions and abort reasons shared by every layer (docs/contract.md#cancellation).
 
 Guarantees:
 
@@ -37,7 +37,7 @@ class AbortError(Exception):
 
     ``AbortError(reason=None)``: ``.reason`` holds the signal's reason (any
     object, ``None`` only for a hand-made error). When the reason is a
-    ``BaseException`` it is also set as ``__cause__``. Source: docs/contract.md §1.
+    ``BaseException`` it is also set as ``__cause__``. Source: docs/contract.md#cancellation.
     """
 
     reason: object
@@ -67,7 +67,7 @@ class TimeoutReason(TimeoutError):
     ``TimeoutReason(code, seconds)``: ``code`` classifies the timer (for
     example ``"TOOL_TIMEOUT"`` for the timeout policy, ``"TIMEOUT"`` for
     ``AbortSignal.timeout``); ``seconds`` is the budget that ran out, in
-    seconds. Source: docs/contract.md §1.
+    seconds. Source: docs/contract.md#cancellation.
     """
 
     code: str
@@ -104,13 +104,13 @@ def safe_repr(obj: object) -> str:
     """``repr(obj)``, or a stand-in naming its type when that ``repr``
     raises: containment paths describe foreign objects (listeners,
     observers, hooks, returned values) and must never fail doing so
-    (docs/contract.md §8 A4)."""
+    (docs/contract.md#a4)."""
     return _guarded(repr, obj, "object (repr failed)")
 
 
 def safe_str(exc: BaseException) -> str:
     """``str(exc)``, or a stand-in naming its class when that ``__str__``
-    raises or returns a non-``str`` (docs/contract.md §8 A4)."""
+    raises or returns a non-``str`` (docs/contract.md#a4)."""
     return _guarded(str, exc, "(str() failed)")
 
 

@@ -1,4 +1,5 @@
-"""Deep, lossless, iterative freezing of JSON values (docs/contract.md §2, §3 step 1).
+"""Deep, lossless, iterative freezing of JSON values (docs/contract.md#calls,
+docs/contract.md#step-validate).
 
 Guarantees:
 
@@ -322,7 +323,7 @@ def thaw(value: object) -> Any:
     """The mutable twin of a frozen value: read-only mappings (any
     ``Mapping``) become ``dict``, tuples and lists become ``list``, scalars
     are returned as they are. Iterative (deep values work); a container
-    reached twice is thawed once and shared. Source: docs/contract.md §2."""
+    reached twice is thawed once and shared. Source: docs/contract.md#calls."""
     from collections.abc import Mapping
 
     def is_map(v: object) -> bool:

@@ -1,4 +1,5 @@
-"""JSON Schema compilation and validation with ``jsonschema-rs`` (docs/contract.md §3).
+"""JSON Schema compilation and validation with ``jsonschema-rs``: each schema
+is compiled once, at registration (docs/contract.md#registry).
 
 Guarantees:
 

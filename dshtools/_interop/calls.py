@@ -1,4 +1,5 @@
-"""What the provider formats share (docs/contract.md §6, §8 A11, §11):
+"""What the provider formats share (docs/contract.md#openai,
+docs/contract.md#a11, docs/contract.md#anthropic):
 reading model output that never raises, and text that always encodes as
 UTF-8; JSON text itself is read by ``json_text``, tool names are
 ``names``'. Used by ``dshtools.openai`` and ``dshtools.anthropic``;
@@ -66,8 +67,8 @@ class MalformedArguments:
     the model is shown (``<what>: <error>``).
 
     Not a JSON value, so the registry rejects it at materialization
-    (docs/contract.md §3 step 1) and the call's result is an ``INVALID_ARGS``
-    failure, with precedence over everything else (docs/contract.md §7),
+    (docs/contract.md#step-validate) and the call's result is an ``INVALID_ARGS``
+    failure, with precedence over everything else (docs/contract.md#precedence),
     whose text is ``Error: invalid arguments: <message> at $`` (the freeze
     step reads ``__json_problem__``).
     """
@@ -147,7 +148,7 @@ def parse_arguments(raw: object) -> object:
     * a mapping (some compatible servers send the object already decoded):
       checked as ``check_decoded`` does;
     * anything else: ``MalformedArguments`` ("expected a JSON string").
-    Source: docs/contract.md §8 A11."""
+    Source: docs/contract.md#a11."""
     try:
         if isinstance(raw, Mapping):
             return check_decoded(raw)
@@ -174,7 +175,8 @@ def check_decoded(value: object) -> object:
     ``input``, or an object a compatible server sent): ``value`` itself when
     it is at most 1 000 levels deep and holds no lone surrogate, else a
     ``MalformedArguments``. A mapping is copied to a plain ``dict`` at the
-    top level. Never raises. Source: docs/contract.md §8 A11, §11."""
+    top level. Never raises. Source: docs/contract.md#a11,
+    docs/contract.md#anthropic."""
     try:
         depth = _depth(value)
         if depth > MAX_DEPTH:
@@ -256,7 +258,7 @@ def field(obj: object, key: str, default: Any = None) -> Any:
 def utf8_safe(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a valid
     surrogate pair becomes the character it encodes), so the result always
-    encodes as UTF-8 (docs/contract.md §8 A11). ``text`` itself when it
+    encodes as UTF-8 (docs/contract.md#a11). ``text`` itself when it
     already encodes."""
     try:
         text.encode("utf-8")
@@ -279,7 +281,7 @@ def model_call(
     """One model function call under ``call_id`` with the caller's ``signal``
     (an ``AbortSignal``): ``arguments`` parsed, or an ``InvalidCall`` when
     the call has a ``problem`` or no name (``where`` locates it). Never
-    raises on model output (docs/contract.md §8 A11)."""
+    raises on model output (docs/contract.md#a11)."""
     name, problem = checked_name(name, problem, f"{where}: the call has no function name", aliases)
     parsed = InvalidCall(problem, arguments) if problem is not None else parse_arguments(arguments)
     return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
@@ -309,7 +311,7 @@ def provider_tools(registry: HasSchemas) -> list[tuple[str, str, dict[str, Any]]
 def object_schema_or_raise(name: str, parameters: object) -> None:
     """Raise ``ValueError`` naming the tool when ``parameters`` is not an
     object schema (providers take only ``{"type": "object", ...}``;
-    docs/contract.md §8 A12)."""
+    docs/contract.md#a12)."""
     if not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
         shown = parameters.get("type") if isinstance(parameters, Mapping) else type(parameters).__name__
         raise ValueError(
@@ -323,7 +325,7 @@ def object_schema_or_raise(name: str, parameters: object) -> None:
 
 
 class CallIds:
-    """The id rules of one assistant message (docs/contract.md §8 A11): an
+    """The id rules of one assistant message (docs/contract.md#a11): an
     id must be a non-empty string, and an id already used earlier in the
     same message is refused (the first call with it runs)."""
 

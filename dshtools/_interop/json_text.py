@@ -1,6 +1,6 @@
-"""JSON text read whatever the calling thread's stack depth (docs/contract.md
-§8 A11): the model's arguments and the MCP server's input lines are parsed
-here. Package-internal.
+"""JSON text read whatever the calling thread's stack depth, so that model
+output never raises (docs/contract.md#a11): the model's arguments and the
+MCP server's input lines are parsed here. Package-internal.
 
 Guarantees:
 
@@ -24,7 +24,7 @@ from typing import Any, Final
 __all__ = ["MAX_DEPTH", "TooDeep", "decode_json", "nesting_depth", "parse_iterative", "scanstring"]
 
 MAX_DEPTH: Final = 1000
-"""Deepest nesting of model arguments accepted (docs/contract.md §8 A11)."""
+"""Deepest nesting of model arguments accepted (docs/contract.md#a11)."""
 
 
 def _reject_constant(name: str) -> object:

@@ -1,4 +1,4 @@
-"""Reading JSON-RPC 2.0 lines for the MCP server (docs/contract.md §11,
+"""Reading JSON-RPC 2.0 lines for the MCP server (docs/contract.md#mcp-stdio,
 docs/contract.md#a19) before the SDK sees them; package-internal, no SDK
 import.
 
@@ -67,7 +67,7 @@ _PREFIX: Final = "dshtools-"
 of them together, and never a client's id (the table maps both ways)."""
 
 # The envelope adds two levels (the message, its params) above the tool's
-# arguments, which may be MAX_DEPTH deep (docs/contract.md §8 A11).
+# arguments, which may be MAX_DEPTH deep (docs/contract.md#a11).
 _MESSAGE_DEPTH: Final = MAX_DEPTH + 2
 
 

@@ -1,4 +1,4 @@
-"""The tool names a provider sees (docs/contract.md §8 A12): every
+"""The tool names a provider sees (docs/contract.md#a12): every
 registered name has an alias matching ``^[a-zA-Z0-9_-]{1,64}$``, the name a
 model call carries maps back to the registered one. Package-internal; used
 by ``dshtools.openai``, ``dshtools.anthropic`` and the framework adapters.
@@ -76,7 +76,7 @@ def _alias_table(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 def alias_names(names: Iterable[str]) -> dict[str, str]:
     """``{registered name: name sent to the provider}`` for ``names``.
 
-    The rule (docs/contract.md §8 A12), deterministic for a given set of
+    The rule (docs/contract.md#a12), deterministic for a given set of
     names, whatever their order:
 
     1. a name matching ``^[a-zA-Z0-9_-]{1,64}$`` is sent unchanged;

@@ -1,5 +1,6 @@
 """Reading the ``function_call`` items of an OpenAI Responses API response
-(docs/contract.md §17, §8 A11, A12); package-internal, used by
+(docs/contract.md#responses, docs/contract.md#a11, docs/contract.md#a12);
+package-internal, used by
 ``dshtools.openai``.
 
 Guarantees:

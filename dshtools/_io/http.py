@@ -1,10 +1,11 @@
-"""The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md#5-cancellable-blocking-io,
-#a14): case-insensitive response headers, the socket guard an abort
+"""The HTTP client internals behind ``dshtools.io.http_request`` (docs/contract.md#io,
+docs/contract.md#a14): case-insensitive response headers, the socket guard an abort
 listener shuts down, opening the (TLS) connection through that guard, and
 the request/response exchange, framed by ``h11``'s HTTP/1.1 state machine
 while this module owns the socket (so cancellation stays a socket
-shutdown). Why h11 and which framing rule is handled where:
-docs/decisions/0026-http-message-framing.md.
+shutdown). Messages are framed as RFC 9110 and RFC 9112 require
+(docs/contract.md#a14): ``h11`` applies the framing rules it knows, and
+``_exchange`` checks the ones it leaves to the caller.
 
 Guarantees:
 
@@ -253,10 +254,10 @@ def _exchange(
     """Send ``outgoing`` (from ``_prepare``) on ``sock`` and read the whole
     response through ``conn``; return ``(status, headers, body, trailers)``.
 
-    Framing is ``h11``'s state machine (RFC 9112 §6.3, one rule per line in
-    docs/decisions/0026-http-message-framing.md); the rules it leaves to
+    Framing is ``h11``'s state machine (RFC 9112 §6.3; the rules are those
+    of docs/contract.md#a14); the rules it leaves to
     the caller are checked here: ``Transfer-Encoding`` in an HTTP/1.0
-    response is faulty framing (§6.1), and an EOF that ends a
+    response is faulty framing (RFC 9112 §6.1), and an EOF that ends a
     close-delimited body is only a complete body if the signal did not
     abort (a shutdown looks the same). The signal is checked before every
     read and once after the last event."""

@@ -1,4 +1,4 @@
-"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md#5-cancellable-blocking-io):
+"""The process machinery behind ``dshtools.io.run_process`` (docs/contract.md#io):
 the abort self-pipe and the ``select`` loop that feeds the child, drains
 its pipes, terminates its session and reaps it. Who is in the session and
 how a member is signalled safely is ``dshtools._io.session``.

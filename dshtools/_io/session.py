@@ -1,5 +1,5 @@
 """The child's POSIX session, as ``dshtools.io.run_process`` sees it
-(docs/contract.md#5-cancellable-blocking-io): who is in it (read from
+(docs/contract.md#io): who is in it (read from
 ``/proc``), whether anyone in it is still alive, and how to signal its
 members without hitting a stranger.
 

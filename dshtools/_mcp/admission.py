@@ -1,5 +1,5 @@
 """First-come admission of the calls one MCP server connection runs
-(docs/decisions/0039-mcp-call-admission.md): calls overlap, each on its own
+(docs/contract.md#mcp-stdio): calls overlap, each on its own
 thread, except that a call whose ``registry.execution_mode(call)`` is
 ``"exclusive"`` runs alone.
 

@@ -1,4 +1,4 @@
-"""The process half of the command line's quiescence check (docs/contract.md#6-interop-and-command-line):
+"""The process half of the command line's quiescence check (docs/contract.md#demo):
 every live descendant of this process, and the Linux child subreaper that
 keeps orphaned grandchildren among them.
 

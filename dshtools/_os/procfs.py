@@ -1,6 +1,6 @@
 """Processes as ``/proc`` shows them (Linux), and signals that reach only
-the process that was read (docs/contract.md#5-cancellable-blocking-io and
-#9-execution-backends: what a forced stop
+the process that was read (docs/contract.md#io and
+docs/contract.md#forced-stop: what a forced stop
 kills, and that it never signals a stranger).
 
 One reader for every caller: ``run_process``'s session

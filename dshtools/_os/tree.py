@@ -1,5 +1,5 @@
 """What a forced stop of a ``ProcessBackend`` worker kills, and how it is
-confirmed (docs/contract.md#9-execution-backends, "What a forced stop kills").
+confirmed (docs/contract.md#forced-stop).
 
 A worker runs in its own session (it is the session and process group
 leader). ``dshtools.io.run_process`` puts each child in a session of its

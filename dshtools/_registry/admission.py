@@ -1,4 +1,5 @@
-"""Admission: step 3 of the pipeline (docs/contract.md §3, §7).
+"""Admission: step 3 of the pipeline (docs/contract.md#step-admission,
+docs/contract.md#precedence).
 
 The pre-execute waterfall, approval for ``Ask`` and the guards, run in the
 calling thread. Guarantees:
@@ -7,7 +8,7 @@ calling thread. Guarantees:
   value of the wrong type denies the call (``DENIED``, naming the hook);
   a broken policy never lets a call through.
 * A denial settles the call as ``DENIED`` even when the caller aborted
-  meanwhile (a denial is more specific than a later cancellation, §7).
+  meanwhile (a denial is more specific than a later cancellation, docs/contract.md#precedence).
   Cancellation observed between the phases (and an approval answered
   ``"cancelled"`` after the caller aborted, or an ``AbortError`` from a
   hook while the caller is aborted) settles ``ABORTED_BEFORE_DISPATCH``.
@@ -60,7 +61,7 @@ def describe(fn: Callable[..., object] | object) -> str:
 
 @attrs.define(eq=False)
 class Waterfall(Generic[_D]):
-    """A chain of hooks, each given ``next`` (docs/contract.md §3): hook
+    """A chain of hooks, each given ``next`` (docs/contract.md#hooks): hook
     ``i`` is called as ``hooks[i](*args, next)``, where ``next()`` runs hook
     ``i + 1`` and returns its decision; after the last hook, ``next()``
     returns ``end()``. Each hook's return must be an instance of
@@ -121,7 +122,7 @@ def _hook_fault(run: Run, what: str, exc: Exception) -> None:
 
 
 def admit(run: Run, approver: Approver | None, tickets: ApprovalTickets) -> None:
-    """Step 3 of docs/contract.md §3 for ``run`` (in the calling thread),
+    """Admission (docs/contract.md#step-admission) for ``run`` (in the calling thread),
     called only when the registry has a pre-execute hook or a guard; leaves
     ``run.result`` unset when the call may go on."""
     hooks = run.hooks

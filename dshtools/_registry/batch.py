@@ -1,4 +1,4 @@
-"""Batch execution of one model turn's tool calls (docs/contract.md §4),
+"""Batch execution of one model turn's tool calls (docs/contract.md#batch),
 for a synchronous caller (``execute_batch``) and an async one
 (``execute_batch_async``, awaited as ``aio`` awaits a call).
 
@@ -142,7 +142,7 @@ class _Batch:
         slot = _Slot(index, attrs.evolve(call, signal=fused))
         # After cancellation the fused signal is already aborted, so begin
         # settles the call as ABORTED_BEFORE_DISPATCH and runs no hook
-        # (docs/contract.md §3 step 2): no pre-execute runs after the batch aborted.
+        # (docs/contract.md#step-pre-abort): no pre-execute runs after the batch aborted.
         # The slot is recorded only once begin returned: a call whose
         # begin was interrupted counts as never begun and is settled again.
         slot.run = run = self.registry._begin(slot.call, allow_closed=True)
@@ -380,7 +380,7 @@ def execute_batch(
     a non-signal ``signal``, ``calls`` that is one input rather than an
     iterable of them, or a non-input call; ``ValueError`` for ``max_parallel < 1``, ``RuntimeError`` when the
     registry is closed; re-raises ``KeyboardInterrupt`` after every result
-    was published. Source: docs/contract.md §4.
+    was published. Source: docs/contract.md#batch.
     """
     if not isinstance(registry, ToolRegistry):
         raise TypeError(f"registry must be a ToolRegistry, not {type(registry).__name__}")

@@ -54,8 +54,10 @@ after_fork_in_child(_after_fork_in_child)
 def not_dispatched(signal: AbortSignal) -> ToolFailure:
     """The result of a call a wrapper did not dispatch because ``signal``
     aborted: ``ABORTED_BEFORE_DISPATCH`` with ``meta["reason"]`` the
-    signal's reason and ``body_invoked`` ``False``. The registry keeps it
-    as it is (docs/decisions/0062-a-wrapper-reports-not-dispatched.md)."""
+    signal's reason and ``body_invoked`` ``False``. The registry keeps a
+    wrapper's result as it is, so this is how a wrapper that never called
+    ``next()`` reports a call that did not reach its body
+    (docs/contract.md#policies)."""
     return aborted(signal.reason, invoked=False)
 
 

@@ -1,4 +1,5 @@
-"""Checking and building results (docs/contract.md §2, §3 steps 5-7).
+"""Checking and building results (docs/contract.md#calls, docs/contract.md#step-classify
+to docs/contract.md#step-finish).
 
 Every result that leaves the pipeline passes through here: a success's
 ``value`` is deep-frozen and validated against ``output_schema``, content

@@ -1,4 +1,4 @@
-"""Around-dispatch policies (docs/contract.md §4).
+"""Around-dispatch policies (docs/contract.md#timeout-policy).
 
 ``TimeoutPolicy`` is the *classification* half of a tool timeout: it arms a
 deadline over the dispatch signal (what ``deadline()`` makes: one signal
@@ -50,7 +50,7 @@ class TimeoutPolicy:
     (``... <ms>ms before it started`` when the body never started, e.g. it
     was still queued behind a busy pool) and ``meta["reason"]`` the
     ``TimeoutReason`` — whatever the body returned or raised. Source:
-    docs/contract.md §4.
+    docs/contract.md#timeout-policy.
     """
 
     __slots__ = ()

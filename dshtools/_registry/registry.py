@@ -1,5 +1,6 @@
 """``ToolRegistry``: registered tools, their policies and backends, and
-the call path of every call through them (docs/contract.md §3, §7, §9).
+the call path of every call through them (docs/contract.md#registry,
+docs/contract.md#precedence, docs/contract.md#backends).
 
 Guarantees:
 
@@ -145,7 +146,7 @@ class ToolRegistry(Closing):
     thread-safe; each call snapshots the hooks at its start. ``tickets``
     (an ``ApprovalTickets``; default: one with an in-memory store) issues
     the tickets of calls the approver defers and redeems them in
-    ``resume``. Source: docs/contract.md §3, §9.
+    ``resume``. Source: docs/contract.md#registry, docs/contract.md#backends.
 
     ``_lock`` guards registration and waiting on ``_idle`` (``close()`` and
     a wrapper's stray dispatch attempts wait there); ``_definitions`` and
@@ -300,7 +301,7 @@ class ToolRegistry(Closing):
         to return, then close the backends: the own thread backend (its pool
         shut down; a supplied executor is left running) and every backend
         given to this registry or its tools, a shared one only when the last
-        registry using it closes (docs/contract.md §9). Idempotent; a close()
+        registry using it closes (docs/contract.md#closing-backends). Idempotent; a close()
         interrupted by Ctrl-C is finished by the next. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
         when called from a registry worker (it would wait for itself)."""
@@ -309,7 +310,7 @@ class ToolRegistry(Closing):
     # --------------------------------------------------------------- execute
 
     def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
-        """Run one call through the pipeline of docs/contract.md §3 and return its
+        """Run one call through the pipeline of docs/contract.md#pipeline and return its
         frozen result (blocks the calling thread). Raises ``TypeError`` for a
         non-``ToolExecutionInput``, ``RuntimeError`` after ``close()``; a
         ``KeyboardInterrupt`` while blocked aborts the dispatch signal, joins

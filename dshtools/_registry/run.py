@@ -1,5 +1,6 @@
 """One call as it passes the registry, and the dispatch of its body
-(docs/contract.md §3 steps 4-5, §9).
+(docs/contract.md#step-dispatch, docs/contract.md#step-classify,
+docs/contract.md#backends).
 
 ``Run`` is private, mutable, and owned by the thread that runs the call's
 pipeline (the caller of ``execute``, or a batch's dispatch thread for steps
@@ -112,7 +113,8 @@ _log: Final = logging.getLogger("dshtools")
 
 CLOSED_BEFORE_DISPATCH: Final = "ToolRegistry closed before the call was dispatched"
 
-# What cancellation in force does to a result (docs/contract.md §3 step 5, §7):
+# What cancellation in force does to a result (docs/contract.md#step-classify,
+# docs/contract.md#precedence):
 Kind = Literal["success", "abort", "final"]
 SUCCESS: Final = "success"  # a success: cancellation in force makes it ABORTED
 ABORT: Final = "abort"  # an AbortError (or a forced stop): cancellation makes it ABORTED
@@ -139,7 +141,8 @@ after_fork_in_child(_after_fork_in_child)
 
 
 def classify(result: ToolExecutionResult, kind: Kind, in_force: AbortSignal, invoked: bool) -> ToolExecutionResult:
-    """The one rule of abort classification (docs/contract.md §3 step 5, §7):
+    """The one rule of abort classification (docs/contract.md#step-classify,
+    docs/contract.md#precedence):
     while cancellation is in force (``in_force`` aborted), a result of kind
     ``SUCCESS`` or ``ABORT`` becomes ``ABORTED`` when the body was invoked,
     else ``ABORTED_BEFORE_DISPATCH``, with ``in_force``'s reason; a
@@ -282,7 +285,7 @@ class Run:
         self.attempts: set[object] = set()
         self.joining = False
         self._children: itertools.count[int] | None = None  # made by the first nested dispatch
-        self.killed = False  # a backend killed the body's process (docs/contract.md §9)
+        self.killed = False  # a backend killed the body's process (docs/contract.md#forced-stop)
         self.overrun_s: float | None = None  # seconds the body ran on after its signal aborted
         self.report_meta: dict[str, object] | None = None  # a backend's own entries for the final meta
         self.overrun_logged = False
@@ -334,7 +337,7 @@ class Run:
         """``result`` with the backend's own ``meta`` entries,
         ``meta["killed"]`` and ``meta["overrun_s"]`` (an overrun above
         0.1 s, also logged as a WARNING unless the 1 s watch did),
-        whichever hook built it (docs/contract.md §9,
+        whichever hook built it (docs/contract.md#backends,
         docs/contract.md#a21)."""
         extra: dict[str, object] = dict(self.report_meta) if self.report_meta else {}
         if self.killed:

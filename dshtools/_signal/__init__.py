@@ -1,5 +1,5 @@
 """The cancellation primitive, ``AbortController`` / ``AbortSignal``
-(docs/contract.md#1-cancellation-primitive): the names the rest of the
+(docs/contract.md#cancellation): the names the rest of the
 package imports.
 
 Guarantees and invariants live with the code that gives them: ``signal``

@@ -1,5 +1,5 @@
 """``AbortController``: the owner of a signal and of the right to abort it
-(docs/contract.md#1-cancellation-primitive).
+(docs/contract.md#cancellation).
 
 Guarantees: of many concurrent ``abort()`` calls exactly one wins and the
 rest return at once; the winner makes the signal (and, through
@@ -35,7 +35,7 @@ class AbortController:
     ``abort(reason=None)``: the first call wins and sets ``signal.reason``
     (``None`` means a default ``AbortError()``; ``0``, ``""``, ``False`` are
     kept as given); later calls do nothing. Listeners run in the calling
-    thread before ``abort`` returns. Source: docs/contract.md#1-cancellation-primitive.
+    thread before ``abort`` returns. Source: docs/contract.md#cancellation.
     """
 
     __slots__ = ("signal",)
@@ -63,7 +63,7 @@ class AbortController:
         order, in this thread, outside any lock, before ``abort`` returns.
         A listener's ``Exception`` goes to ``sys.unraisablehook``; the first
         ``KeyboardInterrupt``/``SystemExit`` a listener raises is re-raised
-        here once every listener ran. Source: docs/contract.md#1-cancellation-primitive."""
+        here once every listener ran. Source: docs/contract.md#cancellation."""
         signal = self.signal
         try:
             del signal._armed

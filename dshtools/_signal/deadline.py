@@ -1,5 +1,5 @@
 """Deadlines: the timing and classification half of timeouts
-(docs/contract.md#1-cancellation-primitive).
+(docs/contract.md#cancellation).
 
 A ``Deadline`` only *says* "time is up" (its signal aborts with a
 ``TimeoutReason``); stopping the work belongs to whoever owns it. Guarantees:
@@ -75,7 +75,7 @@ def deadline(upstream: AbortSignal | None, seconds: float | None, code: str) -> 
     ``TimeoutReason(code, seconds)``; its listeners run on a library thread,
     never the caller's. Raises ``TypeError`` for a
     non-number ``seconds`` or non-``str`` code, ``ValueError`` for NaN or
-    infinity. Source: docs/contract.md#1-cancellation-primitive."""
+    infinity. Source: docs/contract.md#cancellation."""
     return Deadline(upstream, seconds, code)
 
 

@@ -171,7 +171,7 @@ class sigint_deferred:
 
     Only the main thread receives signals, so elsewhere (and where the
     SIGINT handler was not installed from Python) this does nothing.
-    Package-internal: the Ray backend's submit (docs/contract.md#9-execution-backends)."""
+    Package-internal: the Ray backend's submit (docs/contract.md#backends)."""
 
     __slots__ = ("_frame", "_previous", "_signum")
 

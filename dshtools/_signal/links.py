@@ -1,6 +1,6 @@
 """Linked signals: their listeners, their links to other signals
 (keep-alive, abort propagation, release) and their abort
-(docs/contract.md#1-cancellation-primitive; the public surface is
+(docs/contract.md#cancellation; the public surface is
 ``dshtools._signal``).
 
 A *linked* signal (``any_of``/``derive`` and timeout signals) owns

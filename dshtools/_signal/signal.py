@@ -1,5 +1,5 @@
 """``AbortSignal``: the cancellation primitive
-(docs/contract.md#1-cancellation-primitive).
+(docs/contract.md#cancellation).
 
 Guarantees:
 
@@ -97,7 +97,7 @@ class AbortSignal(SignalState):
     Obtain one from ``AbortController().signal`` or the factories
     ``any_of``, ``timeout`` and ``already_aborted``; a bare ``AbortSignal()``
     never aborts. Every method is thread-safe. Source:
-    docs/contract.md#1-cancellation-primitive.
+    docs/contract.md#cancellation.
     """
 
     # The slots, with what each holds, are `SignalState`'s.

@@ -1,5 +1,5 @@
 """Listener storage, the abort decision and listener dispatch: the layer
-every signal is built on (docs/contract.md#1-cancellation-primitive; the
+every signal is built on (docs/contract.md#cancellation; the
 public surface is ``dshtools._signal``).
 
 Guarantees:

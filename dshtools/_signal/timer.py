@@ -1,5 +1,5 @@
 """The one process-wide timer thread behind every timeout, and the threads
-that run the aborts it decides (docs/contract.md#1-cancellation-primitive,
+that run the aborts it decides (docs/contract.md#cancellation,
 docs/contract.md#a15).
 
 Guarantees:

@@ -1,4 +1,4 @@
-"""Calls, views, results and codes: the data types of a tool call (docs/contract.md §2).
+"""Calls, views, results and codes: the data types of a tool call (docs/contract.md#calls).
 
 Guarantees:
 
@@ -8,14 +8,14 @@ Guarantees:
   (a deliberate difference from a typed-only seam).
 * Results are frozen. The registry deep-freezes a result's ``value``,
   ``content`` and contexts before anyone outside the pipeline sees it
-  (docs/contract.md §3 step 7); ``meta`` is a read-only mapping (not
+  (docs/contract.md#step-finish); ``meta`` is a read-only mapping (not
   deep-frozen) from construction on, empty when nothing is in it, never
   ``None``; ``body_invoked`` says whether the registry invoked the body
   (docs/contract.md#a16).
 * A body's exception becomes ``Error: <str(exc)>``, except that an empty
   text gives the class name and a ``KeyError`` is prefixed with it
   (docs/contract.md#a17).
-* Every code constant of docs/contract.md §2 is defined here, once.
+* Every code constant of docs/contract.md#codes is defined here, once.
 * Views and tool definitions are in ``_types.tools``.
 """
 
@@ -34,7 +34,7 @@ from .._core.freeze import FrozenDict, freeze
 from .._signal import AbortSignal
 from .._signal.deadline import timeout_of
 
-# ---------------------------------------------------------------- codes (§2)
+# ---------------------------------------------- codes (docs/contract.md#codes)
 
 TOOL_ABORTED_BEFORE_DISPATCH: Final = "ABORTED_BEFORE_DISPATCH"
 TOOL_ABORTED: Final = "ABORTED"
@@ -52,7 +52,7 @@ WORKER_LOST: Final = "WORKER_LOST"
 INVALID_CALL: Final = "INVALID_CALL"
 """The code of a model tool call that cannot be run as written: an empty or
 repeated call id, an unsupported call type, no tool name
-(docs/contract.md#a11). Same precedence as ``INVALID_ARGS`` (docs/contract.md §7)."""
+(docs/contract.md#a11). Same precedence as ``INVALID_ARGS`` (docs/contract.md#precedence)."""
 
 
 ANY_OBJECT: Final = freeze({"type": "object"})
@@ -140,7 +140,7 @@ class ToolExecutionInput:
 
     ``ToolExecutionInput(call_id, name, arguments, signal, agent=None,
     parent=None, root_call_id=None)``. ``signal`` is required: a
-    non-``AbortSignal`` raises ``TypeError`` here (docs/contract.md §2). ``call_id``
+    non-``AbortSignal`` raises ``TypeError`` here (docs/contract.md#calls). ``call_id``
     and ``name`` must be ``str`` (``TypeError``); ``arguments`` is anything
     and is checked by the registry (``INVALID_ARGS``). Frozen, so
     ``attrs.evolve(call, signal=...)`` derives a variant. Equality is
@@ -266,7 +266,7 @@ class ToolSuccess:
     ``body_invoked`` (keyword-only: whether the registry invoked the tool's
     body; every result the registry returns sets it, a result built by hand
     says ``False`` unless told). ``is_error`` is ``False``, ``code`` is
-    ``None``. Source: docs/contract.md §2,
+    ``None``. Source: docs/contract.md#calls,
     docs/contract.md#a16."""
 
     value: Any
@@ -295,7 +295,7 @@ class ToolFailure:
     ``meta`` (a read-only mapping, empty by default), ``additional_contexts``,
     ``body_invoked`` (keyword-only, as on ``ToolSuccess``). ``is_error`` is
     ``True``; ``code`` is ``error.info.code`` or ``None``. Source:
-    docs/contract.md §2."""
+    docs/contract.md#calls."""
 
     error: ErrorDetail = attrs.field(validator=attrs.validators.instance_of(ErrorDetail))
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
@@ -324,7 +324,7 @@ class ToolError(Exception):
     """Raised by a tool body for a structured failure: ``ToolError(message,
     code=None)`` becomes ``ToolFailure`` with ``info.name == "ToolError"``
     and ``info.code == code`` (the code is kept even when the call was
-    cancelled meanwhile, docs/contract.md §7)."""
+    cancelled meanwhile, docs/contract.md#precedence)."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
         if not isinstance(message, str):
@@ -349,7 +349,7 @@ def failure(
     body_invoked: bool = False,
 ) -> ToolFailure:
     """A ``ToolFailure`` with the canonical content ``Error: <message>``
-    (for policies; docs/contract.md §2)."""
+    (for policies; docs/contract.md#calls)."""
     return ToolFailure(
         ErrorDetail(message, ErrorInfo(name, code)),
         text_content("Error: " + message),

@@ -1,6 +1,6 @@
-"""The value types hooks return and the hooks' signatures (docs/contract.md
-§3). ``ToolDefinition`` is defined with the other data types in
-``_types.py`` and re-exported here.
+"""The value types hooks return and the hooks' signatures
+(docs/contract.md#hooks). ``ToolDefinition`` is defined with the views in
+``_types.tools`` and re-exported here.
 
 Guarantees:
 

@@ -1,7 +1,7 @@
 """What a tool is and what it sees: ``ToolDefinition`` (its name,
-description, schemas, body and options; docs/contract.md §3 and
+description, schemas, body and options; docs/contract.md#registry and
 [typed tools](docs/contract.md#typed-tools)) and the read-only views the
-registry hands to hooks, wrappers and the body (docs/contract.md §2). The
+registry hands to hooks, wrappers and the body (docs/contract.md#calls). The
 two are one module because each names the other: a view carries its call's
 definition, and a definition's body and finalizer receive views.
 
@@ -52,9 +52,10 @@ __all__ = [
 
 
 def frozen_deferred_context(context: object, settled: bool) -> Any:
-    """``context`` deep-frozen for ``run.defer_context`` (docs/contract.md
-    §2): ``RuntimeError`` once the body ``settled``, ``TypeError`` for a
-    non-object, ``TypeError``/``ValueError`` for a non-JSON value.
+    """``context`` deep-frozen for ``run.defer_context`` (each context is a
+    JSON object; docs/contract.md#outputs): ``RuntimeError`` once the body
+    ``settled``, ``TypeError`` for a non-object, ``TypeError``/``ValueError``
+    for a non-JSON value.
     Package-internal (every kind of run)."""
     if settled:
         raise RuntimeError("defer_context() after the tool body settled")
@@ -114,7 +115,7 @@ class _ViewBase:
 @attrs.frozen(eq=False, kw_only=True)
 class ToolExecution(_ViewBase):
     """The read-only view of a call given to pre-execute hooks, guards,
-    post-execute hooks and result observers (docs/contract.md §2).
+    post-execute hooks and result observers (docs/contract.md#calls).
 
     ``signal`` is the caller's signal; every attribute is read-only
     (``attrs.exceptions.FrozenInstanceError``, an ``AttributeError``).
@@ -137,7 +138,8 @@ _set: Final = object.__setattr__
 
 @attrs.define(eq=False, kw_only=True, init=False)
 class ToolDispatchExecution(_ViewBase):
-    """The view given to around-dispatch wrappers (docs/contract.md §2, §3 step 4).
+    """The view given to around-dispatch wrappers (docs/contract.md#calls,
+    docs/contract.md#step-dispatch).
 
     Like ``ToolExecution`` except ``signal`` is replaceable: a wrapper may
     assign another ``AbortSignal`` (anything else: ``TypeError``) and must
@@ -200,7 +202,7 @@ class ToolDispatchExecution(_ViewBase):
 
 @attrs.frozen(eq=False, kw_only=True)
 class ToolRunContext(_ViewBase):
-    """The view a tool body receives as ``run`` (docs/contract.md §2).
+    """The view a tool body receives as ``run`` (docs/contract.md#calls).
 
     ``signal`` (read-only) is the dispatch-scoped signal: the caller's
     signal fused with any wrapper's replacement; a cooperative body checks
@@ -352,7 +354,8 @@ class ToolDefinition:
     """One tool: ``ToolDefinition(name, description, parameters, execute, *,
     output_schema=None, render=None, timeout=None, is_concurrency_safe=None,
     finalize_content=None, backend=None, strict=False, prepare_arguments=None,
-    idempotent=False, max_output_chars=None)`` (docs/contract.md §3, §9).
+    idempotent=False, max_output_chars=None)`` (docs/contract.md#registry,
+    docs/contract.md#backends).
 
     * ``parameters`` / ``output_schema``: JSON Schema (2020-12) objects,
       deep-frozen and compiled here; invalid → ``ValueError``.
@@ -494,7 +497,7 @@ class ToolDefinition:
 def argument_problems(definition: ToolDefinition, arguments: Any, height: int) -> Sequence[str]:
     """What is wrong with the frozen ``arguments`` (nesting depth ``height``)
     against ``definition.parameters``: empty when they are valid
-    (docs/contract.md §3 step 1, docs/contract.md#a6). Package-internal."""
+    (docs/contract.md#step-validate, docs/contract.md#a6). Package-internal."""
     return definition._parameters_validator.problems(arguments, height)
 
 

@@ -1,5 +1,5 @@
 """Every call an OpenTelemetry GenAI ``execute_tool`` span (issue 24,
-docs/contract.md#opentelemetry), checked with the real SDK and its
+docs/contract.md#otel), checked with the real SDK and its
 in-memory exporter."""
 
 from __future__ import annotations

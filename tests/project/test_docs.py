@@ -9,6 +9,10 @@
   namespace per page: the samples are the documentation's claims, and
   their ``assert`` lines pin what they promise.
 * Every decision note is reachable from the navigation.
+* Every ``docs/contract.md#anchor`` that the runtime, the pages or the README
+  cite exists on the contract page, and the runtime's prose cites the
+  contract by anchor only: no section numbers, decision numbers or
+  field-case ids.
 """
 
 from __future__ import annotations
@@ -161,6 +165,8 @@ def _sources() -> list[Path]:
 
 
 def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
+    # Tests, benchmarks and the other pages may still cite by number
+    # (``docs/contract.md §9``, ``§8 A11``): the numbers must exist.
     text = (DOCS / "contract.md").read_text(encoding="utf-8")
     sections = {int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)}
     amendments = {int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)}
@@ -172,9 +178,91 @@ def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
         body = path.read_text(encoding="utf-8")
         cited_sections |= {int(n) for n in re.findall(r"contract\.md ?§ ?(\d+)", body)}
         cited_amendments |= {int(n) for n in re.findall(r"contract\.md ?§ ?8,? A(\d+)", body)}
-    assert cited_sections, "nothing cites the contract: the pattern is wrong"
+    assert cited_sections, "nothing cites the contract by number: the pattern is wrong"
     assert cited_sections <= sections, sorted(cited_sections - sections)
     assert cited_amendments <= amendments, sorted(cited_amendments - amendments)
+
+
+def _slug(heading: str) -> str:
+    # Python-Markdown's ``toc`` slugify, for headings without ``{#id}``.
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower())
+
+
+def contract_anchors() -> set[str]:
+    """Every anchor of docs/contract.md: a heading's ``{#id}`` (or its
+    generated slug when it has none) and every explicit ``<a id="...">``."""
+    text = (DOCS / "contract.md").read_text(encoding="utf-8")
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', text))
+    for heading in re.findall(r"^#{2,6} (.+)$", text, re.M):
+        explicit = re.search(r"\{#([\w-]+)\}\s*$", heading)
+        anchors.add(explicit.group(1) if explicit else _slug(heading))
+    return anchors
+
+
+def _contract_citers() -> list[Path]:
+    return [*(ROOT / "dshtools").rglob("*.py"), *DOCS.rglob("*.md"), ROOT / "README.md"]
+
+
+def test_every_contract_anchor_cited_exists() -> None:
+    anchors = contract_anchors()
+    assert {"cancellation", "registry", "pipeline", "step-validate", "a11", "typed-tools"} <= anchors
+    cited: dict[str, set[str]] = {}
+    for path in _contract_citers():
+        body = path.read_text(encoding="utf-8")
+        found = set(re.findall(r"contract\.md#([\w-]+)", body))
+        if path.name == "contract.md":
+            found |= set(re.findall(r"\]\(#([\w-]+)\)", body))
+        for anchor in found:
+            cited.setdefault(anchor, set()).add(str(path.relative_to(ROOT)))
+    assert len(cited) > 20, "hardly anything cites the contract by anchor: the pattern is wrong"
+    missing = {anchor: sorted(where) for anchor, where in cited.items() if anchor not in anchors}
+    assert not missing, missing
+
+
+# A section sign is an RFC's (``RFC 9112 §6.1``, or a dotted number on the
+# line after the RFC's) or a leftover numbered contract cite; decision numbers and field-case ids belong to docs/ and to
+# the tests' docstrings, not to the runtime's prose.
+_RUNTIME_PROSE_FORBIDDEN = {
+    "a numbered contract cite (write docs/contract.md#anchor)": re.compile(
+        r"contract\.md\s*§|(?<!RFC \d{4} )(?<!RFC \d{4}\n)§(?!\d+(?:\.\d+)+)"
+    ),
+    "a decision number": re.compile(r"decisions/\d{4}|[Dd]ecision \d{4}"),
+    "a field-case id": re.compile(r"[Ff]ield cases?|\b[BN]\d{1,3}\b"),
+}
+
+
+def runtime_prose_problems(text: str) -> list[str]:
+    return [what for what, pattern in _RUNTIME_PROSE_FORBIDDEN.items() if pattern.search(text)]
+
+
+def test_the_runtime_cites_the_contract_by_anchor_only() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): problems
+        for path in sorted((ROOT / "dshtools").rglob("*.py"))
+        if (problems := runtime_prose_problems(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("(docs/contract.md §9)", "a numbered contract cite (write docs/contract.md#anchor)"),
+        ("the rule of §3 step 1", "a numbered contract cite (write docs/contract.md#anchor)"),
+        ("docs/contract.md\n    §6.1", "a numbered contract cite (write docs/contract.md#anchor)"),
+        ("see docs/decisions/0026-http-message-framing.md", "a decision number"),
+        ("(decision 0049)", "a decision number"),
+        ("(field case B37: never a traceback)", "a field-case id"),
+        ("ids repeat; B40", "a field-case id"),
+    ],
+)
+def test_the_runtime_prose_check_finds_what_it_forbids(text: str, problem: str) -> None:
+    assert runtime_prose_problems(text) == [problem]
+
+
+def test_the_runtime_prose_check_allows_rfc_sections_and_anchors() -> None:
+    assert runtime_prose_problems("framing (RFC 9112 §6.1), docs/contract.md#a14") == []
+    assert runtime_prose_problems("as RFC 9110\n    §6.5.1 asks") == []
 
 
 def test_every_field_case_cited_in_the_repository_is_listed() -> None:

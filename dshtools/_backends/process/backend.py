@@ -1,5 +1,5 @@
 """``ProcessBackend``: tool bodies in worker processes, stopped by force
-when they ignore their signal (docs/contract.md#9-execution-backends).
+when they ignore their signal (docs/contract.md#backends).
 
 Guarantees:
 
@@ -78,7 +78,7 @@ _NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
 class ProcessBackend:
     """Run tool bodies in a pool of worker processes; stop, by killing its
     worker and everything the worker started, a body that has not returned
-    ``kill_after`` seconds after its signal aborted (docs/contract.md#9-execution-backends).
+    ``kill_after`` seconds after its signal aborted (docs/contract.md#backends).
 
     ``ProcessBackend(max_workers=None, *, kill_after=5.0)``:
     ``max_workers`` (default: the CPU count) worker processes at most,

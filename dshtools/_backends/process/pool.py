@@ -1,5 +1,5 @@
 """The two halves of one ``ProcessBackend`` call
-(docs/contract.md#9-execution-backends): ``_Worker``, a worker process and its connection, and
+(docs/contract.md#backends): ``_Worker``, a worker process and its connection, and
 ``_Job``, one submitted body with its claim, its withdrawal and its report.
 
 Guarantees:

@@ -1,6 +1,6 @@
 """What crosses the process boundary of ``ProcessBackend`` besides plain
 data, and what stands in when it cannot
-(docs/contract.md#9-execution-backends): abort reasons, exceptions and return values that do not pickle.
+(docs/contract.md#backends): abort reasons, exceptions and return values that do not pickle.
 
 Guarantees:
 

@@ -1,4 +1,4 @@
-"""The worker side of ``ProcessBackend`` (docs/contract.md#9-execution-backends): the loop a
+"""The worker side of ``ProcessBackend`` (docs/contract.md#backends): the loop a
 worker process runs (``main(fd)``, started by ``ProcessBackend`` in a fresh
 interpreter).
 

@@ -108,7 +108,7 @@ def _cancel(ref: Any, *, force: bool) -> None:
 
 
 class _RayDispatch:
-    """One submitted body (the ``Dispatch`` of docs/contract.md#9-execution-backends).
+    """One submitted body (the ``Dispatch`` of docs/contract.md#backends).
 
     Two threads touch it. The abort listener (the thread that aborted
     ``run.signal``) sends the reason to the signal actor and withdraws the
@@ -405,7 +405,8 @@ class _RayDispatch:
 
 
 class RayBackend:
-    """Run tool bodies as Ray tasks (docs/contract.md#9-execution-backends, #10-ray).
+    """Run tool bodies as Ray tasks (docs/contract.md#backends,
+    docs/contract.md#ray).
 
     ``RayBackend(*, kill_after=5.0, **ray_options)``:
 
@@ -431,7 +432,7 @@ class RayBackend:
                 raise ValueError(f"kill_after must be finite and >= 0, not {kill_after!r}")
         retries = ray_options.pop("max_retries", 0)
         if retries != 0:
-            raise ValueError("RayBackend never retries a tool body: max_retries must be 0 (docs/contract.md#10-ray)")
+            raise ValueError("RayBackend never retries a tool body: max_retries must be 0 (docs/contract.md#ray)")
         if ray_options.pop("retry_exceptions", False):
             raise ValueError("RayBackend never retries a tool body: retry_exceptions is not allowed")
         for name in _FORBIDDEN_OPTIONS:

@@ -1,4 +1,4 @@
-"""Process-tree helpers for the Ray backend's forced stop (docs/contract.md#9-execution-backends).
+"""Process-tree helpers for the Ray backend's forced stop (docs/contract.md#backends).
 
 A forced stop kills the Ray worker that runs a body and everything that
 body started, including children that moved to a session of their own

@@ -1,5 +1,5 @@
-"""The Ray side of ``RayBackend`` (docs/contract.md#9-execution-backends,
-#10-ray): what runs inside Ray, imported by every worker that runs a body.
+"""The Ray side of ``RayBackend`` (docs/contract.md#backends,
+docs/contract.md#ray): what runs inside Ray, imported by every worker that runs a body.
 
 * The *signal actor*: one per backend, a threaded actor that carries abort
   reasons from the caller to the worker processes: every
