@@ -33,6 +33,7 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
+from dshtools._registry.observer import set_call_observer
 from tests.helpers import HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
 
 
@@ -251,6 +252,55 @@ def test_base_exception_from_a_result_observer_is_contained_and_reported(unraisa
         result = registry.execute(call("t"))
     assert result.code is None and seen == ["c1"]
     assert [type(u.exc_value) for u in unraisable] == [SystemExit]
+
+
+class _WatchFaultingMidCall:
+    """A call observer whose watch raises from ``progress`` and ``aborted``,
+    the two events it is handed while the body runs."""
+
+    def started(self, _call: object, _definition: object) -> _WatchFaultingMidCall:
+        return self
+
+    def enter(self) -> object:
+        return None
+
+    def exit(self, _token: object) -> None:
+        pass
+
+    def progress(self, _update: object) -> None:
+        raise RuntimeError("progress bug")
+
+    def aborted(self, _signal: object) -> None:
+        raise RuntimeError("aborted bug")
+
+    def finished(self, _result: object) -> None:
+        pass
+
+
+@pytest.mark.timeout(10)
+def test_a_call_watch_raising_on_progress_or_abort_is_reported_and_changes_no_result(
+    registry: ToolRegistry, unraisable: list[Any]
+) -> None:
+    caller = AbortController()
+    after: list[str] = []
+
+    def body(_a: Any, run: Any) -> str:
+        run.report_progress(1, 2)
+        after.append("progress")
+        caller.abort("stop")  # the watch is told in this thread
+        after.append("abort")
+        return "late"
+
+    registry.register(tool("t", body))
+    set_call_observer(registry, _WatchFaultingMidCall())
+    try:
+        result = registry.execute(call("t", signal=caller.signal))
+    finally:
+        set_call_observer(registry, None)
+    assert after == ["progress", "abort"]  # neither fault reached the body
+    assert result.code == TOOL_ABORTED and result.meta is not None and result.meta["reason"] == "stop"
+    assert [str(u.exc_value) for u in unraisable] == ["progress bug", "aborted bug"]
+    assert all("Exception in call observer" in u.err_msg for u in unraisable)
 
 
 # ------------------------------------------------------------------ A4

@@ -182,6 +182,22 @@ def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registr
     assert not body_ran.is_set()
 
 
+def test_the_approver_is_asked_with_the_calls_name_arguments_id_and_the_ask_reason() -> None:
+    asked: list[tuple[object, ...]] = []
+
+    def approver(request: Any) -> Any:
+        asked.append((request.name, thaw(request.arguments), request.call_id, request.reason))
+        assert request.execution.name == request.name  # the view's own fields
+        return "allowed-once"
+
+    with ToolRegistry(approver=approver) as registry:
+        registry.add_pre_execute(lambda e, nxt: Ask("dangerous"))
+        registry.register(tool("t", ok_body))
+        result = registry.execute(call("t", {"path": "/tmp"}, call_id="id-7"))
+    assert result.code is None
+    assert asked == [("t", {"path": "/tmp"}, "id-7", "dangerous")]
+
+
 @pytest.mark.timeout(10)
 def test_cancellation_during_approval_is_aborted_before_dispatch() -> None:
     asked = threading.Event()
@@ -615,6 +631,11 @@ def test_accept_value_is_validated_and_rerendered(registry: ToolRegistry) -> Non
 def test_accept_content_and_value_together_is_refused() -> None:
     with pytest.raises(ValueError):
         Accept(content="x", value=1)
+
+
+def test_an_accept_without_a_value_says_so_in_its_repr() -> None:
+    assert "value=UNSET," in repr(Accept())
+    assert "value=1," in repr(Accept(value=1))
 
 
 def test_deferred_contexts_order_and_block_discards_tool_contexts(registry: ToolRegistry) -> None:
