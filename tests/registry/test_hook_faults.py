@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from dshtools import (
+    DENIED,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
@@ -336,6 +337,45 @@ def test_an_exception_whose_str_raises_is_handled_like_any_fault(site: str, unra
     assert "Unprintable" in result.error.message or "Unprintable" in (result.error.info.name or "")  # type: ignore[union-attr]
     assert log == ["observer ran", "second observer ran"]
     assert len(unraisable) == 1 and isinstance(unraisable[0].exc_value, Unprintable)
+
+
+class _NamelessHook:
+    """A hook object whose ``__qualname__`` (any missing attribute) raises
+    something other than ``AttributeError``: messages name its type."""
+
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(f"no {name}")
+
+    def __call__(self, *_a: Any) -> object:
+        return 42
+
+
+def _answers_42(*_a: Any) -> object:
+    return 42
+
+
+@pytest.mark.parametrize(
+    ("site", "expected"),
+    [
+        ("pre_execute", "pre-execute hook {} returned int, expected Allow, Deny or Ask"),
+        ("guard", "guard {} returned int, expected str or None"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("hook", "name"), [(_answers_42, "_answers_42"), (_NamelessHook(), "_NamelessHook")], ids=["function", "nameless"]
+)
+def test_a_hook_returning_the_wrong_type_is_a_denial_naming_the_hook(
+    site: str, expected: str, hook: Callable[..., object], name: str
+) -> None:
+    with ToolRegistry() as registry:
+        registry.register(tool("t", lambda a, r: "v"))
+        if site == "pre_execute":
+            registry.add_pre_execute(hook)  # type: ignore[arg-type]
+        else:
+            registry.add_guard(hook)  # type: ignore[arg-type]
+        result = registry.execute(call("t"))
+    assert result.code == DENIED
+    assert result.content[0]["text"] == "Error: " + expected.format(name)
 
 
 def test_an_approver_answer_whose_repr_raises_is_a_denial() -> None:

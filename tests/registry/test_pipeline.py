@@ -165,6 +165,31 @@ def _aborted_once_reached(
     return box[0]
 
 
+@pytest.mark.parametrize("site", ["pre_execute", "guard"])
+@pytest.mark.parametrize("caller_aborts", [False, True])
+def test_an_abort_error_from_a_hook_is_cancellation_only_when_the_caller_aborted(
+    site: str, caller_aborts: bool
+) -> None:
+    controller = AbortController()
+
+    def hook(*_a: Any) -> Any:
+        if caller_aborts:
+            controller.abort("stop")  # while the hook runs
+        raise AbortError("the hook's own")
+
+    with ToolRegistry() as registry:
+        registry.register(tool("t", ok_body))
+        getattr(registry, "add_" + site)(hook)
+        result = registry.execute(call("t", signal=controller.signal))
+    assert not result.body_invoked
+    if caller_aborts:  # the caller's cancellation, observed by the hook
+        assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
+        assert result.meta is not None and result.meta["reason"] == "stop"
+    else:  # a fault like any other, failing closed
+        assert result.code == dshtools.DENIED
+        assert result.content[0]["text"].endswith(" failed: AbortError: operation aborted: the hook's own")
+
+
 @pytest.mark.timeout(10)
 def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registry: ToolRegistry) -> None:
     entered, release = threading.Event(), threading.Event()
