@@ -566,7 +566,7 @@ def test_a_group_that_cannot_be_scanned_or_may_not_be_signalled_counts_as_alive(
     def not_ours(pgid: int, sig: int) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(_process_session.os, "killpg", not_ours)  # another user's group: it exists
+    monkeypatch.setattr(os, "killpg", not_ours)  # another user's group: it exists
     assert _process_session._group_alive(child.pid)
 
 
