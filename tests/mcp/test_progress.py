@@ -178,8 +178,8 @@ def _relay_run(
     after: Any = lambda: None,
 ) -> Any:
     """Run a relay on its own event loop for one call with token ``"tok"``:
-    ``script(report, forward)`` runs in a worker thread, ``report(n)`` being
-    the registry's delivery of update ``n``; then the call finishes with
+    ``script(report)`` runs in a worker thread, ``report(n)`` being the
+    registry's delivery of update ``n``; then the call finishes with
     ``answered`` (``None``: it does not finish) and ``after()`` runs on the
     loop; ``prepare(relay)`` runs first. Returns ``report``, for deliveries after the loop ended."""
     import types
@@ -205,7 +205,7 @@ def _relay_run(
             relay.start(tg)
             forward = relay.track(ctx, signal)
             assert forward is not None
-            await anyio.to_thread.run_sync(script, report, forward)
+            await anyio.to_thread.run_sync(script, report)
             if answered is not None:
                 await relay.finish(forward, signal, answered=answered)
             after()
@@ -216,14 +216,20 @@ def _relay_run(
     return report
 
 
+def _second_behind_a_held_first(session: _Session, report: Any) -> None:
+    """Update 1 is reported and its send held (``session.holds[0]``); then
+    update 2 is reported behind it."""
+    report(1)
+    assert session.entered[0].wait(10)
+    report(2)
+
+
 @pytest.mark.timeout(20)
 def test_updates_reported_while_one_is_being_sent_are_coalesced_to_the_latest() -> None:
     session = _Session(holds=1)
 
-    def script(report: Any, _forward: Any) -> None:
-        report(1)
-        assert session.entered[0].wait(10)  # update 1 is being sent, and held
-        report(2)  # schedules the next send
+    def script(report: Any) -> None:
+        _second_behind_a_held_first(session, report)  # 2 schedules the next send
         report(3)  # the next send is scheduled already: replaces 2
         session.holds[0].set()
 
@@ -260,7 +266,7 @@ def test_an_update_whose_send_has_not_started_when_the_call_is_answered_is_sent_
         for forward in deferred:
             schedule[0](forward)
 
-    _relay_run(session, lambda report, _forward: report(1), prepare=defer_sends, after=start_deferred)
+    _relay_run(session, lambda report: report(1), prepare=defer_sends, after=start_deferred)
     assert len(deferred) == 1
     assert session.sent == [("tok", 1.0, None, None, 7)]
 
@@ -269,13 +275,10 @@ def test_an_update_whose_send_has_not_started_when_the_call_is_answered_is_sent_
 def test_nothing_is_sent_for_a_call_that_finished_without_an_answer() -> None:
     session = _Session(holds=1)
 
-    def script(report: Any, _forward: Any) -> None:
-        report(1)
-        assert session.entered[0].wait(10)  # update 1 is being sent, and held
-        report(2)  # pending behind it
-
     # The held send is released only after finish(answered=False).
-    report = _relay_run(session, script, answered=False, after=session.holds[0].set)
+    report = _relay_run(
+        session, lambda report: _second_behind_a_held_first(session, report), answered=False, after=session.holds[0].set
+    )
     report(3)  # after finish: the call is no longer followed
     assert session.sent == [("tok", 1.0, None, None, 7)]
 
@@ -283,6 +286,6 @@ def test_nothing_is_sent_for_a_call_that_finished_without_an_answer() -> None:
 @pytest.mark.timeout(20)
 def test_a_send_that_fails_and_an_update_after_the_server_stopped_are_dropped_quietly() -> None:
     session = _Session(broken=True)
-    report = _relay_run(session, lambda report, _forward: report(1), answered=None)
+    report = _relay_run(session, lambda report: report(1), answered=None)
     report(2)  # still followed, but the loop has finished: nobody to tell
     assert session.sent == []

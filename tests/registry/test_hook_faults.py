@@ -35,7 +35,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._registry.observer import set_call_observer
-from tests.helpers import HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
+from tests.helpers import CallWatchRecorder, HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -255,27 +255,15 @@ def test_base_exception_from_a_result_observer_is_contained_and_reported(unraisa
     assert [type(u.exc_value) for u in unraisable] == [SystemExit]
 
 
-class _WatchFaultingMidCall:
+class _WatchFaultingMidCall(CallWatchRecorder):
     """A call observer whose watch raises from ``progress`` and ``aborted``,
     the two events it is handed while the body runs."""
-
-    def started(self, _call: object, _definition: object) -> _WatchFaultingMidCall:
-        return self
-
-    def enter(self) -> object:
-        return None
-
-    def exit(self, _token: object) -> None:
-        pass
 
     def progress(self, _update: object) -> None:
         raise RuntimeError("progress bug")
 
     def aborted(self, _signal: object) -> None:
         raise RuntimeError("aborted bug")
-
-    def finished(self, _result: object) -> None:
-        pass
 
 
 @pytest.mark.timeout(10)
