@@ -161,14 +161,12 @@ def _report_public_module() -> None:
     # Public classes and functions say where users import them from
     # (``dshtools.ToolRegistry`` in reprs, tracebacks and pickles), not the
     # private module that defines them, as httpx and trio do. Every name in
-    # ``__all__`` is covered, including names exported later.
+    # ``__all__`` is covered, including names exported later; each is a
+    # class or function defined in Python, whose ``__module__`` is writable.
     for name in __all__:
         obj = globals()[name]
         if isinstance(obj, (type, FunctionType)):
-            try:
-                obj.__module__ = __name__
-            except (AttributeError, TypeError):  # a builtin or extension type
-                pass
+            obj.__module__ = __name__
 
 
 _report_public_module()

@@ -11,7 +11,8 @@
   published; ``CallEventRecorder`` records, per call id, the hook events and
   the start and end of each body (``recorded_tool`` wraps a body for it);
   ``ProgressRecorder`` is a progress observer that records the updates it
-  is handed (and can hold the delivery thread).
+  is handed (and can hold the delivery thread); ``CallWatchRecorder`` is a
+  call observer whose watch records them.
 * Waiting without sleeping: ``run_in_thread``, ``ExecutingInThread`` (one
   ``execute`` in a thread of its own), ``race_in_lockstep``,
   ``cancel_during_join`` (an asyncio task cancelled again and again),
@@ -370,6 +371,33 @@ class ProgressRecorder:
         self.call_ids.add(execution.call_id)
         if update.progress == self.final:
             self.last.set()
+
+
+class CallWatchRecorder:
+    """A call observer (``dshtools._registry.observer``) that watches every
+    call with itself; the watch records each progress update it is handed
+    (``updates``, in the body's thread) and does nothing else."""
+
+    def __init__(self) -> None:
+        self.updates: list[ProgressUpdate] = []
+
+    def started(self, _call: ToolExecutionInput, _d: ToolDefinition | None) -> CallWatchRecorder:
+        return self
+
+    def enter(self) -> object:
+        return None
+
+    def exit(self, _token: object) -> None:
+        pass
+
+    def aborted(self, _signal: AbortSignal) -> None:
+        pass
+
+    def progress(self, update: ProgressUpdate) -> None:
+        self.updates.append(update)
+
+    def finished(self, _result: ToolExecutionResult) -> None:
+        pass
 
 
 def recorded_tool(

@@ -82,13 +82,12 @@ def with_hook(hooks: Hooks, kind: str, fn: object) -> Hooks:
 
 def without_hook(hooks: Hooks, kind: str, fn: object) -> Hooks:
     """``hooks`` without the last occurrence of ``fn`` in its ``kind`` tuple
-    (a new ``Hooks``), or ``hooks`` itself when ``fn`` is not there."""
+    (a new ``Hooks``). ``fn`` is there: only ``add_hook``'s ``unregister()``
+    calls this, at most once per occurrence it added."""
     current: tuple[object, ...] = getattr(hooks, kind)
-    for i in range(len(current) - 1, -1, -1):
-        if current[i] is fn:
-            changes: dict[str, Any] = {kind: current[:i] + current[i + 1 :]}
-            return attrs.evolve(hooks, **changes)
-    return hooks
+    i = max(i for i, hook in enumerate(current) if hook is fn)
+    changes: dict[str, Any] = {kind: current[:i] + current[i + 1 :]}
+    return attrs.evolve(hooks, **changes)
 
 
 # --------------------------------------------------------------- backends

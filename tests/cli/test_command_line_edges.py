@@ -182,6 +182,20 @@ def test_a_file_like_tools_spec_gets_the_module_form(tools_dir: Path, spec: str,
         assert f"use {suggested}" in text, text
 
 
+def test_a_row_without_a_result_prints_no_result_and_an_empty_detail() -> None:
+    """The rows of a batch that never started (a Ctrl-C between batches)."""
+    from dshtools._cli.run import _Row
+    from dshtools._cli.table import print_table
+    from dshtools._types.hooks import ProgressUpdate
+
+    out = io.StringIO()
+    row = _Row(2, "c9", "dl", None, arguments={"n": 1}, progress=ProgressUpdate(1, 2))
+    print_table([row], lambda row: "?", out)
+    header, line = out.getvalue().splitlines()[:2]
+    assert header.split() == ["BATCH", "CALL", "ID", "TOOL", "OUTCOME", "BODY", "DURATION", "ARGS", "DETAIL"]
+    assert line.split() == ["2", "c9", "dl", "NO", "RESULT", "?", "-", '{"n":', "1}"]  # nothing under DETAIL
+
+
 def test_table_cells_for_no_result_a_codeless_failure_and_unprintable_arguments() -> None:
     assert outcome_of(None) == "NO RESULT"
     codeless = ToolFailure(ErrorDetail("hook said no", None), content="Error: hook said no")

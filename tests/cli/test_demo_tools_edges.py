@@ -87,6 +87,23 @@ def test_the_table_shows_the_last_progress_of_a_stopped_call_only() -> None:
     assert progress_text(ProgressUpdate(1, None, 'say "hi"\n')) == '1 "say \\"hi\\""'
 
 
+def test_the_remote_tool_without_a_log_to_write_runs_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dshtools import ToolRegistry, thaw
+    from dshtools._cli import demo_remote_tools
+    from dshtools._types.marks import tools_from_module
+
+    monkeypatch.delenv(demo_remote_tools.LOG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with ToolRegistry() as registry:
+        for definition in tools_from_module(demo_remote_tools):
+            registry.register(definition)
+        result = registry.execute(ToolExecutionInput("c0", "remote_sleep", {"seconds": 0}, AbortController().signal))
+    assert result.code is None and thaw(result.value) == {"slept": 0}  # type: ignore[union-attr]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_remote_tool_records_its_abort_and_its_return_on_the_server_side(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,11 +73,15 @@ def test_the_listing_follows_the_registry_and_a_wrong_name_is_refused(registry: 
     script = Script()
     unregister = registry.register(tool("later", lambda _a, _r: "ok"))
     agent = Agent(FunctionModel(script), toolsets=[toolset(registry, "later", "slow")])
+    only_later = Script()
+    alone = Agent(FunctionModel(only_later), toolsets=[toolset(registry, "later")])
     asyncio.run(agent.run("go"))
     assert [t.name for t in script.tools] == ["slow", "later"]  # registration order
     unregister()
     asyncio.run(agent.run("go"))
     assert [t.name for t in script.tools] == ["slow"]  # asked again at each step
+    asyncio.run(alone.run("go"))
+    assert only_later.tools == []  # every named tool gone: none listed, not all
     with pytest.raises(ValueError, match="'nope'"):
         toolset(registry, "nope")
     mine = toolset(registry, id="mine")

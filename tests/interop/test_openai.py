@@ -549,6 +549,17 @@ def test_aliases_follow_the_documented_rule() -> None:
     assert len(table["z" * 65]) == 64
 
 
+def test_an_alias_that_is_another_tools_registered_name_gets_a_longer_suffix() -> None:
+    # "get/whoami" would be get_whoami_<8 hex>; a tool registered under
+    # exactly that name takes it, so the suffix grows by 4.
+    digest = hashlib.sha256(b"get/whoami").hexdigest()
+    squatter = f"get_whoami_{digest[:8]}"
+    table = doa.alias_names(["get/whoami", "get_whoami", squatter])
+    assert table[squatter] == squatter and table["get_whoami"] == "get_whoami"
+    assert table["get/whoami"] == f"get_whoami_{digest[:12]}"
+    assert len(set(table.values())) == 3
+
+
 def _leaderboard_shaped_names(count: int) -> list[str]:
     """Names shaped like the Berkeley Function Calling Leaderboard's tool
     definitions (generated here, no third-party data): mostly snake_case,

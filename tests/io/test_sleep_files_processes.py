@@ -544,6 +544,32 @@ def test_run_process_sigkills_a_grandchild_in_its_own_group_that_ignores_sigterm
     assert _session_members(shell) == []
 
 
+@pytest.mark.timeout(10)
+def test_a_group_that_cannot_be_scanned_or_may_not_be_signalled_counts_as_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dshtools._os import procfs
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(procfs, "try_scan", lambda: None)  # no /proc (not Linux): any member counts
+            assert _process_session._group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not _process_session._group_alive(child.pid)  # reaped: the group is gone
+    with monkeypatch.context() as patched:
+        patched.setattr(procfs, "try_scan", lambda: None)
+        assert not _process_session._group_alive(child.pid)  # gone, /proc or not
+
+    def not_ours(pgid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "killpg", not_ours)  # another user's group: it exists
+    assert _process_session._group_alive(child.pid)
+
+
 @pytest.mark.timeout(30)
 def test_run_process_member_signal_is_rechecked_against_the_session_id() -> None:
     # Pid-reuse guard: a pid whose session id is not the one asked for (a

@@ -89,6 +89,44 @@ def test_structured_values_images_and_embedded_resources_come_back_as_sent(tmp_p
             single.execute({}, no_run)
 
 
+@pytest.mark.parametrize(
+    ("message", "http_status", "text"),
+    [
+        pytest.param(
+            "Server returned an error response",
+            "HTTP 403 Forbidden",
+            "the MCP server refused the request: HTTP 403 Forbidden",
+            id="the-sdks-stand-in-names-the-status",
+        ),
+        pytest.param(
+            "Server returned an error response",
+            None,
+            "the MCP server answered with JSON-RPC error -32603: Server returned an error response",
+            id="no-status-seen",
+        ),
+        pytest.param(
+            "scripted failure",
+            "HTTP 403 Forbidden",
+            "the MCP server answered with JSON-RPC error -32603: scripted failure",
+            id="the-servers-own-error-is-kept",
+        ),
+    ],
+)
+def test_an_http_status_stands_in_only_for_the_sdks_generic_error(
+    message: str, http_status: str | None, text: str
+) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    from dshtools import ToolError
+    from dshtools._backends.base import Error
+    from dshtools._mcp.results import report_of
+
+    report = report_of(MCPError(-32603, message), "answered", http_status)
+    assert isinstance(report.outcome, Error) and isinstance(report.outcome.error, ToolError)
+    assert str(report.outcome.error) == text and report.outcome.error.code == REMOTE_PROTOCOL_ERROR
+    assert report.meta == {"remote": "answered"}
+
+
 @pytest.mark.timeout(60)
 def test_protocol_faults_are_coded_failures_and_the_client_goes_on(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"

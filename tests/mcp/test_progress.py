@@ -127,3 +127,165 @@ def test_our_client_reports_our_servers_progress_to_the_registrys_observers(tmp_
     steps = [u.progress for _, u in seen]
     assert steps == sorted(steps)
     assert seen[-1][1] == ProgressUpdate(n - 1, n, f"step {n - 1}")
+
+
+# ------------------------------------------------- the relay, interleavings forced
+
+
+class _Observers:
+    """The registry as ``ProgressRelay`` uses it: one progress observer,
+    kept here after its removal so a test can deliver to it late."""
+
+    def __init__(self) -> None:
+        self.observe: Any = None
+        self.removed = False
+
+    def add_progress_observer(self, fn: Any) -> Any:
+        self.observe = fn
+        return lambda: setattr(self, "removed", True)
+
+
+class _Session:
+    """A client session whose sends are recorded. Send ``i`` (from 0) waits
+    for ``holds[i]`` when there is one, after setting ``entered[i]``; with
+    ``broken``, every send raises as for a client that went away."""
+
+    def __init__(self, holds: int = 0, *, broken: bool = False) -> None:
+        self.sent: list[tuple[object, ...]] = []
+        self.holds = [threading.Event() for _ in range(holds)]
+        self.entered = [threading.Event() for _ in range(holds)]
+        self.started = 0
+        self.broken = broken
+
+    async def send_progress_notification(self, token: object, *update: object, related_request_id: object) -> None:
+        import anyio.to_thread
+
+        if self.broken:
+            raise BrokenPipeError("the client went away")
+        i, self.started = self.started, self.started + 1
+        if i < len(self.holds):
+            self.entered[i].set()
+            await anyio.to_thread.run_sync(self.holds[i].wait, 10)
+        self.sent.append((token, *update, related_request_id))
+
+
+def _relay_run(
+    session: _Session,
+    script: Any,
+    *,
+    answered: bool | None = True,
+    prepare: Any = lambda relay: None,
+    after: Any = lambda: None,
+) -> Any:
+    """Run a relay on its own event loop for one call with token ``"tok"``:
+    ``script(report)`` runs in a worker thread, ``report(n)`` being the
+    registry's delivery of update ``n``; then the call finishes with
+    ``answered`` (``None``: it does not finish) and ``after()`` runs on the
+    loop; ``prepare(relay)`` runs first. Returns ``report``, for deliveries after the loop ended."""
+    import types
+
+    import anyio
+    import anyio.to_thread
+
+    from dshtools import AbortController
+    from dshtools._mcp.progress import ProgressRelay
+
+    observers = _Observers()
+    signal = AbortController().signal
+    execution = types.SimpleNamespace(signal=signal)
+    ctx: Any = types.SimpleNamespace(params={"_meta": {"progressToken": "tok"}}, session=session, request_id=7)
+    relay = ProgressRelay(observers)  # type: ignore[arg-type]
+    prepare(relay)
+
+    def report(n: int) -> None:
+        observers.observe(execution, ProgressUpdate(float(n), None, None))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            relay.start(tg)
+            forward = relay.track(ctx, signal)
+            assert forward is not None
+            await anyio.to_thread.run_sync(script, report)
+            if answered is not None:
+                await relay.finish(forward, signal, answered=answered)
+            after()
+        relay.close()
+
+    anyio.run(main)
+    assert observers.removed
+    return report
+
+
+def _second_behind_a_held_first(session: _Session, report: Any) -> None:
+    """Update 1 is reported and its send held (``session.holds[0]``); then
+    update 2 is reported behind it."""
+    report(1)
+    assert session.entered[0].wait(10)
+    report(2)
+
+
+@pytest.mark.timeout(20)
+def test_updates_reported_while_one_is_being_sent_are_coalesced_to_the_latest() -> None:
+    session = _Session(holds=1)
+
+    def script(report: Any) -> None:
+        _second_behind_a_held_first(session, report)  # 2 schedules the next send
+        report(3)  # the next send is scheduled already: replaces 2
+        session.holds[0].set()
+
+    scheduled: list[object] = []
+
+    def count_sends(relay: Any) -> None:
+        schedule = relay._schedule
+
+        def counted(forward: object) -> None:
+            scheduled.append(forward)
+            schedule(forward)
+
+        relay._schedule = counted
+
+    _relay_run(session, script, prepare=count_sends)
+    assert session.sent == [("tok", 1.0, None, None, 7), ("tok", 3.0, None, None, 7)]
+    assert len(scheduled) == 2  # update 3 rode on the send scheduled for 2
+
+
+@pytest.mark.timeout(20)
+def test_an_update_whose_send_has_not_started_when_the_call_is_answered_is_sent_by_finish() -> None:
+    """The send scheduled for update 1 starts only after ``finish``: a
+    scheduler may run the two in either order. ``finish`` sends the update
+    itself, before the answer, and the late send finds nothing left."""
+    session = _Session()
+    deferred: list[Any] = []
+    schedule: list[Any] = []
+
+    def defer_sends(relay: Any) -> None:
+        schedule.append(relay._schedule)
+        relay._schedule = deferred.append  # the send is scheduled, not started
+
+    def start_deferred() -> None:
+        for forward in deferred:
+            schedule[0](forward)
+
+    _relay_run(session, lambda report: report(1), prepare=defer_sends, after=start_deferred)
+    assert len(deferred) == 1
+    assert session.sent == [("tok", 1.0, None, None, 7)]
+
+
+@pytest.mark.timeout(20)
+def test_nothing_is_sent_for_a_call_that_finished_without_an_answer() -> None:
+    session = _Session(holds=1)
+
+    # The held send is released only after finish(answered=False).
+    report = _relay_run(
+        session, lambda report: _second_behind_a_held_first(session, report), answered=False, after=session.holds[0].set
+    )
+    report(3)  # after finish: the call is no longer followed
+    assert session.sent == [("tok", 1.0, None, None, 7)]
+
+
+@pytest.mark.timeout(20)
+def test_a_send_that_fails_and_an_update_after_the_server_stopped_are_dropped_quietly() -> None:
+    session = _Session(broken=True)
+    report = _relay_run(session, lambda report: report(1), answered=None)
+    report(2)  # still followed, but the loop has finished: nobody to tell
+    assert session.sent == []

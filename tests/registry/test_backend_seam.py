@@ -141,6 +141,16 @@ def test_register_after_close_raises() -> None:
         registry.register(tool("t", lambda a, r: None))
 
 
+def test_a_close_while_register_validates_refuses_the_tool_and_adopts_no_backend() -> None:
+    registry = ToolRegistry()
+    own = ScriptedBackend()
+    own.validate = lambda name, body: registry.close()  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match=r"^ToolRegistry is closed: register\(\) after close\(\) is not allowed$"):
+        registry.register(ToolDefinition("t", "", {"type": "object"}, lambda a, r: "ok", backend=own))
+    assert registry.get("t") is None and registry.statistics().tools == 0
+    assert own.closes == 0  # not adopted: the closed registry never closes it
+
+
 def test_statistics_report_tools_hooks_and_bodies_in_flight() -> None:
     with ToolRegistry() as registry:
         registry.register(tool("t", lambda a, r: registry.statistics().bodies_in_flight))

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from dshtools import (
+    DENIED,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
@@ -33,7 +34,8 @@ from dshtools import (
     ToolSuccess,
     execute_batch,
 )
-from tests.helpers import HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
+from dshtools._registry.observer import set_call_observer
+from tests.helpers import CallWatchRecorder, HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -253,6 +255,43 @@ def test_base_exception_from_a_result_observer_is_contained_and_reported(unraisa
     assert [type(u.exc_value) for u in unraisable] == [SystemExit]
 
 
+class _WatchFaultingMidCall(CallWatchRecorder):
+    """A call observer whose watch raises from ``progress`` and ``aborted``,
+    the two events it is handed while the body runs."""
+
+    def progress(self, _update: object) -> None:
+        raise RuntimeError("progress bug")
+
+    def aborted(self, _signal: object) -> None:
+        raise RuntimeError("aborted bug")
+
+
+@pytest.mark.timeout(10)
+def test_a_call_watch_raising_on_progress_or_abort_is_reported_and_changes_no_result(
+    registry: ToolRegistry, unraisable: list[Any]
+) -> None:
+    caller = AbortController()
+    after: list[str] = []
+
+    def body(_a: Any, run: Any) -> str:
+        run.report_progress(1, 2)
+        after.append("progress")
+        caller.abort("stop")  # the watch is told in this thread
+        after.append("abort")
+        return "late"
+
+    registry.register(tool("t", body))
+    set_call_observer(registry, _WatchFaultingMidCall())
+    try:
+        result = registry.execute(call("t", signal=caller.signal))
+    finally:
+        set_call_observer(registry, None)
+    assert after == ["progress", "abort"]  # neither fault reached the body
+    assert result.code == TOOL_ABORTED and result.meta is not None and result.meta["reason"] == "stop"
+    assert [str(u.exc_value) for u in unraisable] == ["progress bug", "aborted bug"]
+    assert all("Exception in call observer" in u.err_msg for u in unraisable)
+
+
 # ------------------------------------------------------------------ A4
 
 
@@ -286,6 +325,45 @@ def test_an_exception_whose_str_raises_is_handled_like_any_fault(site: str, unra
     assert "Unprintable" in result.error.message or "Unprintable" in (result.error.info.name or "")  # type: ignore[union-attr]
     assert log == ["observer ran", "second observer ran"]
     assert len(unraisable) == 1 and isinstance(unraisable[0].exc_value, Unprintable)
+
+
+class _NamelessHook:
+    """A hook object whose ``__qualname__`` (any missing attribute) raises
+    something other than ``AttributeError``: messages name its type."""
+
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(f"no {name}")
+
+    def __call__(self, *_a: Any) -> object:
+        return 42
+
+
+def _answers_42(*_a: Any) -> object:
+    return 42
+
+
+@pytest.mark.parametrize(
+    ("site", "expected"),
+    [
+        ("pre_execute", "pre-execute hook {} returned int, expected Allow, Deny or Ask"),
+        ("guard", "guard {} returned int, expected str or None"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("hook", "name"), [(_answers_42, "_answers_42"), (_NamelessHook(), "_NamelessHook")], ids=["function", "nameless"]
+)
+def test_a_hook_returning_the_wrong_type_is_a_denial_naming_the_hook(
+    site: str, expected: str, hook: Callable[..., object], name: str
+) -> None:
+    with ToolRegistry() as registry:
+        registry.register(tool("t", lambda a, r: "v"))
+        if site == "pre_execute":
+            registry.add_pre_execute(hook)  # type: ignore[arg-type]
+        else:
+            registry.add_guard(hook)  # type: ignore[arg-type]
+        result = registry.execute(call("t"))
+    assert result.code == DENIED
+    assert result.content[0]["text"] == "Error: " + expected.format(name)
 
 
 def test_an_approver_answer_whose_repr_raises_is_a_denial() -> None:

@@ -165,6 +165,31 @@ def _aborted_once_reached(
     return box[0]
 
 
+@pytest.mark.parametrize("site", ["pre_execute", "guard"])
+@pytest.mark.parametrize("caller_aborts", [False, True])
+def test_an_abort_error_from_a_hook_is_cancellation_only_when_the_caller_aborted(
+    site: str, caller_aborts: bool
+) -> None:
+    controller = AbortController()
+
+    def hook(*_a: Any) -> Any:
+        if caller_aborts:
+            controller.abort("stop")  # while the hook runs
+        raise AbortError("the hook's own")
+
+    with ToolRegistry() as registry:
+        registry.register(tool("t", ok_body))
+        getattr(registry, "add_" + site)(hook)
+        result = registry.execute(call("t", signal=controller.signal))
+    assert not result.body_invoked
+    if caller_aborts:  # the caller's cancellation, observed by the hook
+        assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH
+        assert result.meta is not None and result.meta["reason"] == "stop"
+    else:  # a fault like any other, failing closed
+        assert result.code == dshtools.DENIED
+        assert result.content[0]["text"].endswith(" failed: AbortError: operation aborted: the hook's own")
+
+
 @pytest.mark.timeout(10)
 def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registry: ToolRegistry) -> None:
     entered, release = threading.Event(), threading.Event()
@@ -180,6 +205,22 @@ def test_cancellation_while_pre_execute_waits_is_aborted_before_dispatch(registr
     result = _aborted_once_reached(registry, entered, "stop", then=release.set)
     assert result.code == dshtools.TOOL_ABORTED_BEFORE_DISPATCH and result.meta["reason"] == "stop"
     assert not body_ran.is_set()
+
+
+def test_the_approver_is_asked_with_the_calls_name_arguments_id_and_the_ask_reason() -> None:
+    asked: list[tuple[object, ...]] = []
+
+    def approver(request: Any) -> Any:
+        asked.append((request.name, thaw(request.arguments), request.call_id, request.reason))
+        assert request.execution.name == request.name  # the view's own fields
+        return "allowed-once"
+
+    with ToolRegistry(approver=approver) as registry:
+        registry.add_pre_execute(lambda e, nxt: Ask("dangerous"))
+        registry.register(tool("t", ok_body))
+        result = registry.execute(call("t", {"path": "/tmp"}, call_id="id-7"))
+    assert result.code is None
+    assert asked == [("t", {"path": "/tmp"}, "id-7", "dangerous")]
 
 
 @pytest.mark.timeout(10)
@@ -615,6 +656,11 @@ def test_accept_value_is_validated_and_rerendered(registry: ToolRegistry) -> Non
 def test_accept_content_and_value_together_is_refused() -> None:
     with pytest.raises(ValueError):
         Accept(content="x", value=1)
+
+
+def test_an_accept_without_a_value_says_so_in_its_repr() -> None:
+    assert "value=UNSET," in repr(Accept())
+    assert "value=1," in repr(Accept(value=1))
 
 
 def test_deferred_contexts_order_and_block_discards_tool_contexts(registry: ToolRegistry) -> None:

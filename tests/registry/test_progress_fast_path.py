@@ -17,15 +17,12 @@ from dshtools import (
     AbortController,
     ExecutionToken,
     ProgressUpdate,
-    ToolDefinition,
     ToolExecution,
-    ToolExecutionInput,
-    ToolExecutionResult,
     ToolRegistry,
     ToolRunContext,
 )
 from dshtools._registry.observer import set_call_observer
-from tests.helpers import ProgressRecorder, call, tool, value_of
+from tests.helpers import CallWatchRecorder, ProgressRecorder, call, tool, value_of
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -72,34 +69,9 @@ def test_a_report_while_the_call_is_queued_is_one_python_frame(registry: ToolReg
     assert called == ["report_progress"]
 
 
-class Watching:
-    """A call observer whose watch records every update in the body's thread."""
-
-    def __init__(self) -> None:
-        self.updates: list[ProgressUpdate] = []
-
-    def started(self, _call: ToolExecutionInput, _d: ToolDefinition | None) -> Watching:
-        return self
-
-    def enter(self) -> object:
-        return None
-
-    def exit(self, _token: object) -> None:
-        pass
-
-    def aborted(self, _signal: object) -> None:
-        pass
-
-    def progress(self, update: ProgressUpdate) -> None:
-        self.updates.append(update)
-
-    def finished(self, _result: ToolExecutionResult) -> None:
-        pass
-
-
 @pytest.mark.parametrize("with_observer", [True, False])
 def test_a_call_observers_watch_sees_every_update(registry: ToolRegistry, with_observer: bool) -> None:
-    watching = Watching()
+    watching = CallWatchRecorder()
     set_call_observer(registry, watching)
     last = threading.Event()
     if with_observer:
@@ -127,7 +99,7 @@ class Fraction(float):
 def test_values_that_are_not_exact_take_the_full_check(registry: ToolRegistry) -> None:
     """A call observer's watch sees every accepted update, in the body's
     thread; the progress observer sees the last one."""
-    watching = Watching()
+    watching = CallWatchRecorder()
     set_call_observer(registry, watching)
     last = threading.Event()
     registry.add_progress_observer(lambda _e, u: last.set() if u.message == "end" else None)

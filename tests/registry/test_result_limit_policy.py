@@ -107,6 +107,22 @@ def test_an_inner_hooks_content_and_block_are_cut_too(registry: ToolRegistry) ->
 
 
 @pytest.mark.timeout(10)
+def test_an_inner_block_within_the_limit_and_an_inner_value_pass_unchanged(registry: ToolRegistry) -> None:
+    registry.register(tool("t", lambda _a, _r: "short"))
+    registry.add_post_execute(ResultLimit(max_chars=4, keep="head"))
+    inner: list[PostExecuteDecision] = [Block("ffff", meta={"mine": 1})]
+    registry.add_post_execute(lambda _e, _r, _n: inner[0])
+    blocked = registry.execute(call("t"))
+    assert blocked.is_error and _text(blocked) == "ffff"
+    assert blocked.meta["mine"] == 1 and "truncated" not in blocked.meta
+    # A replacement value is rendered after the post-execute hooks: never cut.
+    inner[0] = Accept(value="v" * 10)
+    accepted = registry.execute(call("t", call_id="c2"))
+    assert value_of(accepted) == "v" * 10 and _text(accepted) == "v" * 10
+    assert "truncated" not in accepted.meta
+
+
+@pytest.mark.timeout(10)
 def test_non_text_blocks_are_kept_in_order() -> None:
     image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
     blocks = ({"type": "text", "text": "abcdef"}, image, {"type": "text", "text": "ghijkl"})

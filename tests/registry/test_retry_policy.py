@@ -13,6 +13,7 @@ import pytest
 import dshtools
 from dshtools import (
     AbortController,
+    AbortSignal,
     Deny,
     RetryPolicy,
     RetryWithFeedback,
@@ -381,6 +382,31 @@ def test_a_later_attempt_withdrawn_after_a_body_ran_is_aborted_not_before_dispat
     assert result.code == dshtools.TOOL_ABORTED
     assert result.body_invoked is True and body.runs == 1
     assert result.meta["attempts"] == 2 and result.meta["reason"] == "late"
+
+
+def test_an_abort_just_after_the_back_off_elapsed_starts_no_further_attempt(
+    registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The back-off's wait times out and the abort lands before the next
+    attempt starts: the signal's ``wait`` is made to return at once, as
+    timed out, with the abort right behind it."""
+    body = Flaky(fails=5)
+    caller = AbortController()
+    registry.register(tool("t", body, idempotent=True))
+    registry.add_around_dispatch(RetryPolicy(attempts=3, backoff=0.01, jitter=0, retry_on={dshtools.TOOL_ERROR}))
+    waits: list[float | None] = []
+
+    def timed_out_then_aborted(_signal: AbortSignal, timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        caller.abort("after the back-off")
+        return False
+
+    monkeypatch.setattr(type(caller.signal), "wait", timed_out_then_aborted)
+    result = registry.execute(call("t", signal=caller.signal))
+    assert waits == [0.01]  # the one back-off, nothing else waited
+    assert result.code == dshtools.TOOL_ABORTED
+    assert result.body_invoked is True and body.runs == 1
+    assert result.meta["attempts"] == 1 and result.meta["reason"] == "after the back-off"
 
 
 def _asks_for_iso_dates(_args: Any, _run: ToolRunContext) -> str:

@@ -13,6 +13,7 @@ import pytest
 from dshtools import (
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
+    TOOL_ERROR,
     TOOL_TIMEOUT,
     AbortController,
     AbortSignal,
@@ -29,7 +30,7 @@ from dshtools import (
 )
 from dshtools._signal import timer as _timer
 from dshtools.io import sleep as io_sleep
-from tests.helpers import CallEventRecorder, call, error_of, recorded_tool, stops_when_aborted
+from tests.helpers import CallEventRecorder, call, error_of, recorded_tool, stops_when_aborted, tool
 
 
 @pytest.fixture
@@ -115,6 +116,46 @@ def test_timer_is_cancelled_after_a_fast_call(registry: ToolRegistry) -> None:
     assert result.code is None
     assert pending_inside == [before + 1]  # armed while the body ran
     assert _timer.pending_count() == before  # and gone afterwards
+
+
+def _raises_once_aborted(
+    execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]
+) -> ToolExecutionResult:
+    """An around-dispatch hook (inside TimeoutPolicy) that runs the body,
+    then raises if the signal it handed on was aborted by then."""
+    result = nxt()
+    if execution.signal.aborted:
+        raise RuntimeError("hook broke after the abort")
+    return result
+
+
+@pytest.mark.timeout(10)
+def test_an_inner_hook_raising_after_the_deadline_fired_is_reported_as_the_timeout(registry: ToolRegistry) -> None:
+    registry.add_around_dispatch(_raises_once_aborted)  # registered after TimeoutPolicy: runs inside it
+    registry.register(tool("slow", lambda _a, run: run.signal.wait(5), timeout=0.05))
+    result = registry.execute(call("slow"))
+    assert result.code == TOOL_TIMEOUT
+    assert result.content[0]["text"] == "Error: tool call timed out after 50ms"
+    assert result.body_invoked  # no result says otherwise: the call counts as started
+    assert result.meta is not None and isinstance(result.meta["reason"], TimeoutReason)
+
+
+@pytest.mark.timeout(10)
+def test_an_inner_hook_raising_after_a_caller_abort_is_not_turned_into_a_timeout(registry: ToolRegistry) -> None:
+    started = threading.Event()
+    registry.add_around_dispatch(_raises_once_aborted)
+    registry.register(tool("slow", stops_when_aborted(started, "ignored"), timeout=5))
+    caller = AbortController()
+    threading.Thread(target=lambda: (started.wait(5), caller.abort("user"))).start()  # type: ignore[func-returns-value]
+    result = registry.execute(call("slow", signal=caller.signal))
+    assert result.code == TOOL_ERROR  # the hook's own failure, not a timeout
+    info = error_of(result).info
+    assert info is not None and info.name == "RuntimeError"
+    assert result.content[0]["text"] == "Error: hook broke after the abort"
+
+
+def test_timeout_policy_repr_names_the_policy() -> None:
+    assert repr(TimeoutPolicy()) == "TimeoutPolicy()"
 
 
 def _outer_deadline(seconds: float, fired: list[str]) -> Callable[..., ToolExecutionResult]:

@@ -175,6 +175,11 @@ def test_with_returns_the_deadline_itself_and_closes_it() -> None:
     assert up.signal.listener_count == 0
 
 
+def test_a_deadlines_repr_gives_its_code_seconds_and_signal() -> None:
+    with deadline(None, 5, "MY_TIMEOUT") as dl:
+        assert repr(dl) == f"<Deadline code='MY_TIMEOUT' seconds=5.0 signal={dl.signal!r}>"
+
+
 def test_deadline_over_a_derived_upstream_links_to_the_original_sources() -> None:
     root = AbortController()
     upstream = AbortSignal.any_of([root.signal])

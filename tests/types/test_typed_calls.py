@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -393,6 +394,13 @@ def test_import_dshtools_imports_neither_pydantic_nor_docstring_parser() -> None
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("mark", [dshtools.tool, dshtools.tool(name="length")], ids=["bare", "with-options"])
+def test_marking_what_takes_no_attribute_is_a_type_error_naming_its_type(mark: Callable[[object], object]) -> None:
+    with pytest.raises(TypeError, match=r"^@dshtools.tool marks functions, not builtin_function_or_method$") as info:
+        mark(len)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 def test_tools_from_module_collects_the_marked_functions_defined_there(tmp_path: Path) -> None:

@@ -485,6 +485,35 @@ def test_bad_arguments_are_refused_at_construction() -> None:
             ProcessBackend(1, kill_after=bad_kill)  # type: ignore[arg-type]
 
 
+def _refuse_to_unpickle() -> object:
+    raise LookupError("no such class here")
+
+
+class _UnpicklableHere:
+    """Pickles fine; unpickling it raises, as for a reason whose class the
+    other side cannot import."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _refuse_to_unpickle, ()
+
+
+def test_a_reason_only_cloudpickle_sends_crosses_and_one_that_does_not_unpickle_is_a_stand_in() -> None:
+    import pickle
+
+    from dshtools._backends.process.wire import dump_reason, load_reason
+
+    def local_reason() -> str:  # a local function: pickle refuses it, cloudpickle sends it
+        return "the user's own"
+
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        pickle.dumps(local_reason)
+    crossed = load_reason(dump_reason(local_reason))
+    assert callable(crossed) and crossed() == "the user's own"
+    stand_in = load_reason(dump_reason(_UnpicklableHere()))
+    assert type(stand_in) is AbortError
+    assert str(stand_in) == "operation aborted: aborted (the reason could not be unpickled: no such class here)"
+
+
 def test_stand_ins_keep_the_class_name_message_code_and_abort_classification() -> None:
     from dshtools import timeout_of
     from dshtools._backends.process.wire import RemoteTraceback, describe_error, error_from
