@@ -27,6 +27,8 @@ from ._types.calls import (
     INVALID_ARGS,
     INVALID_CALL,
     INVALID_TOOL_OUTPUT,
+    JOURNAL_ERROR,
+    OUTCOME_UNKNOWN,
     TOOL_ABORTED,
     TOOL_ABORTED_BEFORE_DISPATCH,
     TOOL_ERROR,
@@ -72,6 +74,8 @@ __all__ = [
     "INVALID_ARGS",
     "INVALID_CALL",
     "INVALID_TOOL_OUTPUT",
+    "JOURNAL_ERROR",
+    "OUTCOME_UNKNOWN",
     "RETRY_REQUESTED",
     "TOOL_ABORTED",
     "TOOL_ABORTED_BEFORE_DISPATCH",
@@ -163,9 +167,12 @@ def _report_public_module() -> None:
     # private module that defines them, as httpx and trio do. Every name in
     # ``__all__`` is covered, including names exported later; each is a
     # class or function defined in Python, whose ``__module__`` is writable.
+    # The test is on the object's real type: ``isinstance`` reads
+    # ``__class__``, which a ``Callable[[X], Y]`` alias forwards to its origin
+    # on 3.10, and an alias's ``__module__`` is read-only.
     for name in __all__:
         obj = globals()[name]
-        if isinstance(obj, (type, FunctionType)):
+        if issubclass(type(obj), (type, FunctionType)):
             obj.__module__ = __name__
 
 

@@ -38,6 +38,24 @@ scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 ``(the string, index after its closing quote)``; never recursive."""
 
 
+def _trailing_comma_error(empty_member: str, open_: str, close: str) -> tuple[str, bool]:
+    """How this interpreter's ``json`` reports a comma right before the
+    closing bracket: (its message, whether its position is the comma's
+    rather than the bracket's). Read from ``json`` itself, as its wording
+    differs between Python versions."""
+    text = f"{open_}{empty_member}, {close}"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return exc.msg, exc.pos == text.index(",")
+    # A json that accepted the comma: read it as a missing value.
+    return ("Expecting value" if close == "]" else "Expecting property name enclosed in double quotes"), False
+
+
+_TRAILING_COMMA: Final = {"]": _trailing_comma_error("0", "[", "]"), "}": _trailing_comma_error('"":0', "{", "}")}
+"""Closing bracket -> how ``json`` reports a trailing comma before it."""
+
+
 class TooDeep(Exception):
     """Raised by ``parse_iterative`` past its depth limit."""
 
@@ -116,7 +134,11 @@ def parse_iterative(s: str, limit: int = MAX_DEPTH) -> Any:
             else:
                 container[frame[2]] = value
             if idx < n and s[idx] == ",":
+                comma = idx
                 idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+                if idx < n and s[idx] == close:
+                    message, at_comma = _TRAILING_COMMA[close]
+                    raise err(message, s, comma if at_comma else idx)
                 if close == "}":
                     frame[2], idx = _member_key(s, idx)
                 break

@@ -14,17 +14,35 @@ abort decision of ``dshtools._signal.state`` (deleting ``_armed`` wins;
 the boundary splits the listeners between the dispatch and late adders),
 in the order that module's "Atomicity" section relies on: insert the
 boundary, store ``_reason`` and ``_aborted``, and only then read the
-dependents, the ``Event`` and the listeners.
+dependents, the waiters and the listeners.
+
+The claim. With the GIL, ``del signal._armed`` is one step: the check "is
+the slot set?" and the deletion run in C with no other thread in between,
+so the first deletion wins and every later one raises. On a free-threaded
+build (``sys._is_gil_enabled()`` false when this module is imported) the
+check runs before the object's critical section is entered, so two
+deletions can both pass it and both succeed; there ``abort`` first claims
+under ``_CLAIM_LOCK`` (``_claimed_under_lock``): the claimant turns
+``_armed`` from ``True`` to ``False`` under the lock, every later caller
+finds it not ``True`` and returns, and the claimant's own deletion then
+runs alone. The GIL build's ``abort`` is not wrapped and runs exactly as
+written (docs/atomicity.md).
 """
 
 from __future__ import annotations
 
-from typing import Final
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
 from .._core.errors import report_unraisable, safe_repr
+from .._core.interrupts import after_fork_in_child
 from .links import _won_plain_with_deps
 from .signal import AbortSignal, _BudgetSignal, _PlainSignal
 from .state import _BOUNDARY, _DEFAULT_REASON, _dispatch_plain
+from .wake import wake
 
 __all__ = ["AbortController", "budget_controller"]
 
@@ -49,7 +67,7 @@ class AbortController:
         signal._linked = False
         signal._aborted = False
         signal._armed = True
-        signal._event = None
+        signal._waiters = None
         signal._listeners = None
         signal._deps = None
         signal._watched = False
@@ -78,9 +96,9 @@ class AbortController:
             if signal._deps:
                 _won_plain_with_deps(signal)
                 return
-            event = signal._event
-            if event is not None:
-                event.set()
+            waiters = signal._waiters
+            if waiters is not None:
+                wake((waiters,))
         listeners = signal._listeners  # again: the first adder may have made it
         if not listeners:
             return
@@ -111,6 +129,40 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController signal={self.signal!r}>"
+
+
+# Guards the free-threaded claim of a plain abort (module docstring): held
+# while one `abort` reads `_armed` and, finding `True`, stores `False`.
+# Nothing else runs under it.
+_CLAIM_LOCK: Final = threading.Lock()
+after_fork_in_child(_CLAIM_LOCK._at_fork_reinit)  # type: ignore[attr-defined]
+
+_Abort = Callable[[AbortController, object], None]
+
+
+def _claimed_under_lock(abort: _Abort) -> _Abort:
+    """``abort`` preceded by a claim that is atomic without the GIL: only
+    the caller that turns ``_armed`` from ``True`` to ``False`` under
+    ``_CLAIM_LOCK`` goes on to ``abort`` (whose deletion of ``_armed`` then
+    succeeds); every other caller returns at once, as a losing abort does."""
+
+    def claimed_abort(self: AbortController, reason: object = None) -> None:
+        signal = self.signal
+        with _CLAIM_LOCK:
+            if getattr(signal, "_armed", False) is not True:
+                return  # an abort won before: this call does nothing
+            signal._armed = False
+        abort(self, reason)
+
+    return functools.update_wrapper(claimed_abort, abort)
+
+
+GIL_AT_IMPORT: Final[bool] = getattr(sys, "_is_gil_enabled", lambda: True)()
+"""Whether the GIL was on when this module was imported: ``False`` only on a
+free-threaded build running without it, where ``abort`` claims under a lock."""
+
+if not TYPE_CHECKING and not GIL_AT_IMPORT:
+    AbortController.abort = _claimed_under_lock(AbortController.abort)
 
 
 def budget_controller(deadline: float) -> AbortController:

@@ -74,8 +74,10 @@ class abort_on_signals:
 
     ``with abort_on_signals(controller) as guard:`` -- ``guard.received``
     lists the signal numbers received so far (in order, repeats included)
-    and ``guard.exit_status`` is ``128 + signum`` of the first one, or
-    ``None`` while none came.
+    and ``guard.exit_status`` (an ``int``) is ``128 + signum`` of the first
+    one, or ``0`` while none came: ``return guard.exit_status`` or
+    ``sys.exit(guard.exit_status)`` is right either way
+    (docs/contract.md#a33).
 
     The abort runs on a watcher thread this context manager starts on entry
     and joins on exit, never inside the signal handler (see the module
@@ -107,9 +109,11 @@ class abort_on_signals:
         self.received: list[int] = []
 
     @property
-    def exit_status(self) -> int | None:
-        """``128 + signum`` of the first signal received, else ``None``."""
-        return 128 + self.received[0] if self.received else None
+    def exit_status(self) -> int:
+        """The exit status a program stopped by the first signal received
+        gives by convention, ``128 + signum``; ``0`` (a normal exit) while
+        none came."""
+        return 128 + self.received[0] if self.received else 0
 
     def __enter__(self) -> abort_on_signals:
         if threading.current_thread() is not threading.main_thread():

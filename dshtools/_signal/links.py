@@ -54,6 +54,7 @@ from .state import (
     _removed,
     _shared_reason_locked,
 )
+from .wake import wake
 
 # `_dispatch` is listed as the documented test hook (module docstring).
 __all__ = ["LinkedState", "_dispatch", "abort_owned"]
@@ -107,6 +108,12 @@ class LinkedState(SignalState):
         """``AbortSignal.close`` of a linked signal: drop the links that
         keep it alive and its sources' links to it, and cancel its timer
         entry. Never aborts; idempotent."""
+        if self._aborted and not self._sources and self._timer is None:
+            # The abort released every link, and an aborted signal's links
+            # and timer never come back: nothing to take the lock for (the
+            # woken calls of a shared abort close theirs all at once).
+            self._closed = True
+            return
         with _LOCK:
             timer = self._timer
             sources = self._sources
@@ -284,10 +291,7 @@ def _finish(won: list[SignalState], batches: list[Any], plain: dict[Any, Any] | 
     # Every affected signal now reads aborted. Wake waiters, then run
     # listeners: own first (`plain`: the listener dict of a plain signal,
     # `won[0]`), dependents in derivation order.
-    for signal in won:
-        event = signal._event
-        if event is not None:
-            event.set()
+    wake([waiters for signal in won if (waiters := signal._waiters) is not None])
     first = _dispatch_plain(won[0], plain) if plain else None
     for signal, pending in batches:
         interrupt = _dispatch(signal, pending)

@@ -50,7 +50,6 @@ the one lock ``_LOCK``.
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -61,7 +60,6 @@ from typing import TYPE_CHECKING, Any, Final
 import dshtools._signal.timer as _timer
 
 from .._core.errors import AbortError, check_seconds, safe_repr
-from .._core.interrupts import INTERRUPT_SLICE
 from .links import (
     LinkedState,
     _add_dep_locked,
@@ -83,6 +81,7 @@ from .state import (
     _reason_of,
     _refused,
 )
+from .wake import wait_on
 
 __all__ = ["AbortSignal", "Listener", "ListenerHandle"]
 
@@ -109,7 +108,7 @@ class AbortSignal(SignalState):
         self._linked = False
         self._aborted = False
         self._armed = True
-        self._event = None
+        self._waiters = None
         self._listeners = None
         self._deps = None
         self._watched = False
@@ -145,30 +144,26 @@ class AbortSignal(SignalState):
     def wait(self, timeout: float | None = None) -> bool:
         """Block the calling thread until aborted or ``timeout`` seconds
         passed (``None``: no limit). Returns ``aborted``. Wakes within about
-        a millisecond of ``abort()`` in another thread; an untimed wait is
-        sliced so ``KeyboardInterrupt`` is delivered promptly."""
+        a millisecond of ``abort()`` in another thread (the waiters of one
+        abort wake one after another, each woken thread waking the next).
+        Off the main thread the wait never wakes before that; on the main
+        thread it is sliced so ``KeyboardInterrupt`` is delivered promptly.
+        Source: docs/contract.md#scale."""
         if self._aborted:
             return True
         if timeout is not None:
             timeout = check_seconds(timeout, "timeout")
-        event = self._event
-        if event is None:
+        waiters = self._waiters
+        if waiters is None:
             with _LOCK:
-                event = self._event
-                if event is None:
-                    event = self._event = threading.Event()
-                    self._watched = True  # after `_event`: see `_watched`
-            # Read after the store above; an abort stores `_aborted` before
-            # it reads `_event` (module docstring): one of us sees the other.
-            if self._aborted:
-                return True
-        if timeout is not None:
-            # Clamp: Event.wait() raises OverflowError past
-            # threading.TIMEOUT_MAX (~292 years); a longer wait is the same.
-            return event.wait(min(timeout, threading.TIMEOUT_MAX)) or self._aborted
-        while not event.wait(INTERRUPT_SLICE):
-            pass
-        return True
+                waiters = self._waiters
+                if waiters is None:
+                    self._watched = True  # before `_waiters`: see `_watched`
+                    waiters = self._waiters = []
+        # `wait_on` joins the list and then reads `_aborted`; an abort stores
+        # `_aborted` before it copies the list (module docstring): one of us
+        # sees the other.
+        return wait_on(self, waiters, timeout)
 
     @property
     def listener_count(self) -> int:
@@ -412,7 +407,7 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
     derived._linked = True
     derived._aborted = False  # decided under _LOCK: no `_armed`
     derived._reason = None
-    derived._event = None
+    derived._waiters = None
     derived._listeners = None
     derived._deps = None
     derived._pending = None
@@ -461,8 +456,8 @@ def derive(items: list[AbortSignal], listener: Listener | None = None, *, aborts
         for root in sources:
             deps = root._deps
             if deps is None:
+                root._watched = True  # before `_deps`: see `_watched`
                 root._deps = link
-                root._watched = True  # after `_deps` (set from then on): see `_watched`
             elif type(deps) is dict and len(deps) + 1 < root._deps_prune_at:
                 deps[ref] = anchor  # a source that had dependents before (no prune due)
             else:

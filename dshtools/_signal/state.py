@@ -24,9 +24,11 @@ handle from the dict: O(1), no lock on a plain signal.
 
 The abort decision. A *plain* signal (a controller's) is born with its
 ``_armed`` slot set; the abort that deletes it wins (``del`` of an empty
-slot raises, and the check and the store are one step: C code, no Python
-code runs inside it). A *linked* signal (derived and timeout signals,
-``dshtools._signal.links``) decides under ``_LOCK``.
+slot raises; with the GIL the check and the store are one step, C code
+with no Python code inside it; a free-threaded build checks before it
+locks, so there ``AbortController.abort`` claims under a lock first:
+``dshtools._signal.controller``). A *linked* signal (derived and timeout
+signals, ``dshtools._signal.links``) decides under ``_LOCK``.
 
 Dispatch without a claim per listener. The winner of a plain signal's abort
 first inserts the key ``_BOUNDARY`` into its listener dict, if that holds a
@@ -43,11 +45,14 @@ dispatch. A plain signal keeps its dict after the abort (the callbacks go
 with the signal or with their handle's ``remove()``): the abort frees
 nothing.
 
-Atomicity. Each of these is a pair of "write, then read" steps that must
-not both miss the other. They hold with the GIL, under which every bytecode
-and every C call on one object is sequentially consistent; a build without
-the GIL needs these stores and loads to be sequentially consistent atomics,
-which CPython's free-threaded slot deletion and dict operations are:
+Atomicity (docs/atomicity.md lists every such place with its test). Each
+of these is a pair of "write, then read" steps that must not both miss the
+other. They hold with the GIL, under which every bytecode and every C call
+on one object is sequentially consistent. Without the GIL (free-threaded
+CPython) every slot store and every dict operation runs inside the
+object's critical section, whose release is a full barrier, and a slot
+load is an atomic load, so a store followed by a load is never reordered
+and the pairs hold there too:
 
 * abort vs ``add_listener`` on a plain signal: the adder inserts its handle
   and then reads ``_aborted``; the aborter inserts the boundary, stores
@@ -55,11 +60,14 @@ which CPython's free-threaded slot deletion and dict operations are:
   ``False`` is in the snapshot; one that reads ``True`` finds its handle
   before the boundary (the dispatch runs it) or after it (it and the
   dispatch both claim it with ``dict.pop``: one wins).
-* abort vs ``wait()``: the waiter stores the ``Event`` (then ``_watched``)
-  and then reads ``_aborted``; the aborter stores ``_aborted`` and then
-  reads ``_watched`` and ``_event``.
-* abort vs ``derive``: ``derive`` (under ``_LOCK``) links to a source (and
-  sets ``_watched``) and then reads ``_aborted``; a plain source's aborter
+* abort vs ``wait()``: the first waiter stores ``_watched`` and then the
+  waiter list; every waiter appends itself to the list and then reads
+  ``_aborted``; the aborter stores ``_aborted`` and then reads ``_watched``
+  and ``_waiters`` and copies the list (``dshtools._signal.wake``). A
+  waiter that found the list made therefore found ``_watched`` stored
+  before it: if it reads ``_aborted`` false, the abort reads both after.
+* abort vs ``derive``: ``derive`` (under ``_LOCK``) sets ``_watched``,
+  links to a source and then reads ``_aborted``; a plain source's aborter
   stores ``_reason``, then ``_aborted``, and then reads ``_watched`` and
   its dependents, propagating under ``_LOCK``. Marking a dependent aborted
   is itself under ``_LOCK`` and checked first, so a dependent both sides
@@ -68,7 +76,7 @@ which CPython's free-threaded slot deletion and dict operations are:
 ``_LOCK``, the one module lock, is defined here because every layer takes
 it: it guards every change to links between signals (dependents, sources,
 keep-alive strength), a linked signal's listeners and abort, the creation of
-a signal's ``Event`` and listener dict, and the default reason's creation.
+a signal's waiter list and listener dict, and the default reason's creation.
 Why one lock rather than one per signal: linking a derived signal to N
 sources and propagating an abort to M dependents must each be atomic across
 several signals; one lock makes those steps atomic and deadlock-free (no
@@ -110,7 +118,7 @@ class SignalState:
 
     Invariants: ``_aborted`` never goes back and ``_reason`` is stored
     before it; a plain signal's ``_armed`` is deleted by the abort that
-    wins; a linked signal's links and abort change only under ``_LOCK``
+    wins (without the GIL first turned ``False`` by its claim); a linked signal's links and abort change only under ``_LOCK``
     (module docstring, ``dshtools._signal.links``)."""
 
     # A slot costs every signal's creation and deallocation a step, written
@@ -121,18 +129,18 @@ class SignalState:
         "_armed",
         "_deps",
         "_deps_prune_at",
-        "_event",
         "_linked",
         "_listeners",
         "_pending",
         "_reason",
+        "_waiters",
         "_watched",
     )
     _linked: bool  # True for a `_LinkedSignal` (derived and timeout signals)
     _aborted: bool  # never goes back; `_reason` is stored before it
     _armed: bool  # plain signals: deleted by the abort that wins
     _reason: object  # written by the abort (read only once aborted)
-    _event: threading.Event | None  # made by the first wait()
+    _waiters: list[Any] | None  # the threads in wait() (`wake.Waiter`), made by the first wait()
     # handle -> callback, registration order (plus the boundary on a plain
     # signal whose abort began); None until the first listener.
     _listeners: dict[Any, Any] | None
@@ -140,10 +148,11 @@ class SignalState:
     # the size at which a dict of them is pruned next.
     _deps: Any
     _deps_prune_at: int
-    # Plain signals: set (under `_LOCK`) right after `_event` or `_deps` is
-    # first written, and never cleared: a plain abort reads this one slot
-    # after storing `_aborted`, and `_event` and `_deps` only if it is set
-    # ("Atomicity" above).
+    # Plain signals: set (under `_LOCK`) right before `_waiters` or `_deps`
+    # is first written, and never cleared: a plain abort reads this one slot
+    # after storing `_aborted`, and `_waiters` and `_deps` only if it is set
+    # ("Atomicity" above). Before, not after: a waiter that finds another's
+    # list joins it without the lock, and must know the abort will look.
     _watched: bool
     # The dispatch of an aborted signal's listeners: the iterator of handles
     # it draws from (for a linked signal each dispatch draws from it, so that

@@ -1,5 +1,5 @@
 """The MCP server's line reader, in process (``dshtools._interop.jsonrpc``;
-docs/contract.md §13 A19): it never raises, every line carrying a usable
+docs/contract.md#a19): it never raises, every line carrying a usable
 request id leaves it either handed on under an id of the server's own or
 answered exactly once under that id, and ids are matched by type and value.
 ``tests/mcp/test_wire.py`` checks the same over a real server's stdio."""

@@ -36,7 +36,8 @@ from dshtools import (
     TimeoutPolicy,
     ToolRegistry,
 )
-from tests.helpers import call, run_in_thread, tool, tool_threads, wait_until
+from tests.helpers.calls import call, tool
+from tests.helpers.waiting import run_in_thread, tool_threads, wait_until
 
 
 def _threads() -> int:

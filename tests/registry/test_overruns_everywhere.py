@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, AbortController, ToolExecutionResult, ToolRegistry, execute_batch
-from tests.helpers import call, cyclic_garbage_of, late_after_abort, run_in_thread, stops_when_aborted, tool, wait_until
+from tests.helpers.calls import call, tool
+from tests.helpers.cycles import cyclic_garbage_of
+from tests.helpers.waiting import late_after_abort, run_in_thread, stops_when_aborted, wait_until
 
 PATHS = ("execute", "batch-exclusive", "batch-parallel", "nested")
 
@@ -147,9 +149,8 @@ def test_a21_a_body_that_stops_promptly_is_not_reported(path: str, caplog: pytes
 def test_an_aborted_call_whose_watch_was_armed_leaves_no_reference_cycle() -> None:
     """The dispatch signal's listener arms the 1 s watch when the signal
     aborts while the body runs; the attempt, its watch and the run are
-    freed by reference counting once the call returned (checked with
-    ``gc.DEBUG_SAVEALL``, which keeps whatever a collection finds
-    unreachable)."""
+    freed by reference counting once the call returned (counted by
+    ``cyclic_garbage_of``)."""
     started = threading.Event()
 
     cooperative = stops_when_aborted(started, wait=5)

@@ -18,7 +18,8 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import OBJECT, body_context, call, context_fields, cyclic_garbage_of, run_of, view_fields
+from tests.helpers.calls import OBJECT, body_context, call, context_fields, run_of, view_fields
+from tests.helpers.cycles import cyclic_garbage_of, reference_cycles
 
 
 def _child(_args: Any, _run: ToolRunContext) -> object:
@@ -51,6 +52,28 @@ def test_a_call_whose_body_ran_inline_leaves_no_reference_cycle(
         registry.register(ToolDefinition("parent", "parent", OBJECT, _parent))
         found, kinds = cyclic_garbage_of(lambda i: path(registry, signal, i))
     assert found == 0, kinds
+
+
+class _Node:
+    __slots__ = ("other",)  # no instance dict: the same objects on every version
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def test_the_cycle_count_sees_every_cycle_and_nothing_else() -> None:
+    """The method of the tests above, on every build (free-threaded
+    included): objects on a cycle are counted, objects freed by reference
+    counting and objects that merely hang off a cycle are not."""
+    with reference_cycles() as cycles:
+        a, b, alone, self_ref, chain = _Node(), _Node(), _Node(), _Node(), _Node()
+        a.other, b.other = b, (a, chain)  # a -> b -> tuple -> a; chain only hangs off it
+        self_ref.other = self_ref
+        del a, b, alone, self_ref, chain
+    assert cycles.count == 4 and cycles.kinds == ("_Node", "tuple")
+    with reference_cycles() as cycles:
+        _Node().other = _Node()
+    assert cycles.count == 0 and cycles.kinds == ()
 
 
 def test_objects_built_through_a_twin_behave_as_class_built_ones() -> None:

@@ -1,4 +1,4 @@
-"""AbortController / AbortSignal semantics (docs/contract.md §1, "Semantics" and
+"""AbortController / AbortSignal semantics (docs/contract.md#cancellation, "Semantics" and
 "Precise points"). Timeouts live in test_timeouts.py, deadlines in
 test_deadlines.py, field cases in test_forced_races.py."""
 
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, ListenerHandle, TimeoutReason
-from tests.helpers import Gate, blocked_in_wait, race_in_lockstep, run_in_thread, wait_until
+from tests.helpers.interleavings import race_in_lockstep
+from tests.helpers.waiting import Gate, blocked_in_wait, run_in_thread, wait_until
 
 
 def _derived_of_each(rounds: int) -> tuple[list[AbortController], list[AbortSignal], list[int]]:
@@ -1074,7 +1075,7 @@ def test_any_of_over_a_closed_derived_whose_source_aborted_leaves_no_link() -> N
 
 def test_closing_an_intermediate_does_not_detach_signals_flattened_from_it() -> None:
     # Flattening links `outer` to x itself; closing `inner` afterwards only
-    # detaches `inner` (docs/contract.md §1: links to the original sources).
+    # detaches `inner` (docs/contract.md#cancellation: links to the original sources).
     x = AbortController()
     inner = AbortSignal.any_of([x.signal])
     outer = AbortSignal.any_of([inner])

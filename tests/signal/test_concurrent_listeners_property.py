@@ -1,5 +1,5 @@
 """Property test: ``add_listener``, ``remove``, ``abort`` and ``any_of`` mixed
-across 8 threads, 2 000 rounds (docs/contract.md §1, "Semantics").
+across 8 threads, 2 000 rounds (docs/contract.md#cancellation, "Semantics").
 
 Each round starts the 8 workers on a barrier over fresh controllers; each
 worker makes a few random operations on the round's signals (the derived

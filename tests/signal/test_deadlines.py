@@ -1,4 +1,4 @@
-"""``deadline()`` / ``Deadline`` / ``timeout_of()`` (docs/contract.md §1, deadline helpers)."""
+"""``deadline()`` / ``Deadline`` / ``timeout_of()`` (docs/contract.md#cancellation, deadline helpers)."""
 
 from __future__ import annotations
 
@@ -288,7 +288,7 @@ def test_timeout_of_rejects_other_types() -> None:
         timeout_of("TIMEOUT")  # type: ignore[arg-type]
 
 
-# ------------------------------------------- remaining budget (§8 A9)
+# ------------------------------------------- remaining budget (docs/contract.md#a9)
 
 
 class _Clock:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dshtools import AbortController, AbortSignal
-from tests.helpers import fork_while_held, run_python
+from tests.helpers.processes import fork_while_held, run_python
 
 
 def _raiser(exc: BaseException) -> Any:
@@ -91,6 +91,6 @@ _FORK_WHILE_LOCKED = fork_while_held(
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_fork_while_another_thread_holds_the_signal_lock_does_not_deadlock_the_child() -> None:
-    # docs/contract.md §8 A10. A deadlocked child would hang the helper; the
+    # docs/contract.md#a10. A deadlocked child would hang the helper; the
     # subprocess timeout bounds it.
     run_python(_FORK_WHILE_LOCKED)

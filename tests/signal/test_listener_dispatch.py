@@ -1,5 +1,5 @@
 """The dispatch of a plain signal's listeners without a claim per listener
-(docs/decisions/0040, docs/contract.md §1): the boundary an abort inserts
+(docs/decisions/0040, docs/contract.md#cancellation): the boundary an abort inserts
 splits its listener dict between the dispatch and adders racing it, a
 removed listener never starts, an interrupted dispatch of a linked signal is
 finished by ``abort_owned`` without running a listener twice, and the

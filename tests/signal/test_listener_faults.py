@@ -1,16 +1,13 @@
-"""Faults stay contained whatever the objects do (docs/contract.md §8 A4), and
+"""Faults stay contained whatever the objects do (docs/contract.md#a4), and
 a Ctrl-C landing inside ``close()`` leaves no strong link behind (field case
 B16's kind: an interrupt between two steps of a multi-step update)."""
 
 from __future__ import annotations
 
-import dis
 import gc
 import sys
 import threading
 import weakref
-from collections.abc import Callable
-from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -18,7 +15,9 @@ import pytest
 from dshtools import AbortController, AbortSignal
 from dshtools._signal import links as _links
 from dshtools._signal import state as _signal_claim
-from tests.helpers import Unprintable, Unrepresentable, young_heap
+from tests.helpers.cycles import young_heap
+from tests.helpers.faults import Unprintable, Unrepresentable
+from tests.helpers.interleavings import interrupt_at, interruption_points
 
 
 def _check_report(seen: list[Any]) -> None:
@@ -96,52 +95,6 @@ def test_report_reaches_stderr_through_the_builtin_hook(
 # ------------------------------------------------------ Ctrl-C inside close()
 
 
-# Where CPython 3.11+ runs signal handlers, so where a real SIGINT's
-# KeyboardInterrupt can appear: at a frame's first instruction, after a call
-# returned, after a backward jump.
-_BREAK_AFTER = {"CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD", "CALL_INTRINSIC_1"}
-
-
-def _interrupt_at(step: int, fn: Callable[[], None], codes: set[CodeType]) -> bool:
-    """Run ``fn``, raising KeyboardInterrupt at the ``step``-th point, counted
-    across the frames of ``codes``, where a real SIGINT could land (an
-    exact-bytecode probe). Returns whether the interrupt was raised."""
-    count = 0
-    fired = False
-    previous: dict[FrameType, str | None] = {}
-
-    def local(frame: FrameType, event: str, _arg: object) -> Any:
-        nonlocal count, fired
-        if event != "opcode" or fired:
-            return local
-        last = previous.get(frame)
-        previous[frame] = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-        if frame in previous and last is not None and last not in _BREAK_AFTER:
-            return local
-        if count == step:
-            fired = True
-            raise KeyboardInterrupt
-        count += 1
-        return local
-
-    def tracer(frame: FrameType, event: str, _arg: object) -> Any:
-        if frame.f_code in codes:
-            frame.f_trace_opcodes = True
-            previous[frame] = None
-            return local
-        return None
-
-    old = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        fn()
-    except KeyboardInterrupt:
-        assert fired
-    finally:
-        sys.settrace(old)
-    return fired
-
-
 _CLOSE_CODES = {
     AbortSignal.close.__code__,
     _links.LinkedState.close.__code__,
@@ -159,7 +112,17 @@ def test_ctrl_c_at_any_bytecode_of_close_leaves_no_strong_link_behind() -> None:
     a timeout (whose timer entry must keep strong dependents alive)."""
     with young_heap():
         step = _interrupt_close_at_every_step()
-    assert step > 5  # the probe really walked close()
+    # The probe really walked close(), on every interpreter: each point of an
+    # uninterrupted close() was interrupted once.
+    timer = AbortSignal.timeout(3600)
+    assert step == _points_of_close(timer) > 5
+    timer.close()
+
+
+def _points_of_close(other_source: AbortSignal) -> int:
+    derived = AbortSignal.any_of([AbortController().signal, other_source])
+    derived.add_listener(lambda _s: None)
+    return interruption_points(derived.close, _CLOSE_CODES)
 
 
 def _interrupt_close_at_every_step() -> int:
@@ -171,7 +134,7 @@ def _interrupt_close_at_every_step() -> int:
         derived = AbortSignal.any_of([x.signal, timer])
         handle = derived.add_listener(lambda _s: ran.append(1))
         ref = weakref.ref(derived)
-        fired = _interrupt_at(step, derived.close, _CLOSE_CODES)
+        fired = interrupt_at(step, derived.close, _CLOSE_CODES)
         assert not _signal_claim._LOCK.locked()
         del handle, derived
         gc.collect()
@@ -194,7 +157,7 @@ def test_close_again_after_an_interrupted_close_detaches_completely() -> None:
         x = AbortController()
         derived = AbortSignal.any_of([x.signal, AbortController().signal])
         derived.add_listener(lambda _s: None)
-        fired = _interrupt_at(step, derived.close, _CLOSE_CODES)
+        fired = interrupt_at(step, derived.close, _CLOSE_CODES)
         derived.close()
         assert x.signal.listener_count == 0
         x.abort()
@@ -202,3 +165,4 @@ def test_close_again_after_an_interrupted_close_detaches_completely() -> None:
         if not fired:
             break
         step += 1
+    assert step == _points_of_close(AbortController().signal) > 5

@@ -1,7 +1,7 @@
 """Property test: random graphs of controllers, timeouts, already-aborted
 signals and ``any_of`` (including ``any_of`` over derived signals), with
 random aborts, timer firings, closes, listener registrations and removals,
-agree with a small reference model (docs/contract.md §1) on every node's
+agree with a small reference model (docs/contract.md#cancellation) on every node's
 ``aborted``/``reason``/``listener_count`` and on the exact order listeners run.
 
 Timeouts use a 3600 s duration and are fired deterministically by calling

@@ -1,4 +1,4 @@
-"""``AbortSignal.timeout`` and the one shared timer thread (docs/contract.md §1)."""
+"""``AbortSignal.timeout`` and the one shared timer thread (docs/contract.md#cancellation)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 from dshtools import AbortController, AbortSignal, TimeoutReason, deadline
 from dshtools._signal import timer as _timer
 from dshtools._signal.signal import _LinkedSignal
-from tests.helpers import Gate, fork_while_held, run_python
+from tests.helpers.processes import fork_while_held, run_python
+from tests.helpers.waiting import Gate
 
 
 def pending_baseline() -> int:
@@ -86,7 +87,7 @@ def test_timeout_rejects_bool_none_and_strings_with_type_error(bad: Any) -> None
 
 @pytest.mark.timeout(30)
 def test_timeout_listeners_run_on_a_library_thread_never_the_callers() -> None:
-    """docs/contract.md §1 and A15: the timer thread decides, an abort runner
+    """docs/contract.md#cancellation and docs/contract.md#a15: the timer thread decides, an abort runner
     (a library thread) runs the listeners."""
     idents: list[int] = []
     names: list[str] = []
@@ -411,7 +412,7 @@ _FORK_TIMERS = fork_while_held(
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_timeouts_fire_in_a_forked_child() -> None:
-    # docs/contract.md §8 A10. Regression: fork() copied `_thread` (a thread
+    # docs/contract.md#a10. Regression: fork() copied `_thread` (a thread
     # that does not exist in the child), so no timeout ever fired in a forked
     # worker. A timer inherited from the parent, a new one and a deadline's
     # must all fire in the child, even if the fork landed while the parent's

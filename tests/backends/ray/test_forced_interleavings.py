@@ -1,10 +1,10 @@
 """RayBackend under interleavings the cluster produces only by chance
-(docs/contract.md §9, §10; decision 0042): each test forces one with a
+(docs/contract.md#backends, docs/contract.md#ray; decision 0042): each test forces one with a
 probe actor the bodies report to, never with a sleep.
 
 Runs on the session's local Ray (the ``ray_cluster`` fixture,
 tests/backends/conftest.py), shared with test_cluster.py; the probe is the
-``Events`` actor of tests/helpers.py.
+``Events`` actor of tests/helpers/ray_events.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ from dshtools import (  # noqa: E402
 )
 from dshtools._backends.ray import remote as _ray_remote  # noqa: E402
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import OBJECT, ExecutingInThread, FirstCallSkipped, announce, call, events_handle, start_events  # noqa: E402
+from tests.helpers.calls import OBJECT, call  # noqa: E402
+from tests.helpers.faults import FirstCallSkipped  # noqa: E402
+from tests.helpers.ray_events import announce, events_handle, start_events  # noqa: E402
+from tests.helpers.waiting import ExecutingInThread  # noqa: E402
 
 PROBE = "dshtools-review-probe"
 
@@ -433,7 +436,7 @@ def test_the_guard_is_put_back_for_each_task_when_other_code_replaced_it(monkeyp
     # may install its own SIGINT handler after a RayBackend task installed
     # the guard. The next RayBackend task must run behind the guard again,
     # else Ray's cancel of its started body raises KeyboardInterrupt in it
-    # (docs/contract.md §9: nothing is raised into a body).
+    # (docs/contract.md#backends: nothing is raised into a body).
     original = signal.getsignal(signal.SIGINT)
     monkeypatch.setattr(_ray_remote, "_guard_installed", False, raising=False)
     monkeypatch.setattr(_ray_remote, "_previous_handler", None)
@@ -594,7 +597,7 @@ def test_a_refusal_before_the_claim_that_does_not_unpickle_here_settles_the_call
 
 @pytest.mark.timeout(60)
 def test_a_body_whose_loading_exits_in_the_worker_fails_only_its_call(probe: Any) -> None:
-    # Loading the body is foreign code (docs/contract.md §8 A4): its
+    # Loading the body is foreign code (docs/contract.md#a4): its
     # SystemExit fails the call before dispatch, as any other fault there;
     # it must not end the Ray worker and read as a worker lost under a body
     # that never started.
