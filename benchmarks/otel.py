@@ -14,7 +14,7 @@ Cases:
 
 Keys, each named after its case: ``otel.uninstrumented_instructions``,
 ``otel.noop_instructions``, ``otel.sdk_instructions``, ``otel.noop_ratio``
-(over the uninstrumented count; target ≤ 1.03, contract §15) and
+(over the uninstrumented count; target ≤ 1.03, docs/contract.md#otel) and
 ``otel.sdk_ratio``; skipped with a note when ``valgrind`` or
 ``opentelemetry-sdk`` is missing.
 """

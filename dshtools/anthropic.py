@@ -57,6 +57,7 @@ from ._interop.calls import (
     refuse_other_shapes,
 )
 from ._interop.names import Aliases, HasSchemas, alias_names, checked_name
+from ._interop.repair import ReadsCalls, answers_for, repair_anthropic
 from ._signal import AbortSignal
 from ._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput, ToolExecutionResult
 
@@ -68,6 +69,7 @@ __all__ = [
     "ToolResultBlock",
     "alias_names",
     "calls_from_message",
+    "repair_messages",
     "tool_result",
     "tool_results",
     "tools_param",
@@ -78,7 +80,7 @@ if TYPE_CHECKING:
     # mypy checks what is built here against the SDK's own parameter types,
     # so a user's code passes them to the SDK with no cast
     # (docs/contract.md#a18); nothing imports the SDK at run time.
-    from anthropic.types import ToolParam
+    from anthropic.types import MessageParam, ToolParam
     from anthropic.types import ToolResultBlockParam as ToolResultBlock
 else:
 
@@ -113,8 +115,8 @@ def tools_param(registry: HasSchemas) -> list[ToolParam]:
     mutable JSON: editing it does not touch the registry. Source:
     docs/contract.md#anthropic."""
     return [
-        {"name": name, "description": description, "input_schema": parameters}
-        for name, description, parameters in provider_tools(registry)
+        {"name": tool.sent, "description": tool.description, "input_schema": tool.parameters}
+        for tool in provider_tools(registry)  # one snapshot (docs/contract.md#a24)
     ]
 
 
@@ -124,13 +126,15 @@ def calls_from_message(
     signal: AbortSignal,
     agent: str | None = None,
     registry: HasSchemas | None = None,
+    session: str | None = None,
 ) -> list[ToolExecutionInput]:
     """The ``tool_use`` blocks of an assistant message as
     ``ToolExecutionInput``s: one per block, in order, each with ``call_id``
     = the block's ``id`` (``""`` when it has none), ``name`` = its ``name``
     (an alias mapped back to its registered name when ``registry`` is
-    given), ``arguments`` = its ``input``, the caller's ``signal`` and
-    ``agent``.
+    given), ``arguments`` = its ``input``, the caller's ``signal``,
+    ``agent`` and ``session`` (the journal's session:
+    docs/contract.md#journal).
 
     ``message`` is a dict or any object with ``model_dump()`` (the SDK's
     ``Message``); a ``content`` that is a string has no tool calls (``[]``).
@@ -169,7 +173,7 @@ def calls_from_message(
             arguments = parse_arguments(raw_input)
         else:
             arguments = check_decoded(raw_input)
-        out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent))
+        out.append(ToolExecutionInput(call_id, name, arguments, signal, agent=agent, session=session))
     if not out:
         refuse_other_shapes(msg, reader="anthropic")
     return out
@@ -199,3 +203,31 @@ def tool_results(calls: Sequence[ToolExecutionInput], results: Iterable[ToolExec
     ``calls`` holds something else (the arguments swapped). Source:
     docs/contract.md#anthropic."""
     return [tool_result(call.call_id, result) for call, result in paired(calls, results)]
+
+
+def repair_messages(
+    messages: Iterable[object], *, journal: ReadsCalls | None = None, session: str | None = None
+) -> list[MessageParam]:
+    """``messages`` (Anthropic Messages) made acceptable to the API and
+    honest to the model: the message after each assistant message with
+    ``tool_use`` blocks is a user message that opens with exactly one
+    ``tool_result`` per ``tool_use``, in call order (a new user message
+    when the next one is not a user's); a ``tool_result`` that answers no
+    earlier ``tool_use`` is dropped, and a user message left empty goes
+    with it (docs/contract.md#repair).
+
+    A missing result is the journal's settled result for ``(session,
+    id)`` where ``journal`` has one (``is_error`` as recorded), else an
+    ``Error:`` text with ``is_error: true`` saying which of three things
+    happened: the call never ran (safe to run again), it started and was
+    stopped (effects possible), or its outcome is unknown (interrupted by a
+    crash); without a journal, that no result was recorded and the call may
+    have run.
+
+    Returns a new list; ``messages`` and its messages are not changed (a
+    user message whose blocks move is a new dict); repairing the result
+    again gives an equal list; no clock data. Raises ``TypeError`` for
+    something that is not a list of messages, ``ValueError`` for
+    ``journal`` without ``session`` or the reverse. Runs on the calling
+    thread; reads the journal once."""
+    return repair_anthropic(messages, answers_for(journal, session))

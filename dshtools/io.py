@@ -51,7 +51,7 @@ from typing import Final, TypeVar
 import attrs
 
 from ._core.errors import check_seconds
-from ._core.interrupts import INTERRUPT_SLICE
+from ._core.interrupts import interrupt_slice
 from ._io.common import StrPath, _abort_error
 from ._io.http import HttpProtocolError, _exchange, _host_header, _open_socket, _prepare, _SocketGuard, _to_headers
 from ._io.process import ProcessAbortError, _Supervisor, _Waker
@@ -151,7 +151,7 @@ def wait_future(future: concurrent.futures.Future[T], signal: AbortSignal) -> T:
     future.add_done_callback(lambda _f: woken.set())
     handle = sig.add_listener(lambda _s: woken.set())
     try:
-        while not woken.wait(INTERRUPT_SLICE):
+        while not woken.wait(interrupt_slice()):
             pass
     finally:
         handle.remove()

@@ -104,7 +104,7 @@ from ._mcp.admission import Gate
 from ._mcp.client import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, MCPClient
 from ._mcp.content import OutputShape, mcp_blocks, output_shape, text_block
 from ._mcp.progress import FLUSH_S, ProgressRelay, flush
-from ._registry.registry import ToolRegistry
+from ._registry.registry import ToolRegistry, registered
 from ._signal import AbortController, AbortSignal
 from ._types.calls import ToolExecutionInput, ToolExecutionResult
 
@@ -221,15 +221,18 @@ class _StdioServer:
     async def _list_tools(
         self, _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        # One snapshot of the registry: each entry's schema and output
+        # shape come from the same definition, whatever another thread
+        # registers meanwhile (docs/contract.md#a24).
         tools = []
-        for schema in self._registry.schemas():
-            plain = thaw(schema)
+        for definition in registered(self._registry):
+            plain = thaw(definition.schema())
             tools.append(
                 types.Tool(
                     name=plain["name"],
                     description=plain.get("description") or None,
                     input_schema=plain.get("parameters") or {"type": "object", "properties": {}},
-                    output_schema=None if (shape := self._shape(plain["name"])) is None else shape.schema,
+                    output_schema=None if (shape := output_shape(definition.output_schema)) is None else shape.schema,
                 )
             )
         return types.ListToolsResult(tools=tools)

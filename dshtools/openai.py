@@ -61,6 +61,7 @@ only text for ``role: "tool"``, and every compatible server takes a string.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from ._interop.calls import (
@@ -78,6 +79,7 @@ from ._interop.calls import (
     utf8_safe,
 )
 from ._interop.names import Aliases, HasSchemas, alias_names
+from ._interop.repair import ReadsCalls, answers_for, repair_chat, repair_items
 from ._interop.responses import function_calls, output_items
 from ._signal import AbortSignal
 from ._types.calls import INVALID_CALL, InvalidCall, ToolExecutionInput, ToolExecutionResult
@@ -88,8 +90,8 @@ if TYPE_CHECKING:
     # so each goes to client.chat.completions.create(tools=...) or
     # client.responses.create(tools=..., input=...) with no cast
     # (docs/contract.md#a18); nothing imports the SDK at run time.
-    from openai.types.chat import ChatCompletionToolParam
-    from openai.types.responses import FunctionToolParam, ResponseInputParam
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam, ResponseInputItemParam, ResponseInputParam
     from openai.types.responses.response_input_param import FunctionCallOutput
 
 __all__ = [
@@ -102,6 +104,8 @@ __all__ = [
     "calls_from_response",
     "function_call_output",
     "function_call_outputs",
+    "repair_messages",
+    "repair_response_items",
     "responses_tools_param",
     "tool_message",
     "tool_messages",
@@ -134,24 +138,19 @@ def tools_param(registry: HasSchemas) -> list[ChatCompletionToolParam]:
     request otherwise). The result is a fresh, plain, mutable JSON
     structure: editing it does not touch the registry. A tool defined with
     ``strict=True`` also has ``"strict": true`` (docs/contract.md#typed-tools)."""
-    tools: list[ChatCompletionToolParam] = [
-        {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
-        for name, description, parameters in provider_tools(registry)
-    ]
-    # A tool defined with strict=True (its parameters follow strict mode's
-    # rules) is marked so: OpenAI then guarantees arguments matching them.
-    for tool, (_, strict) in zip(tools, _registered(registry), strict=False):
-        if strict:
-            tool["function"]["strict"] = True
+    tools: list[ChatCompletionToolParam] = []
+    for tool in provider_tools(registry):  # one snapshot (docs/contract.md#a24)
+        entry: ChatCompletionToolParam = {
+            "type": "function",
+            "function": {"name": tool.sent, "description": tool.description, "parameters": tool.parameters},
+        }
+        # A tool defined with strict=True (its parameters follow strict
+        # mode's rules) is marked so: OpenAI then guarantees arguments
+        # matching them.
+        if tool.strict:
+            entry["function"]["strict"] = True
+        tools.append(entry)
     return tools
-
-
-def _registered(registry: HasSchemas) -> list[tuple[str, bool]]:
-    """``(registered name, defined with strict=True)`` for every tool, in
-    ``registry.schemas()`` order (``False`` for a registry without ``get``)."""
-    get = getattr(registry, "get", None)
-    names = [str(schema["name"]) for schema in registry.schemas()]
-    return [(name, get is not None and getattr(get(name), "strict", False) is True) for name in names]
 
 
 def calls_from_message(
@@ -160,12 +159,14 @@ def calls_from_message(
     signal: AbortSignal,
     agent: str | None = None,
     registry: HasSchemas | None = None,
+    session: str | None = None,
 ) -> list[ToolExecutionInput]:
     """An assistant message's ``tool_calls`` as ``ToolExecutionInput``s: one
     per model tool call, in order, each with ``call_id`` = the call's ``id``
     (``""`` when it has none), ``name`` = ``function.name`` (an alias mapped
     back to its registered name when ``registry`` is given), the caller's
-    ``signal`` and ``agent``.
+    ``signal``, ``agent`` and ``session`` (the journal's session, required
+    by a journaled registry: docs/contract.md#journal).
 
     ``message`` is a dict or any object with ``model_dump()`` (the OpenAI
     SDK's ``ChatCompletionMessage``). ``function.arguments`` is parsed as
@@ -193,6 +194,7 @@ def calls_from_message(
         raise TypeError(f'"tool_calls" must be a list, not {type(calls).__name__}')
     aliases = Aliases.of(registry) if registry is not None else None
     ids = CallIds()
+    model = partial(model_call, signal=signal, agent=agent, aliases=aliases, session=session)
     out: list[ToolExecutionInput] = []
     for index, raw_call in enumerate(calls):
         where = f"tool_calls[{index}]"
@@ -201,7 +203,7 @@ def calls_from_message(
             call = raw_call if hasattr(raw_call, "id") else None
         if call is None:
             shape = f"{where} is not a tool call object: got {type(raw_call).__name__}"
-            out.append(ToolExecutionInput("", "", InvalidCall(shape), signal, agent=agent))
+            out.append(ToolExecutionInput("", "", InvalidCall(shape), signal, agent=agent, session=session))
             continue
         problem: str | None
         call_id, problem = ids.check(field(call, "id"), where)
@@ -212,9 +214,7 @@ def calls_from_message(
         raw_name = field(function, "name") if function is not None else None
         # A custom tool call carries "input" text where a function call has "arguments".
         raw_arguments = field(function, "arguments", field(function, "input", "")) if function is not None else ""
-        out.append(
-            model_call(call_id, problem, raw_name, raw_arguments, where, signal=signal, agent=agent, aliases=aliases)
-        )
+        out.append(model(call_id, problem, raw_name, raw_arguments, where))
     return out
 
 
@@ -265,15 +265,20 @@ def responses_tools_param(registry: HasSchemas, *names: str) -> list[FunctionToo
     not in the registry and, as ``tools_param``, for a tool whose
     ``parameters`` is not an object schema. The result is fresh, plain,
     mutable JSON. Source: docs/contract.md#a12, docs/contract.md#responses."""
+    listed = provider_tools(registry)  # one snapshot (docs/contract.md#a24)
     tools: list[FunctionToolParam] = [
-        {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": strict}
-        for (name, description, parameters), (_, strict) in zip(
-            provider_tools(registry), _registered(registry), strict=True
-        )
+        {
+            "type": "function",
+            "name": tool.sent,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
+        for tool in listed
     ]
     if not names:
         return tools
-    index = {name: i for i, (name, _) in enumerate(_registered(registry))}
+    index = {tool.name: i for i, tool in enumerate(listed)}
     for name in names:
         if name not in index:
             raise ValueError(f"no tool named {name!r} in the registry")
@@ -286,12 +291,14 @@ def calls_from_response(
     signal: AbortSignal,
     agent: str | None = None,
     registry: HasSchemas | None = None,
+    session: str | None = None,
 ) -> list[ToolExecutionInput]:
     """The ``function_call`` items of a Responses API response as
     ``ToolExecutionInput``s: one per item, in output order, each with
     ``call_id`` = the item's ``call_id`` (``""`` when it has none),
     ``name`` = its ``name`` (an alias mapped back to its registered name
-    when ``registry`` is given), the caller's ``signal`` and ``agent``.
+    when ``registry`` is given), the caller's ``signal``, ``agent`` and
+    ``session`` (the journal's session: docs/contract.md#journal).
 
     ``response_or_items`` is the SDK's ``Response`` (or its JSON), its
     ``output`` list, or a list of items (dicts or SDK objects). Other items
@@ -312,7 +319,7 @@ def calls_from_response(
         raise TypeError(f"signal must be an AbortSignal, not {type(signal).__name__}")
     items = output_items(response_or_items)
     aliases = Aliases.of(registry) if registry is not None else None
-    return function_calls(items, signal=signal, agent=agent, aliases=aliases)
+    return function_calls(items, signal=signal, agent=agent, aliases=aliases, session=session)
 
 
 def function_call_output(call_id: str, result: ToolExecutionResult) -> FunctionCallOutput:
@@ -337,3 +344,41 @@ def function_call_outputs(
     ``TypeError`` when ``calls`` holds something else. Source:
     docs/contract.md#responses."""
     return [function_call_output(call.call_id, result) for call, result in paired(calls, results)]
+
+
+def repair_messages(
+    messages: Iterable[object], *, journal: ReadsCalls | None = None, session: str | None = None
+) -> list[ChatCompletionMessageParam]:
+    """``messages`` (Chat Completions) made acceptable to the API and honest
+    to the model: each assistant message's ``tool_calls`` followed by
+    exactly one ``role: "tool"`` message per call, in call order; a tool
+    message that answers no earlier call dropped (docs/contract.md#repair).
+
+    A missing result is the journal's settled result for ``(session,
+    call_id)`` where ``journal`` (``dshtools.durable.SqliteJournal`` or
+    ``PostgresJournal``) has one, else an ``Error:`` text saying which of
+    three things happened: the call never ran (safe to run again), it
+    started and was stopped (effects possible), or its outcome is unknown
+    (interrupted by a crash). Without a journal the text says no result was
+    recorded and the call may have run.
+
+    Returns a new list holding the input's own message objects and the new
+    tool messages; ``messages`` is not changed; repairing the result again
+    gives an equal list; no clock data. Raises ``TypeError`` for something
+    that is not a list of messages, ``ValueError`` for ``journal`` without
+    ``session`` or the reverse. Runs on the calling thread; reads the
+    journal once."""
+    return repair_chat(messages, answers_for(journal, session))
+
+
+def repair_response_items(
+    items: Iterable[object], *, journal: ReadsCalls | None = None, session: str | None = None
+) -> list[ResponseInputItemParam]:
+    """Responses API input ``items`` with every ``function_call`` item
+    answered by exactly one later ``function_call_output``: a missing one
+    is placed right after its call's run of ``function_call`` (and
+    ``reasoning``) items, with the text ``repair_messages`` would give; an
+    output answering no earlier call is dropped; present outputs stay where
+    they are (docs/contract.md#repair). Same guarantees and errors as
+    ``repair_messages``."""
+    return repair_items(items, answers_for(journal, session))

@@ -57,6 +57,7 @@ from opentelemetry.metrics import Histogram, MeterProvider, NoOpHistogram
 from opentelemetry.trace import NoOpTracer, ProxyTracer, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from ._backends.remote import Carried, set_context_carrier
+from ._core.errors import safe_repr, safe_str, safe_type_name
 from ._core.freeze import thaw
 from ._registry.observer import CallWatch
 from ._registry.registry import ToolRegistry
@@ -85,7 +86,7 @@ GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
 EXECUTE_TOOL: Final = "execute_tool"
 TOOL_TYPE_FUNCTION: Final = "function"
-OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The conventions' opt-in for content: ``true`` (or ``span_only``,
 ``span_and_event``), any case, records arguments and results."""
@@ -99,6 +100,7 @@ BACKEND: Final = "dshtools.backend"
 ATTEMPTS: Final = "dshtools.attempts"
 ABORT_EVENT: Final = "dshtools.abort"
 ABORT_REASON: Final = "dshtools.abort.reason"
+ABORT_MESSAGE: Final = "dshtools.abort.message"
 FORCED_STOP_EVENT: Final = "dshtools.forced_stop"
 PROGRESS_EVENT: Final = "dshtools.progress"
 PROGRESS_VALUE: Final = "dshtools.progress.value"
@@ -130,6 +132,20 @@ def _bounded(text: str) -> str:
     if len(text) <= MAX_CONTENT_CHARS:
         return text
     return f"{text[:MAX_CONTENT_CHARS]}…[truncated {len(text) - MAX_CONTENT_CHARS} characters]"
+
+
+def _reason_text(reason: object) -> str:
+    """An abort reason as a reader wants it: a string as it is, an
+    exception as ``Type: message`` (its type alone when it has none),
+    anything else by its ``repr``; at most ``MAX_CONTENT_CHARS``."""
+    if isinstance(reason, str):
+        text = reason
+    elif isinstance(reason, BaseException):
+        message = safe_str(reason)
+        text = f"{safe_type_name(reason)}: {message}" if message else safe_type_name(reason)
+    else:
+        text = safe_repr(reason)
+    return _bounded(text)
 
 
 def _json(value: object) -> str:
@@ -336,7 +352,10 @@ class _Watch:
             events.extend((at, PROGRESS_EVENT, _progress_attributes(update)) for _, at, update in updates)
         abort = self._abort_seen(result, error_type) if self._aborts or error_type is not None else None
         if abort is not None:
-            events.append((abort[0], ABORT_EVENT, {ABORT_REASON: type(abort[1]).__name__}))
+            reason = abort[1]
+            events.append(
+                (abort[0], ABORT_EVENT, {ABORT_REASON: safe_type_name(reason), ABORT_MESSAGE: _reason_text(reason)})
+            )
         if killed:
             # The body stopped when its dispatch settled, maybe long before
             # its result's model-order turn.
@@ -446,7 +465,9 @@ def instrument(
     capture_content: bool | None = None,
 ) -> Instrumentation:
     """Make every call of ``registry`` an ``execute_tool`` span and a
-    ``gen_ai.client.operation.duration`` measurement (seconds).
+    ``gen_ai.execute_tool.duration`` measurement (seconds; attributes
+    ``gen_ai.operation.name``, ``gen_ai.tool.name`` and, on failure,
+    ``error.type``: the failure's code), per docs/contract.md#a30.
 
     ``tracer_provider``/``meter_provider``: default the global ones (the
     API's proxies: no-op until an SDK provider is set). ``capture_content``:
@@ -462,7 +483,7 @@ def instrument(
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE, version)
     meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE, version)
     histogram = meter.create_histogram(
-        OPERATION_DURATION, unit="s", description="Duration of dshtools tool calls, to their published result."
+        EXECUTE_TOOL_DURATION, unit="s", description="Duration of dshtools tool calls, to their published result."
     )
     capture = _capture_from_env() if capture_content is None else bool(capture_content)
     instrumentation = Instrumentation(registry, tracer, histogram, capture)

@@ -129,7 +129,11 @@ class Dispatch(Protocol):
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; ``True`` once the dispatch has
         settled (``report()`` is ready). Safe to call again after a
-        ``KeyboardInterrupt`` interrupted it."""
+        ``KeyboardInterrupt`` interrupted it. A dispatch whose class sets
+        ``waits_untimed = True`` also accepts ``None`` (block until
+        settled): the registry then waits untimed on every thread but the
+        main one, where it waits in slices of ``INTERRUPT_SLICE`` seconds so
+        that Ctrl-C gets in (docs/contract.md#scale)."""
         ...
 
     def report(self) -> BodyReport:

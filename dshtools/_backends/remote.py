@@ -57,6 +57,7 @@ __all__ = [
     "RemoteRun",
     "RemoteTraceback",
     "call_controller",
+    "class_name",
     "describe_error",
     "incoming_context",
     "outgoing_context",
@@ -117,6 +118,16 @@ def incoming_context(carried: Carried | None) -> Iterator[None]:
 ErrorDetail = tuple[str, str, bool, "str | None", "tuple[str, float] | None", str]
 """``(class name, message, is AbortError, ToolError code, (timeout code,
 seconds) or None, formatted traceback)`` of an exception a body raised."""
+
+
+def class_name(value: object) -> str:
+    """``value``'s class as ``module.qualname`` (only ``qualname`` for a
+    builtin), sent beside a value from a worker: the caller names the class
+    when the value does not unpickle there (a class only the worker has)."""
+    kind = type(value)
+    qualname = str(getattr(kind, "__qualname__", None) or kind.__name__)
+    module = getattr(kind, "__module__", None)
+    return qualname if module in (None, "builtins") else f"{module}.{qualname}"
 
 
 def describe_error(exc: BaseException) -> ErrorDetail:

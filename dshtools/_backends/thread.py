@@ -21,8 +21,9 @@ Guarantees:
   recorded on the hand-off and re-read, so a wait can never block on a lock
   that was already consumed.
 * **Caller context.** Every body runs in a copy of the submitting thread's
-  ``contextvars`` context (docs/contract.md#a7): it sees the caller's
-  values, and what it sets is seen neither by the caller nor by a later body.
+  ``contextvars`` context, carried by ``_core.context.carry``
+  (docs/contract.md#a7, docs/contract.md#a22): it sees the caller's values,
+  and what it sets is seen neither by the caller nor by a later body.
 * **Nested calls do not deadlock.** ``submit`` from a thread that is
   running a body (any thread backend's worker, or a thread that a body
   dispatches from) runs the body inline, at once, in that thread: a full
@@ -33,29 +34,32 @@ Guarantees:
   ``RuntimeError`` naming the fork (its threads did not survive), so no
   call waits for a worker that does not exist (docs/contract.md#a10).
 
-Atomicity assumptions (all hold with the GIL; each is one bytecode-level
-C operation): the claim is one ``dict.setdefault`` on a fresh dict (the first
-insert wins, later ones read the winner); ``done`` is a plain
-``threading.Lock`` held from creation (made and acquired, or taken from
-the spare list of locks whose waiter consumed their release) and released
-exactly once, by the claim winner; ``finished``/``outcome`` are written by the worker before it
-releases ``done`` and read by the waiter only after acquiring it (or after
-seeing ``finished``). Without the GIL the claim would need a lock; nothing
-else would change.
+Atomicity assumptions (docs/atomicity.md): the claim is one
+``dict.setdefault`` on a fresh dict (the first insert wins, later ones read
+the winner); ``done`` is a plain ``threading.Lock`` held from creation
+(made and acquired, or taken from the spare list of locks whose waiter
+consumed their release) and released exactly once, by the claim winner;
+``finished``/``outcome`` are written by the worker before it releases
+``done`` and read by the waiter only after acquiring it (or after seeing
+``finished``). Each holds with the GIL (one C call) and on a free-threaded
+build, where ``setdefault`` and the spare list's ``pop``/``append`` run in
+the container's critical section and a lock release publishes the writes
+made before it.
 """
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
 import weakref
 from _thread import get_ident
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextvars import Context, copy_context
 from typing import Any, Final
 
-from .._core.construct import twin
+from .._core.construct import RETYPE_IN_PLACE, frozen_copy, twin
+from .._core.context import carry
 from .._core.interrupts import after_fork_in_child
 from .._signal import AbortSignal
 from .._types.tools import ToolRunContext
@@ -147,7 +151,7 @@ after_fork_in_child(_after_fork_in_child)
 
 # `done` locks of settled hand-offs, each held by the waiter that consumed its
 # one release: a new hand-off takes one instead of making and acquiring a
-# lock. list.pop/append are atomic with the GIL.
+# lock. list.pop/append are atomic on every build (module docstring).
 _LockType: Final = type(threading.Lock())
 _spare_locks: list[Any] = []
 _SPARE_LOCKS: Final = 64
@@ -243,8 +247,9 @@ class _Handoff:
 
     # -- the worker ------------------------------------------------------
 
-    def run(self, context: contextvars.Context, body: Body, args: object, run: ToolRunContext) -> None:
-        """The work item: claim, run the body in ``context``, settle."""
+    def run(self, context: Context, body: Body, args: object, run: ToolRunContext) -> None:
+        """The work item: claim, run the body in ``context`` (the
+        submitter's, copied), settle."""
         if not self.start():
             return
         stack = _tls.stack
@@ -259,7 +264,10 @@ class _Handoff:
                 else:
                     outcome = _ValueTwin()
                     outcome.value = value
-                    outcome.__class__ = Value
+                    if RETYPE_IN_PLACE:
+                        outcome.__class__ = Value
+                    else:
+                        outcome = frozen_copy(outcome, Value)
                     self.outcome = outcome
             except BaseException as exc:  # every body fault is an outcome, never a crash
                 self.outcome = Error(exc)
@@ -275,8 +283,15 @@ class _Handoff:
 
     # -- Dispatch (the waiting thread) ------------------------------------
 
-    def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds; ``True`` once settled."""
+    # Whether `wait(None)` (block until settled) is safe: only with the
+    # owned pool, which never drops a work item. A supplied executor's
+    # dropped or failed work item is seen by polling its future between
+    # timed waits (a done-callback per call would cost every call).
+    waits_untimed = False
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block up to ``timeout`` seconds (``None``: until settled);
+        ``True`` once settled."""
         if self.pending is not None:
             pending, self.pending = self.pending, None
             raise pending
@@ -286,7 +301,7 @@ class _Handoff:
             return self._raise_inline_interrupt()
         self.waited = True
         done = self.done
-        if done.acquire(True, timeout):
+        if done.acquire(True, -1 if timeout is None else timeout):
             # The one release is consumed and the lock is held again: a
             # fresh hand-off may use it as its `done` (nothing else will
             # touch it through this settled one).
@@ -337,8 +352,19 @@ class _Handoff:
         report.overrun_s = None
         report.content = None
         report.meta = None
-        report.__class__ = BodyReport
+        if RETYPE_IN_PLACE:
+            report.__class__ = BodyReport
+        else:
+            report = frozen_copy(report, BodyReport)
         return report  # type: ignore[no-any-return]
+
+
+class _OwnedHandoff(_Handoff):
+    """The hand-off of a body on the backend's own pool: its wait may block
+    untimed (``waits_untimed``)."""
+
+    __slots__ = ()
+    waits_untimed = True
 
 
 class WithdrawalSlot:
@@ -367,7 +393,9 @@ class _Settled:
     def __init__(self, report: BodyReport) -> None:
         self._report = report
 
-    def wait(self, timeout: float) -> bool:
+    waits_untimed: Final = True
+
+    def wait(self, timeout: float | None) -> bool:
         return True
 
     def report(self) -> BodyReport:
@@ -461,8 +489,11 @@ class ThreadBackend:
         dispatch signal: one lock round trip instead of two; the
         ``ListeningBackend`` capability)."""
         signal = run.signal
-        context = contextvars.copy_context()
-        handoff = _Handoff()
+        # ``carry(body)`` inlined (one partial less per call, on the path the
+        # dispatch-instructions benchmark counts): the copy is taken here, in
+        # the submitting thread, and entered by ``_Handoff.run``.
+        context = copy_context()
+        handoff = _OwnedHandoff() if self._owns_executor else _Handoff()
         handoff.signal = signal
         if withdrawal is not None:
             # Published before the re-check: either the listener finds the
@@ -521,12 +552,12 @@ class ThreadBackend:
         context, with the worker marked (so a dispatch there runs its body
         inline). The batch's seam: it dispatches whole calls on workers.
         Raises what the executor's ``submit`` raises."""
-        context = contextvars.copy_context()
+        carried = carry(fn)
 
         def marked() -> Any:
             enter_worker(self)
             try:
-                return context.run(fn)
+                return carried()
             finally:
                 leave_worker()
 

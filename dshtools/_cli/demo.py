@@ -55,7 +55,7 @@ from .._types.hooks import ToolDefinition
 from .._types.tools import ToolRunContext
 from .demo_remote_tools import LOG_ENV
 
-__all__ = ["DemoServer", "DemoTools", "RemoteTool", "group_alive"]
+__all__ = ["DemoServer", "DemoTools", "RemoteTool", "dshtools_path", "group_alive", "missing_module_text"]
 
 # Tool timeouts (seconds) enforced by TimeoutPolicy. The transcript is
 # built around them: a GET of /stall outlives HTTP_TIMEOUT (TOOL_TIMEOUT);
@@ -283,7 +283,12 @@ class DemoTools(Closing):
 
     def _read_file(self, path: str, *, run: ToolRunContext) -> dict[str, str]:
         """Read a text file from the demo's work directory."""
-        data = dio.read_file(os.path.join(self.workdir, path), run.signal)
+        try:
+            data = dio.read_file(os.path.join(self.workdir, path), run.signal)
+        except OSError as exc:
+            # The model sees the error's text: name the file as it asked for
+            # it, never by the work directory's absolute path.
+            raise type(exc)(exc.errno, exc.strerror, path) from None
         return {"path": path, "text": data.decode(errors="replace")}
 
     def _sleep(self, seconds: Annotated[float, Field(ge=0)], *, run: ToolRunContext) -> dict[str, float]:
@@ -326,6 +331,26 @@ class DemoTools(Closing):
 # The remote tool: our own MCP server over stdio
 
 
+def missing_module_text(exc: ImportError) -> str:
+    """Why ``dshtools.mcp`` could not be imported, naming what is missing:
+    the MCP SDK only when the module missing is ``mcp`` itself."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    top = None if missing is None else missing.split(".")[0]
+    if top == "mcp":
+        return f"the MCP SDK is not installed: pip install 'dshtools[mcp]' ({exc})"
+    if missing is not None and top != "dshtools":
+        return f"module {missing!r}, which the MCP client needs, is not installed: pip install 'dshtools[mcp]' ({exc})"
+    return f"the MCP client could not be imported ({exc})"
+
+
+def dshtools_path() -> str:
+    """A ``PYTHONPATH`` under which a child Python imports this very
+    dshtools, whatever the interpreter's own path says: the directory
+    holding this package, then the current ``PYTHONPATH``."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+
+
 REMOTE_MODULE = "dshtools._cli.demo_remote_tools"
 REMOTE_TOOL = "remote_sleep"
 
@@ -357,12 +382,9 @@ class RemoteTool(Closing):
         try:
             from ..mcp import MCPClient
         except ImportError as exc:
-            self.unavailable = f"the MCP SDK is not installed: pip install 'dshtools[mcp]' ({exc})"
+            self.unavailable = missing_module_text(exc)
             return
-        # The server imports this very dshtools, whatever the interpreter's
-        # own path says.
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        path = dshtools_path()
         try:
             self._client = MCPClient.stdio(
                 [sys.executable, "-m", "dshtools", "mcp", "--tools", REMOTE_MODULE, "--name", "dshtools-demo"],

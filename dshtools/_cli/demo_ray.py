@@ -213,7 +213,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
         print("dshtools: error: --backend ray needs Ray: pip install 'dshtools[ray]'", file=sys.stderr)
         return 2
     from .inputs import _numbered_batches
-    from .report import _report
+    from .report import report_run
     from .run import _Meter, _run_batches
 
     class _Recording(RayBackend):
@@ -299,7 +299,7 @@ def cmd_demo_ray(ns: argparse.Namespace) -> int:
         remote_check = remote.check()
         if remote_check is not None:
             checks.append(remote_check)
-        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        status = report_run(ns, run, lambda row: meter.body_invoked(row.token, row.result), checks)
         trace.report(out)
         return status
     raise AssertionError("unreachable")  # pragma: no cover

@@ -190,25 +190,29 @@ def load_transcript(path: str, fmt: str | None = None) -> list[Batch]:
 
 
 def _to_inputs(
-    batches: list[Batch], signal: AbortSignal, source: str, registry: ToolRegistry | None = None
+    batches: list[Batch],
+    signal: AbortSignal,
+    source: str,
+    registry: ToolRegistry | None = None,
+    session: str | None = None,
 ) -> list[list[ToolExecutionInput]]:
     """Each batch's ``ToolExecutionInput``s, one per model tool call (model
     output never raises: a broken call becomes an ``INVALID_ARGS`` or
-    ``INVALID_CALL`` result). Aliases sent by ``tools_param`` map back to
-    the registry's names."""
+    ``INVALID_CALL`` result), in ``session`` (a journaled replay's).
+    Aliases sent by ``tools_param`` map back to the registry's names."""
     converted: list[list[ToolExecutionInput]] = []
     for number, calls, fmt in batches:
         try:
             if fmt == ANTHROPIC:
                 converted.append(
                     danthropic.calls_from_message(
-                        {"role": "assistant", "content": calls}, signal=signal, registry=registry
+                        {"role": "assistant", "content": calls}, signal=signal, registry=registry, session=session
                     )
                 )
             else:
                 converted.append(
                     dopenai.calls_from_message(
-                        {"role": "assistant", "tool_calls": calls}, signal=signal, registry=registry
+                        {"role": "assistant", "tool_calls": calls}, signal=signal, registry=registry, session=session
                     )
                 )
         except (TypeError, ValueError, KeyError) as exc:

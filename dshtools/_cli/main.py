@@ -29,8 +29,9 @@ Guarantees:
   message as ``message #N``, counting every message from 1.
 * Progress (calls in flight and for how long) goes to stderr only while
   stderr is a terminal. Once the run is cancelled, a call still running a
-  second later is named on stderr, terminal or not ("cancelling — waiting
-  for call_07 (shell); Ctrl-\\ quits now"). The ticker thread is stopped
+  second later is named on stderr, terminal or not, with what cancelled
+  it ("cancelling (Ctrl-C) — waiting for call_07 (shell); Ctrl-\\ quits
+  now"; the way to quit at once only after a signal). The ticker thread is stopped
   and joined before the table is printed.
 * SIGTERM and SIGHUP are handled like Ctrl-C (``dshtools._cli.signals``).
 
@@ -90,6 +91,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -98,10 +100,12 @@ from typing import NoReturn
 
 from .. import __version__
 from .._os.descendants import _descendant_check, _left_behind_check, _subreaper, descendants_now
+from .._registry.lifecycle import attach_journal
 from .._registry.policies import TimeoutPolicy
 from .._registry.registry import ToolRegistry, around_dispatch_hooks, registered
 from .inputs import STDIN, UsageError, _numbered_batches, load_registry, load_transcript
-from .report import EXIT_BROKEN_PIPE, EXIT_USAGE, _report
+from .journal import cmd_journal, open_journal
+from .report import EXIT_BROKEN_PIPE, EXIT_USAGE, report_run
 from .run import _Meter, _Row, _run_batches
 from .signals import _interrupts
 from .trace import tracing
@@ -154,8 +158,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         DemoServer,
         DemoTools,
         RemoteTool,
+        dshtools_path,
         group_alive,
     )
+    from .demo_crash import CrashedAgent, report_crash
 
     cancel_after: float | None = None if ns.no_cancel else ns.cancel_after
     trace = tracing(ns.trace)
@@ -169,6 +175,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         with open(os.path.join(workdir, "notes.txt"), "w", encoding="utf-8") as f:
             f.write("TODO: ship the cancellable registry\n")
         remote = stack.enter_context(RemoteTool(workdir))  # starts the MCP server now, in the background
+        # The journaled agent starts now too; it waits in its slow call until killed below.
+        agent = stack.enter_context(CrashedAgent(workdir, dshtools_path()))
         server = stack.enter_context(DemoServer())
         tools = stack.enter_context(DemoTools(server.base_url, workdir))
         remote_ready = remote.register(tools.registry)
@@ -204,6 +212,12 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 max_parallel=ns.max_parallel,
                 meter=meter,
             )
+        # The agent is killed and reaped before the descendant check below
+        # (at once when the run was interrupted: then nothing is resumed).
+        if run.interrupted:
+            agent.close()
+        else:
+            agent.kill()
         # Quiescence is checked right after the batches returned, before the
         # registry is closed: execute_batch itself must have joined every body.
         pgids = tools.process_groups
@@ -247,8 +261,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 return meter.body_invoked(row.token, row.result)
             return "yes" if tools.body_invoked(row.call_id) else "no"
 
-        status = _report(run, invoked, checks, ns.json, ns.wide)
+        status = report_run(ns, run, invoked, checks)
         trace.report(out)
+        if not run.interrupted and not report_crash(agent, out) and status == 0:
+            status = 1
         return status
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -272,7 +288,10 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     trace = tracing(ns.trace)
     batches = load_transcript(ns.transcript, ns.format)
     registry = load_registry(ns.tools)
+    journal = None if ns.journal is None else open_journal(ns.journal, create=True)
     try:
+        if journal is not None:
+            attach_journal(registry, journal)
         trace.start(registry, "dshtools replay")
         warning = timeout_warning(registry)
         if warning is not None:
@@ -292,17 +311,20 @@ def cmd_replay(ns: argparse.Namespace) -> int:
                     cancel_after=ns.cancel_after,
                     max_parallel=ns.max_parallel,
                     meter=meter,
+                    session=ns.session,
                 )
             in_flight = len(meter.in_flight())
             checks = [
                 _descendant_check(reaper, before),
                 (f"no dispatch in flight (in flight: {in_flight})", in_flight == 0),
             ]
-        status = _report(run, lambda row: meter.body_invoked(row.token, row.result), checks, ns.json, ns.wide)
+        status = report_run(ns, run, lambda row: meter.body_invoked(row.token, row.result), checks)
         trace.report(sys.stderr if ns.json else sys.stdout)
         return status
     finally:
         registry.close()
+        if journal is not None:
+            journal.close()
 
 
 def cmd_mcp(ns: argparse.Namespace) -> int:
@@ -503,6 +525,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the transcript's format: OpenAI tool_calls or Anthropic tool_use blocks (default: detected)",
     )
     common(replay, None)
+    replay.add_argument(
+        "--journal",
+        metavar="DB",
+        default=None,
+        help="journal the calls in DB (a SQLite file, created if missing, or a postgresql:// DSN): calls settled "
+        "there come back from it, calls a killed run left claimed are OUTCOME_UNKNOWN (docs/durable.md)",
+    )
+    replay.add_argument("--session", metavar="ID", default=None, help="with --journal: the session the calls belong to")
     mcp = command(
         "mcp",
         cmd_mcp,
@@ -550,20 +580,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --http: close a session after this long without a request in flight (default 600)",
     )
+    journal = command(
+        "journal",
+        cmd_journal,
+        help="list, show or purge what a durable-call journal holds",
+        description="Read a journal (a SQLite file or a postgresql:// DSN): list its sessions with their calls "
+        "per state, show one session's calls, or purge old settled records (docs/durable.md).",
+    )
+    journal.add_argument("action", choices=("list", "show", "purge"))
+    journal.add_argument("db", metavar="DB", help="the SQLite journal file, or a postgresql:// DSN")
+    journal.add_argument("session", nargs="?", metavar="SESSION", help="the session to show (show only)")
+    journal.add_argument(
+        "--older-than", type=_finite_seconds, default=None, metavar="S", help="purge: settled more than S seconds ago"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m dshtools`` and the ``dshtools`` script.
     Returns the exit status (see the module docstring)."""
+    started = time.monotonic()
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help", "--version")):
         args = ["demo", *args]  # the demo is the default command
     try:
         ns = parser.parse_args(args)
+        ns.started = started
         if ns.command == "demo" and ns.no_cancel and any(a.split("=", 1)[0] == "--cancel-after" for a in args):
             ns.subparser.error("--no-cancel and --cancel-after exclude each other")
+        if ns.command == "replay" and (ns.journal is None) != (ns.session is None):
+            ns.subparser.error("--journal and --session go together: give both or neither")
+        if ns.command == "journal" and (ns.action == "show") != (ns.session is not None):
+            ns.subparser.error("SESSION is needed by show, and taken only by show")
+        if ns.command == "journal" and (ns.action == "purge") != (ns.older_than is not None):
+            ns.subparser.error("--older-than is needed by purge, and taken only by purge")
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     with _interrupts() as interrupts:

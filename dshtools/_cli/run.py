@@ -153,6 +153,8 @@ class _Meter:
           registry then settles the call itself, as ``ABORTED`` exactly when
           the body was invoked and ``ABORTED_BEFORE_DISPATCH`` otherwise, so
           the final code tells; any other outcome: ``?``;
+        * a journaled key answered from its record (replayed, or
+          ``OUTCOME_UNKNOWN``): the result's ``body_invoked``;
         * it was reached but only returned ``ABORTED_BEFORE_DISPATCH``, or
           it was never reached (refused before dispatch: invalid
           arguments, unknown tool, denied, pre-aborted, or an outer wrapper
@@ -170,7 +172,9 @@ class _Meter:
             if result.code == TOOL_ABORTED:
                 return "yes"
             return "no" if result.code == TOOL_ABORTED_BEFORE_DISPATCH else "?"
-        return "no"
+        # A journaled key answered without running here (replayed, or
+        # OUTCOME_UNKNOWN): the journal's record says whether its body ran.
+        return "yes" if result.body_invoked else "no"
 
 
 class _Published(NamedTuple):
@@ -215,9 +219,15 @@ class _Progress:
             return None if token is None else self._last.get(token)
 
 
-def _cancelling_text(items: list[tuple[str, str, float]]) -> str:
+# How to end the process at once, told to whoever cancelled by a signal.
+_QUIT_NOW = {"Ctrl-C": "; Ctrl-\\ quits now", "SIGTERM": "; SIGQUIT quits now", "SIGHUP": "; SIGQUIT quits now"}
+
+
+def _cancelling_text(items: list[tuple[str, str, float]], cause: str) -> str:
+    """``cancelling (<cause>) — waiting for <calls>``; after a signal, the
+    one that ends the process at once (Ctrl-\\ after a Ctrl-C)."""
     waiting = ", ".join(f"{cid} ({name})" for cid, name, _ in items)
-    return f"cancelling — waiting for {waiting}; Ctrl-\\ quits now"
+    return f"cancelling ({cause}) — waiting for {waiting}" + _QUIT_NOW.get(cause, "")
 
 
 class _Ticker:
@@ -227,17 +237,19 @@ class _Ticker:
     * On a terminal, every _TICK seconds: the calls in flight and for how
       long, on one line rewritten in place (cleared by ``stop()``).
     * Once the run is cancelled (``cancelled_since()`` returns the
-      ``time.monotonic()`` it happened: a signal, or ``--cancel-after``),
-      a call still in flight _STUBBORN_AFTER seconds later is a body
-      ignoring its signal, and the CLI is waiting for it: the line says
-      so, naming the calls, and that Ctrl-\\ (SIGQUIT) ends the process at
-      once. On a terminal it replaces the progress line; elsewhere it is
-      written once per set of calls waited for, as a line of its own
-      (docs/contract.md#a13).
+      ``time.monotonic()`` it happened and its cause: ``"Ctrl-C"``, a
+      signal's name, or ``"--cancel-after 1.5s elapsed"``), a call still
+      in flight _STUBBORN_AFTER seconds later is a body ignoring its
+      signal, and the CLI is waiting for it: the line says so, naming the
+      cause and the calls, and, when a signal cancelled the run, how to
+      end the process at once (Ctrl-\\ after Ctrl-C, SIGQUIT after SIGTERM
+      or SIGHUP). On a terminal it replaces the progress line; elsewhere
+      it is written once per set of calls waited for, as a line of its own
+      (docs/contract.md#a13, docs/contract.md#a33).
     """
 
     def __init__(
-        self, meter: _Meter, stream: IO[str], cancelled_since: Callable[[], float | None] = lambda: None
+        self, meter: _Meter, stream: IO[str], cancelled_since: Callable[[], tuple[float, str] | None] = lambda: None
     ) -> None:
         self._meter = meter
         self._stream = stream
@@ -255,10 +267,12 @@ class _Ticker:
         while not self._stop.wait(_TICK):
             now = time.monotonic()
             items = self._meter.in_flight()
-            since = self._cancelled_since()
-            stubborn = [item for item in items if since is not None and now - max(since, item[2]) >= _STUBBORN_AFTER]
-            if stubborn:
-                text = _cancelling_text(stubborn)
+            cancelled = self._cancelled_since()
+            stubborn = [
+                item for item in items if cancelled is not None and now - max(cancelled[0], item[2]) >= _STUBBORN_AFTER
+            ]
+            if stubborn and cancelled is not None:
+                text = _cancelling_text(stubborn, cancelled[1])
                 if self._tty:
                     self._stream.write(f"\r\x1b[K{text}")
                 elif text != self._said:
@@ -344,14 +358,16 @@ def _run_batches(
     cancel_after: float | None,
     max_parallel: int,
     meter: _Meter,
+    session: str | None = None,
 ) -> _Replay:
-    """Run every batch through ``execute_batch`` on this (the main) thread."""
+    """Run every batch through ``execute_batch`` on this (the main) thread;
+    ``session``: the journal session of every call (``replay --journal``)."""
     # With --cancel-after the run's signal reports the timer's deadline as
     # its budget, so bodies see it (run.signal.deadline, time_left()); the
     # timer, not the controller, aborts it.
     timer = None if cancel_after is None else AbortSignal.timeout(cancel_after)
     controller = AbortController() if timer is None else budget_controller(timer.deadline or time.monotonic())
-    inputs = _to_inputs(batches, controller.signal, source, registry)
+    inputs = _to_inputs(batches, controller.signal, source, registry, session)
     collector = _Collector()
     progress = _Progress()
     cancelled_at: list[float] = []
@@ -372,10 +388,14 @@ def _run_batches(
             stack.callback(timer.add_listener(cancel).remove)
         interrupts = _current_interrupts()
 
-        def cancelled_since() -> float | None:
-            # A signal (recorded by the handler) or --cancel-after.
-            times = [t for t in (interrupts.since, (t0 + cancelled_at[0]) if cancelled_at else None) if t is not None]
-            return min(times) if times else None
+        def cancelled_since() -> tuple[float, str] | None:
+            # The first of a signal (recorded by the handler) and --cancel-after.
+            causes = []
+            if interrupts.since is not None:
+                causes.append((interrupts.since, interrupts.name()))
+            if cancelled_at:
+                causes.append((t0 + cancelled_at[0], f"--cancel-after {cancel_after:g}s elapsed"))
+            return min(causes) if causes else None
 
         ticker = _Ticker(meter, sys.stderr, cancelled_since)
         stack.callback(ticker.stop)

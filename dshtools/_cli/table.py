@@ -37,10 +37,14 @@ def outcome_of(result: ToolExecutionResult | None) -> str:
     """``SUCCESS``, the failure's code, ``TOOL_ERROR(<info name>)`` for an
     uncaught exception, ``ERROR(<info name>)`` for a failure without a code,
     or ``NO RESULT``; `` (killed)`` follows when a backend stopped the body
-    by force (``meta["killed"]``, docs/contract.md#forced-stop)."""
+    by force (``meta["killed"]``, docs/contract.md#forced-stop), and
+    `` (replayed)`` for a result a journal gave back (``meta["replayed"]``,
+    docs/contract.md#journal)."""
     text = _outcome(result)
     if result is not None and result.meta is not None and result.meta.get("killed") is True:
         text += " (killed)"
+    if result is not None and result.meta is not None and result.meta.get("replayed") is True:
+        text += " (replayed)"
     return text
 
 

@@ -197,9 +197,10 @@ def _cells(span: ReadableSpan, origin: int) -> list[str]:
 
 
 def _event_detail(attributes: Mapping[str, Any]) -> str:
-    """`` (reason: X)`` for an abort, `` (progress: 3/10 message)`` for a
-    progress update, else nothing."""
-    reason = attributes.get("dshtools.abort.reason")
+    """`` (reason: <the reason's text>)`` for an abort (its class when the
+    span has no text), `` (progress: 3/10 message)`` for a progress
+    update, else nothing."""
+    reason = attributes.get("dshtools.abort.message") or attributes.get("dshtools.abort.reason")
     if reason:
         return f" (reason: {reason})"
     value = attributes.get("dshtools.progress.value")
@@ -218,7 +219,7 @@ def span_tree(spans: Sequence[ReadableSpan]) -> list[str]:
     ``execute_tool`` span (its status otherwise), start relative to the
     first root (ms), duration (ms), ``body_invoked``, ``killed`` and
     ``overrun_s`` when reported; then a line per event (``dshtools.abort``
-    with its reason class, ``dshtools.forced_stop``, ``dshtools.progress``
+    with its reason's text, ``dshtools.forced_stop``, ``dshtools.progress``
     with its value) at its time relative to the same origin."""
     roots, children = _children(spans)
     if not roots:

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
-__all__ = ["FreezeError", "FrozenDict", "dumps", "freeze", "freeze_with_height", "json_path", "thaw"]
+__all__ = ["FreezeError", "FrozenDict", "canonical", "dumps", "freeze", "freeze_with_height", "json_path", "thaw"]
 
 
 class FrozenDict(dict[str, Any]):
@@ -377,6 +377,7 @@ def thaw(value: object) -> Any:
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 _SCALAR_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
+_write_string: Any = json.encoder.encode_basestring
 
 
 def dumps(value: object) -> str:
@@ -390,30 +391,93 @@ def dumps(value: object) -> str:
         return _ENCODER.encode(value)
     except RecursionError:
         pass
+    return _write(value, ", ", ": ", sort_keys=False, scalar=lambda v: json.dumps(v, ensure_ascii=False))
+
+
+def canonical(value: object, *, max_chars: int | None = None) -> str:
+    """The canonical JSON text of a plain JSON value (``dict`` with ``str``
+    keys, ``list``/``tuple``, ``str``, ``int``, finite ``float``, ``bool``,
+    ``None``), in the style of RFC 8785: no whitespace, keys sorted (by code
+    point), strings as ``json.dumps(..., ensure_ascii=False)`` writes them,
+    and numbers by value: an integral ``float`` is written as the integer
+    (``2.0`` as ``2``, ``-0.0`` as ``0``), any other ``float`` as its
+    shortest round-trip text. Two values equal after any conforming JSON
+    round trip (number forms, key order, whitespace, escapes) give the same
+    text. Iterative: any depth. Raises ``ValueError`` for anything outside
+    the JSON data model, a cycle, an ``int`` too long to write, or text
+    longer than ``max_chars`` characters (a value that shares containers
+    is written out in full). Source: docs/contract.md#a27."""
+    return _write(value, ",", ":", sort_keys=True, scalar=_canonical_scalar, max_chars=max_chars)
+
+
+def _canonical_scalar(v: object) -> str:
+    if v is None or v is True or v is False:
+        return _SCALAR_TEXT[v]
+    if isinstance(v, str):
+        return str(_write_string(v))
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a JSON number")
+        return int.__repr__(int(v)) if v.is_integer() else float.__repr__(v)
+    raise ValueError(f"a {type(v).__name__} is not a JSON value")
+
+
+def _write(
+    value: object,
+    item_sep: str,
+    key_sep: str,
+    *,
+    sort_keys: bool,
+    scalar: Callable[[object], str],
+    max_chars: int | None = None,
+) -> str:
+    """JSON text of ``value`` without recursion: containers are ``dict``,
+    ``list`` and ``tuple``, everything else goes to ``scalar``. A container
+    met again inside itself raises ``ValueError``; so does text longer than
+    ``max_chars``."""
     out: list[str] = []
-    enc: Any = json.encoder.encode_basestring
-    # Stack of pending tokens: either a value to encode or a literal string.
-    todo: list[tuple[bool, object]] = [(True, value)]
+    size = 0
+    open_ids: set[int] = set()
+    # Stack of pending steps: (0, value) writes a value, (1, text) a literal,
+    # (2, container id) closes a container (it may appear again, not inside).
+    todo: list[tuple[int, Any]] = [(0, value)]
     while todo:
-        is_value, v = todo.pop()
-        if not is_value:
-            out.append(str(v))
+        step, v = todo.pop()
+        if step == 2:
+            open_ids.discard(v)
             continue
-        if isinstance(v, dict):
-            items = list(v.items())
-            todo.append((False, "}"))
-            for i in range(len(items) - 1, -1, -1):
-                k, c = items[i]
-                todo.append((True, c))
-                todo.append((False, (", " if i else "") + enc(k) + ": "))
-            todo.append((False, "{"))
-        elif isinstance(v, (list, tuple)):
-            todo.append((False, "]"))
-            for i in range(len(v) - 1, -1, -1):
-                todo.append((True, v[i]))
-                if i:
-                    todo.append((False, ", "))
-            todo.append((False, "["))
+        if step == 1:
+            text = v
+        elif isinstance(v, (dict, list, tuple)):
+            if id(v) in open_ids:
+                raise ValueError("a JSON value cannot contain itself")
+            open_ids.add(id(v))
+            todo.append((2, id(v)))
+            if isinstance(v, dict):
+                items = list(v.items())
+                if any(type(k) is not str for k, _ in items):
+                    raise ValueError("a JSON object's keys are strings")
+                if sort_keys:
+                    items.sort(key=lambda kv: kv[0])
+                todo.append((1, "}"))
+                for i in range(len(items) - 1, -1, -1):
+                    k, c = items[i]
+                    todo.append((0, c))
+                    todo.append((1, (item_sep if i else "") + _write_string(k) + key_sep))
+                text = "{"
+            else:
+                todo.append((1, "]"))
+                for i in range(len(v) - 1, -1, -1):
+                    todo.append((0, v[i]))
+                    if i:
+                        todo.append((1, item_sep))
+                text = "["
         else:
-            out.append(json.dumps(v, ensure_ascii=False))
+            text = scalar(v)
+        size += len(text)
+        if max_chars is not None and size > max_chars:
+            raise ValueError(f"the JSON text is longer than {max_chars} characters")
+        out.append(text)
     return "".join(out)

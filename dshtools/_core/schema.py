@@ -43,7 +43,7 @@ from typing import Any, Final
 import jsonschema_rs
 
 from .freeze import json_path
-from .interrupts import INTERRUPT_SLICE
+from .interrupts import interrupt_slice
 
 __all__ = ["DESCRIBE_DEPTH", "INLINE_DEPTH", "MAX_DEPTH", "CompiledSchema"]
 
@@ -149,7 +149,7 @@ class CompiledSchema:
             finally:
                 threading.stack_size(old)
         while thread.is_alive():
-            thread.join(INTERRUPT_SLICE)
+            thread.join(interrupt_slice())
         result = box[0] if box else RuntimeError("validation thread died")
         if isinstance(result, BaseException):
             return [f"value could not be validated: {type(result).__name__}: {_short(str(result))}"]

@@ -36,6 +36,7 @@ from .names import Aliases, HasSchemas, alias_names, checked_name, registry_sche
 
 __all__ = [
     "CallIds",
+    "ExposedTool",
     "MalformedArguments",
     "as_mapping",
     "assistant_fields",
@@ -43,6 +44,7 @@ __all__ = [
     "checked_call_id",
     "failure_text",
     "field",
+    "listed_tools",
     "model_call",
     "object_schema_or_raise",
     "paired",
@@ -277,35 +279,79 @@ def model_call(
     signal: Any,
     agent: str | None,
     aliases: Aliases | None,
+    session: str | None = None,
 ) -> ToolExecutionInput:
     """One model function call under ``call_id`` with the caller's ``signal``
     (an ``AbortSignal``): ``arguments`` parsed, or an ``InvalidCall`` when
     the call has a ``problem`` or no name (``where`` locates it). Never
-    raises on model output (docs/contract.md#a11)."""
+    raises on model output (docs/contract.md#a11). ``session`` is the
+    journal's session (docs/contract.md#journal)."""
     name, problem = checked_name(name, problem, f"{where}: the call has no function name", aliases)
     parsed = InvalidCall(problem, arguments) if problem is not None else parse_arguments(arguments)
-    return ToolExecutionInput(call_id, name, parsed, signal, agent=agent)
+    return ToolExecutionInput(call_id, name, parsed, signal, agent=agent, session=session)
 
 
-def provider_tools(registry: HasSchemas) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(name as sent, description, parameters)`` for every tool in
-    ``registry``, in ``registry.schemas()`` order: the name is the tool's
-    alias (``alias_names``), the parameters a fresh, plain, mutable copy of
-    its object schema (an empty one when it has none). Raises
-    ``TypeError`` for a ``registry`` without ``schemas()`` and
-    ``ValueError`` naming the first tool whose parameters are not an object
-    schema (``object_schema_or_raise``)."""
+@attrs.frozen(kw_only=True)
+class ExposedTool:
+    """One registry tool as a provider or a framework is given it: ``name``
+    (registered), ``sent`` (the provider-valid name the model sees),
+    ``description``, ``parameters`` (a fresh, plain, mutable JSON Schema),
+    ``strict`` (the tool was defined with ``strict=True``) and
+    ``concurrency_safe`` (the tool has an ``is_concurrency_safe``
+    predicate, so some of its calls may overlap; without one every call is
+    exclusive, as in a batch)."""
+
+    name: str
+    sent: str
+    description: str
+    parameters: dict[str, Any]
+    strict: bool
+    concurrency_safe: bool
+
+
+def listed_tools(registry: HasSchemas) -> list[ExposedTool]:
+    """Every tool of ``registry``, in registration order, read from one
+    snapshot of it (docs/contract.md#a24): a tool registered or
+    unregistered meanwhile by another thread is wholly in the listing or
+    wholly out of it, and each entry's fields are its own definition's.
+
+    A ``ToolRegistry`` is read once (its tools are a copy-on-write map);
+    any other object with ``schemas()`` is read through ``schemas()`` once,
+    ``strict`` and ``concurrency_safe`` from its ``get(name)`` when it has
+    one (``False`` otherwise). Raises ``TypeError`` for a ``registry``
+    without ``schemas()``."""
     from .._core.freeze import thaw
+    from .._registry.registry import ToolRegistry, registered
 
-    schemas = [thaw(schema) for schema in registry_schemas(registry)]
-    aliases = alias_names([str(s["name"]) for s in schemas])
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    for plain in schemas:
-        name = str(plain["name"])
-        parameters = plain.get("parameters", {"type": "object", "properties": {}})
-        object_schema_or_raise(name, parameters)
-        out.append((aliases[name], plain.get("description", ""), parameters))
-    return out
+    if isinstance(registry, ToolRegistry):
+        pairs: list[tuple[dict[str, Any], object]] = [(d.schema(), d) for d in registered(registry)]
+    else:
+        get = getattr(registry, "get", None)
+        schemas = [thaw(schema) for schema in registry_schemas(registry)]
+        pairs = [(schema, get(str(schema["name"])) if callable(get) else None) for schema in schemas]
+    aliases = alias_names([str(schema["name"]) for schema, _ in pairs])
+    return [
+        ExposedTool(
+            name=str(schema["name"]),
+            sent=aliases[str(schema["name"])],
+            description=schema.get("description", ""),
+            parameters=schema.get("parameters", {"type": "object", "properties": {}}),
+            strict=getattr(definition, "strict", False) is True,
+            concurrency_safe=getattr(definition, "is_concurrency_safe", None) is not None,
+        )
+        for schema, definition in pairs
+    ]
+
+
+def provider_tools(registry: HasSchemas) -> list[ExposedTool]:
+    """``listed_tools(registry)``, every tool's parameters checked: raises
+    ``ValueError`` naming the first tool whose parameters are not an object
+    schema (``object_schema_or_raise``), ``TypeError`` for a ``registry``
+    without ``schemas()``."""
+    tools = listed_tools(registry)
+    for tool in tools:
+        object_schema_or_raise(tool.name, tool.parameters)
+    return tools
 
 
 def object_schema_or_raise(name: str, parameters: object) -> None:

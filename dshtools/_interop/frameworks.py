@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import attrs
-
-from .._core.freeze import thaw
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .calls import object_schema_or_raise, parse_arguments, provider_text
-from .names import alias_names
+from .calls import ExposedTool, listed_tools, object_schema_or_raise, parse_arguments, provider_text
 
 if TYPE_CHECKING:
     from .._registry.registry import ToolRegistry
@@ -38,55 +34,25 @@ if TYPE_CHECKING:
 __all__ = ["ExposedTool", "call_signal", "exposed", "framework_call", "model_text"]
 
 
-@attrs.frozen(kw_only=True)
-class ExposedTool:
-    """One registry tool as a framework is given it: ``name`` (registered),
-    ``sent`` (the provider-valid name the model sees), ``description``,
-    ``parameters`` (a fresh, plain, mutable JSON Schema object), ``strict``
-    (the tool was defined with ``strict=True``) and ``concurrency_safe``
-    (the tool has an ``is_concurrency_safe`` predicate, so some of its calls
-    may overlap; without one every call is exclusive, as in a batch)."""
-
-    name: str
-    sent: str
-    description: str
-    parameters: dict[str, Any]
-    strict: bool
-    concurrency_safe: bool
-
-
 def exposed(registry: ToolRegistry, names: tuple[str, ...]) -> list[ExposedTool]:
     """The tools ``names`` of ``registry`` (every tool when ``names`` is
-    empty), each once, in registration order. Raises ``TypeError`` for a
-    name that is not a ``str``, ``ValueError`` for one the registry does
-    not hold, or when a tool's parameters are not an object schema."""
+    empty), each once, in registration order, from one snapshot of the
+    registry (``listed_tools``; docs/contract.md#a24). Raises ``TypeError``
+    for a name that is not a ``str``, ``ValueError`` for one the registry
+    does not hold, or when a selected tool's parameters are not an object
+    schema."""
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"tool names must be str, not {type(name).__name__}")
-    schemas = [thaw(schema) for schema in registry.schemas()]  # one snapshot, fresh mutable data
-    known = [str(schema["name"]) for schema in schemas]
+    tools = listed_tools(registry)
+    known = {tool.name for tool in tools}
     missing = [name for name in names if name not in known]
     if missing:
         raise ValueError(f"the registry has no tool named {missing[0]!r}")
-    wanted = set(names) if names else set(known)
-    aliases = alias_names(known)
-    out: list[ExposedTool] = []
-    for name, schema in zip(known, schemas, strict=True):
-        definition = registry.get(name)
-        if name not in wanted or definition is None:
-            continue
-        parameters = schema.get("parameters", {"type": "object", "properties": {}})
-        object_schema_or_raise(name, parameters)
-        out.append(
-            ExposedTool(
-                name=name,
-                sent=aliases[name],
-                description=schema.get("description", ""),
-                parameters=parameters,
-                strict=definition.strict,
-                concurrency_safe=definition.is_concurrency_safe is not None,
-            )
-        )
+    wanted = set(names) if names else known
+    out = [tool for tool in tools if tool.name in wanted]
+    for tool in out:
+        object_schema_or_raise(tool.name, tool.parameters)
     return out
 
 

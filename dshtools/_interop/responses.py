@@ -24,6 +24,7 @@ Guarantees:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from .._types.calls import ToolExecutionInput
@@ -68,16 +69,22 @@ def output_items(response_or_items: object) -> Sequence[object]:
 
 
 def function_calls(
-    items: Sequence[object], *, signal: Any, agent: str | None, aliases: Aliases | None
+    items: Sequence[object],
+    *,
+    signal: Any,
+    agent: str | None,
+    aliases: Aliases | None,
+    session: str | None = None,
 ) -> list[ToolExecutionInput]:
     """One ``ToolExecutionInput`` per ``function_call`` item of ``items``,
-    in order, carrying ``signal`` (an ``AbortSignal``) and ``agent``: the
+    in order, carrying ``signal`` (an ``AbortSignal``), ``agent`` and ``session``: the
     id from ``call_id``, the name from ``name`` (mapped back through
     ``aliases``), the arguments parsed from the ``arguments`` JSON text.
     An item is a mapping, an object with ``model_dump()`` (the SDK's
     ``ResponseFunctionToolCall``) or one whose fields are attributes. Never
     raises on model output (the module docstring)."""
     ids = CallIds()
+    call = partial(model_call, signal=signal, agent=agent, aliases=aliases, session=session)
     out: list[ToolExecutionInput] = []
     for index, raw in enumerate(items):
         item: object = as_mapping(raw)
@@ -87,10 +94,5 @@ def function_calls(
             continue
         where = f"output[{index}]"
         call_id, problem = ids.check(field(item, "call_id"), where)
-        arguments = field(item, "arguments", "")
-        out.append(
-            model_call(
-                call_id, problem, field(item, "name"), arguments, where, signal=signal, agent=agent, aliases=aliases
-            )
-        )
+        out.append(call(call_id, problem, field(item, "name"), field(item, "arguments", ""), where))
     return out

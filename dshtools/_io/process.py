@@ -13,6 +13,10 @@ Guarantees:
   the leader is reaped and no live (non-zombie) member of its session
   remains, including when an exception such as ``KeyboardInterrupt`` ends
   the loop early (the session is then SIGKILLed until it is empty).
+* **Nothing outlives the caller's process.** The session is kept by this
+  process's keeper (``dshtools._os.keeper``) from its spawn until it is
+  empty: if this process dies meanwhile, by any signal, the session and its
+  process tree are killed.
 * **No stranger signalled.** A signal goes to the session's process group
   (whose id the kernel does not reuse while the group has a member) and to
   each member found in ``/proc`` whose session id, re-read right before,
@@ -35,6 +39,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._core.errors import AbortError
+from .._os import keeper as _keeper
 from .._signal import AbortSignal
 from .common import _PIPE_CHUNK, StrPath
 from .session import _kill_member, _Session
@@ -158,6 +163,7 @@ class _Supervisor:
         self.waker = waker
         self.grace = grace
         self.input = memoryview(bytes(input)) if input is not None else None
+        _keeper.start()  # before the child: see `dshtools._os.keeper.start`
         self.proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -167,6 +173,8 @@ class _Supervisor:
             env=env,
             start_new_session=True,
         )
+        # The session dies with this process, whatever thread started it.
+        _keeper.keep(self.proc.pid)
         # setsid(): the leader's pid is both the session and the group id.
         self.session = _Session(self.proc.pid)
         self.out: dict[int, list[bytes]] = {}
@@ -204,6 +212,7 @@ class _Supervisor:
                         f.close()
                     except OSError:
                         pass
+            _keeper.release(proc.pid)  # reaped, no member left
 
     def _loop(self) -> subprocess.CompletedProcess[bytes]:
         proc = self.proc

@@ -22,16 +22,22 @@ Guarantees:
 * **Results.** ``isError`` → ``REMOTE_TOOL_ERROR`` with the server's text;
   ``structuredContent`` → ``value`` (else the text of a single text block,
   else ``None``); the server's content blocks are the call's content, as
-  sent. A JSON-RPC error or a result that is not a valid ``CallToolResult``
-  → ``REMOTE_PROTOCOL_ERROR``. A server that exits or closes its output
-  mid-call → ``WORKER_LOST`` for every call in flight; the next call starts
-  the server again (``restart=False``: it is refused,
-  ``ABORTED_BEFORE_DISPATCH``).
+  sent. A JSON-RPC error (any code) or a result that is not a valid
+  ``CallToolResult`` → ``REMOTE_PROTOCOL_ERROR``. A server that exits or
+  closes its output mid-call → ``WORKER_LOST`` for every call in flight;
+  the next call starts the server again (``restart=False``: it is refused,
+  ``ABORTED_BEFORE_DISPATCH``). Over HTTP, a call (or a listing) the server
+  refused with ``404`` because it no longer knows the session is sent
+  again, once, in a new session.
+* **Bounded waits.** Every wait ends by a bound of ``_mcp.bounds``
+  (``connect_timeout``, ``cancel_grace``, ``kill_grace``); a call's wait
+  for its answer ends with its signal.
 * **Close.** ``close()`` refuses new calls, cancels the calls in flight
-  (each settles within ``cancel_grace``), closes the session, and for a
-  stdio server closes its stdin, sends SIGTERM to its process group and
-  SIGKILL 2 s later (``transport._STOP_GRACE``), and waits until no process of its
-  session is left; then it joins the client's event-loop thread.
+  (each settles within ``cancel_grace``), ends a handshake in progress,
+  closes the session, and for a stdio server closes its stdin, sends
+  SIGTERM to its process group and SIGKILL ``kill_grace`` seconds later,
+  and waits until no process of its session is left; then it joins the
+  client's event-loop thread.
 * **Progress.** Every ``tools/call`` asks for progress
   (``_meta.progressToken``); the server's ``notifications/progress`` for it
   are reported as the call's progress (``run.report_progress``: the
@@ -56,7 +62,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import os
 import threading
 import weakref
@@ -70,22 +75,20 @@ from mcp.shared.exceptions import MCPError
 
 from .._backends.base import BodyReport, Error, NotInvoked, Value, WorkerLost
 from .._core.closing import Closing
-from .._core.errors import AbortError, safe_repr, safe_str
+from .._core.errors import AbortError, safe_str
 from .._core.freeze import thaw
 from .._core.interrupts import after_fork_in_child
 from .._registry.registry import ToolRegistry
 from .._signal import AbortSignal
 from .._types.tools import ToolDefinition, ToolRunContext
-from .results import CONNECTION_CLOSED, REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, report_of
+from .bounds import WRITE_AT_LEAST, Bounds, first_of
+from .results import REMOTE_PROTOCOL_ERROR, REMOTE_TOOL_ERROR, first_leaf, reason_text, report_of
 from .transport import Connection, RemoteCall, Server
 
 __all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "MCPClient"]
 
 _T = TypeVar("_T")
 
-# Seconds a cancelled call's request and its cancel get to be written, at
-# least (a server that stopped reading its stdin blocks the writes).
-_CANCEL_WRITE_S: Final = 1.0
 # Environment variables a server inherits when ``env`` does not name them
 # (the SDK's own choice for stdio servers).
 _INHERITED_ENV: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
@@ -107,14 +110,6 @@ def _after_fork_in_child() -> None:
 
 
 after_fork_in_child(_after_fork_in_child)
-
-
-def _check_grace(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"cancel_grace must be a number of seconds, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"cancel_grace must be finite and not negative (seconds), got {value!r}")
-    return float(value)
 
 
 class _RemoteBody:
@@ -147,52 +142,22 @@ def _progress_callback(report: _Progress) -> Callable[[float, float | None, str 
     return on_progress
 
 
-def _first_leaf(error: BaseException) -> BaseException:
-    """The first exception inside ``error`` that is not an exception group
-    (the SDK's task groups wrap the reason a connection failed); ``error``
-    itself when it is not a group. A group is recognised by its
-    ``exceptions`` tuple, so the ``exceptiongroup`` backport counts too."""
-    inner = getattr(error, "exceptions", None)
-    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
-        error = inner[0]
-        inner = getattr(error, "exceptions", None)
-    return error
-
-
-def _reason_text(reason: object) -> str:
-    """The abort reason as the cancel notification's ``reason`` (at most
-    500 characters)."""
-    if isinstance(reason, str):
-        text = reason
-    elif isinstance(reason, BaseException):
-        text = safe_str(reason) or type(reason).__name__
-    else:
-        text = safe_repr(reason)
-    return text[:500]
-
-
-async def _first(*events: anyio.Event) -> None:
-    """Return as soon as one of ``events`` is set."""
-    if any(e.is_set() for e in events):
-        return
-    async with anyio.create_task_group() as tg:
-
-        async def wait_for(event: anyio.Event) -> None:
-            await event.wait()
-            tg.cancel_scope.cancel()
-
-        for event in events:
-            tg.start_soon(wait_for, event)
+def _stopped(call: RemoteCall) -> BaseException:
+    """What ends a claimed call that was stopped before its answer: the
+    registry classifies an ``AbortError`` (``ABORTED`` while its signal is
+    in force); a ``close()`` has no signal in force, so it is a lost
+    worker."""
+    return WorkerLost(CLIENT_CLOSED) if call.reason == CLIENT_CLOSED else AbortError(call.reason)
 
 
 class MCPClient(Closing):
     """A synchronous client of one MCP server (docs/mcp.md#the-client).
 
-    Made by ``MCPClient.stdio(command, *, env=None, cwd=None,
-    cancel_grace=2.0, restart=True)``, which starts the server and
-    completes the MCP handshake before returning (``ConnectionError`` when
-    it cannot). A context manager; ``close()`` is idempotent. Every public
-    method is thread-safe and blocks only the calling thread.
+    Made by ``MCPClient.stdio(command, ...)`` or ``MCPClient.http(url,
+    ...)``, which complete the MCP handshake before returning
+    (``ConnectionError`` when they cannot). A context manager; ``close()``
+    is idempotent. Every public method is thread-safe and blocks only the
+    calling thread; every wait has a bound (docs/mcp.md#bounds).
     """
 
     def __init__(
@@ -205,6 +170,8 @@ class MCPClient(Closing):
         headers: Mapping[str, str] | None = None,
         cancel_grace: float,
         restart: bool,
+        connect_timeout: float,
+        kill_grace: float,
     ) -> None:
         if url is None:
             if isinstance(command, (str, bytes)) or not command or not all(isinstance(a, str) for a in command):
@@ -217,9 +184,12 @@ class MCPClient(Closing):
                 raise TypeError("headers must map str to str")
             self._command = [url]
         self._url = url
+        bounds = Bounds(cancel_grace=cancel_grace, connect_timeout=connect_timeout, kill_grace=kill_grace)
         base = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-        self._server = Server(self._command, env=base | dict(env or {}), cwd=cwd, url=url, headers=dict(headers or {}))
-        self._grace = _check_grace(cancel_grace)
+        self._server = Server(
+            self._command, env=base | dict(env or {}), cwd=cwd, url=url, headers=dict(headers or {}), bounds=bounds
+        )
+        self._grace = bounds.cancel_grace
         self._restart = bool(restart)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -248,6 +218,8 @@ class MCPClient(Closing):
         cwd: str | os.PathLike[str] | None = None,
         cancel_grace: float = 2.0,
         restart: bool = True,
+        connect_timeout: float = 30.0,
+        kill_grace: float = 2.0,
     ) -> MCPClient:
         """Start the server ``command`` (its argv) in a new session and
         process group, speak MCP over its stdin/stdout, and return the
@@ -256,22 +228,55 @@ class MCPClient(Closing):
         ``SHELL``, ``TERM`` and ``USER``; ``cwd`` is its working directory;
         the server's stderr is this process's. ``cancel_grace``: seconds a
         cancelled call waits for the server's answer. ``restart``: start
-        the server again on the next call after it exited. Raises
-        ``TypeError``/``ValueError`` for bad arguments, ``ConnectionError``
-        when the server cannot be started or does not complete the
-        handshake."""
-        return cls(command, env=env, cwd=cwd, cancel_grace=cancel_grace, restart=restart)
+        the server again on the next call after it exited.
+        ``connect_timeout``: seconds a start (the first and every restart)
+        may take up to the end of the MCP handshake. ``kill_grace``: seconds
+        between SIGTERM and SIGKILL to the server's process group
+        (docs/mcp.md#bounds). Raises ``TypeError``/``ValueError`` for bad
+        arguments, ``ConnectionError`` when the server cannot be started or
+        does not complete the handshake in time."""
+        return cls(
+            command,
+            env=env,
+            cwd=cwd,
+            cancel_grace=cancel_grace,
+            restart=restart,
+            connect_timeout=connect_timeout,
+            kill_grace=kill_grace,
+        )
 
     @classmethod
-    def http(cls, url: str, *, headers: Mapping[str, str] | None = None, cancel_grace: float = 2.0) -> MCPClient:
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        cancel_grace: float = 2.0,
+        connect_timeout: float = 30.0,
+        kill_grace: float = 2.0,
+    ) -> MCPClient:
         """Connect to the MCP server at ``url`` over streamable HTTP (the
         SDK's transport; ``headers`` go with every request, e.g.
         ``{"Authorization": "Bearer ..."}``) and complete the handshake.
-        A connection that ends is made again on the next call. Raises
-        ``ValueError`` for a URL that is not ``http(s)://``,
-        ``ConnectionError`` when the server cannot be reached or refuses:
-        the message names the HTTP status (``HTTP 401 Unauthorized``)."""
-        return cls(None, url=url, headers=headers, cancel_grace=cancel_grace, restart=True)
+        A connection that ends is made again on the next call; a call the
+        server refuses with ``404`` for a session it no longer knows (it
+        restarted, or the session expired) is sent again, once, in a new
+        session. ``connect_timeout``: seconds a connection (the first and
+        every new session) may take up to the end of the MCP handshake;
+        ``kill_grace``: seconds ``close()`` gives the request that ends the
+        session (docs/mcp.md#bounds). Raises ``ValueError`` for a URL that
+        is not ``http(s)://``, ``ConnectionError`` when the server cannot
+        be reached or refuses: the message names the HTTP status (``HTTP
+        401 Unauthorized``)."""
+        return cls(
+            None,
+            url=url,
+            headers=headers,
+            cancel_grace=cancel_grace,
+            restart=True,
+            connect_timeout=connect_timeout,
+            kill_grace=kill_grace,
+        )
 
     # ------------------------------------------------------------- public
 
@@ -288,7 +293,8 @@ class MCPClient(Closing):
         when the tool declares none), fetched from the server now (starting
         it again if it exited and ``restart`` allows). Raises
         ``RuntimeError`` after ``close()``, ``ConnectionError`` when the
-        server cannot be reached."""
+        server cannot be reached, ``TimeoutError`` when it does not list
+        its tools within ``connect_timeout`` seconds."""
         tools = self._on_loop(self._list_tools())
         return [
             {
@@ -352,10 +358,12 @@ class MCPClient(Closing):
 
     def close(self) -> None:
         """Cancel every call in flight (each settles within
-        ``cancel_grace``), close the session, stop the server's whole
-        process group (SIGTERM, SIGKILL after 2 s) and wait until it is
-        gone, then stop the client's thread. Idempotent; a call made after
-        it is refused (``ABORTED_BEFORE_DISPATCH``)."""
+        ``cancel_grace``), end a handshake in progress, close the session,
+        stop the server's whole process group (SIGTERM, SIGKILL after
+        ``kill_grace``) and wait until it is gone, then stop the client's
+        thread. Returns within about ``max(cancel_grace, 1 s) +
+        kill_grace`` (docs/mcp.md#bounds). Idempotent; a call made after it
+        is refused (``ABORTED_BEFORE_DISPATCH``)."""
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -433,6 +441,8 @@ class MCPClient(Closing):
         if conn is None or not conn.alive:
             if conn is not None and not self._restart:
                 raise ConnectionError("the MCP server exited and the client was made with restart=False")
+            if conn is not None:
+                conn.stop.set()  # a replaced incarnation ends (a forgotten HTTP session)
             conn = self._conn = Connection()
             task = self._loop.create_task(self._server.serve(conn))
             self._servers.add(task)
@@ -440,7 +450,7 @@ class MCPClient(Closing):
         await conn.ready.wait()
         if conn.error is not None:
             what = f"at {self._url} could not be reached" if self._url else f"{self._command!r} could not be started"
-            cause = _first_leaf(conn.error)
+            cause = first_leaf(conn.error)
             text = safe_str(cause) or type(cause).__name__
             if isinstance(cause, MCPError) and self._url is None:
                 text += " (the server exited or closed its output before the MCP handshake; its stderr says why)"
@@ -451,20 +461,30 @@ class MCPClient(Closing):
 
     async def _list_tools(self) -> list[types.Tool]:
         conn = await self._connected()
-        return await self._fetch_tools(conn)
+        try:
+            return await self._fetch_tools(conn)
+        except MCPError:
+            if not conn.refused:
+                raise
+        return await self._fetch_tools(await self._connected())  # in a new session, once
 
     async def _fetch_tools(self, conn: Connection) -> list[types.Tool]:
+        """Every page of ``tools/list``, all within ``connect_timeout``
+        (``TimeoutError`` past it)."""
         assert conn.dispatcher is not None
         tools: list[types.Tool] = []
         cursor: str | None = None
-        while True:
-            params = {} if cursor is None else {"cursor": cursor}
-            raw = await conn.dispatcher.send_raw_request("tools/list", params or None, {})
-            page = types.ListToolsResult.model_validate(raw, by_name=False)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+        limit = self._server.bounds.connect_timeout
+        with anyio.move_on_after(limit):
+            while True:
+                params = {} if cursor is None else {"cursor": cursor}
+                raw = await conn.dispatcher.send_raw_request("tools/list", params or None, {})
+                page = types.ListToolsResult.model_validate(raw, by_name=False)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+        raise TimeoutError(f"the MCP server did not list its tools in {limit:g} s")
 
     async def _perform(self, call: RemoteCall, progress: _Progress | None) -> None:
         try:
@@ -478,28 +498,48 @@ class MCPClient(Closing):
                 self._calls.discard(call)
 
     async def _perform_inner(self, call: RemoteCall, progress: _Progress | None) -> None:
-        loop = self._loop
         conn = self._conn
         if conn is None or not conn.alive or conn.dispatcher is None:
             # The server is (re)starting: wait for it, or for the withdrawal.
-            starting = anyio.Event()
-
-            def wake_starting() -> None:
-                loop.call_soon_threadsafe(starting.set)
-
-            with call._lock:
-                call.wake = wake_starting
-                if call.abort_requested:
-                    starting.set()
-            if call.withdrawn:
-                return
-            try:
-                conn = await self._connected_or_withdrawn(call, starting)
-            except Exception as exc:
-                call.settle(BodyReport(outcome=NotInvoked(exc)))
-                return
+            conn = await self._connection_for(call)
             if conn is None:
                 return
+        answer, answered, remote = await self._attempt(conn, call, progress)
+        if not call.withdrawn and answered and remote is None and call.request_id in conn.refused:
+            # The server no longer knows the session (HTTP 404), so it never
+            # ran the call: send it again, once, in a new session.
+            again = await self._connection_for(call)
+            if again is None:
+                call.settle(BodyReport(outcome=Error(_stopped(call))))
+                return
+            conn = again
+            answer, answered, remote = await self._attempt(conn, call, progress)
+        if call.withdrawn:
+            return
+        if not answered:
+            # Cancelled, and the grace passed without an answer.
+            call.settle(BodyReport(outcome=Error(_stopped(call)), meta={"remote": remote}))
+            return
+        lost = isinstance(answer, MCPError) and conn.lost(answer)
+        if remote is not None and isinstance(answer, MCPError) and (not lost or self._url is not None):
+            # A JSON-RPC error after our cancel answers the cancel (the SDK's
+            # HTTP server sends -32800), and over HTTP so does the request's
+            # stream ending without a response (a server that follows
+            # JSON-RPC and answers a cancelled request with nothing): the
+            # call was aborted, not faulty.
+            answer = AbortError(call.reason)
+        report = report_of(answer, remote, conn.http_status, lost=lost)
+        if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):
+            report = BodyReport(outcome=Error(WorkerLost(CLIENT_CLOSED)), meta=report.meta)
+        call.settle(report)
+
+    async def _attempt(
+        self, conn: Connection, call: RemoteCall, progress: _Progress | None
+    ) -> tuple[object, bool, str | None]:
+        """Send ``call``'s request on ``conn`` and wait for its answer or,
+        after an abort, for the cancel's grace: ``(answer, answered,
+        meta["remote"] or None when no cancel went out)``."""
+        loop = self._loop
         dispatcher = conn.dispatcher
         assert dispatcher is not None
         scope = anyio.CancelScope()
@@ -544,37 +584,25 @@ class MCPClient(Closing):
         finally:
             done.set()
             conn.unwritten.pop(call.request_id, None)
-        if call.withdrawn:
-            return
         remote = (await cancelling[0]) if cancelling else None
-        if not answered:
-            # Cancelled, and the grace passed without an answer: the
-            # registry classifies the abort (ABORTED while its signal is in
-            # force); a close() has no signal in force, so it is a lost worker.
-            stopped: BaseException = (
-                WorkerLost(CLIENT_CLOSED) if call.reason == CLIENT_CLOSED else AbortError(call.reason)
-            )
-            call.settle(BodyReport(outcome=Error(stopped), meta={"remote": remote}))
-            return
-        if (
-            remote is not None
-            and isinstance(answer, MCPError)
-            and (answer.error.code != CONNECTION_CLOSED or self._url is not None)
-        ):
-            # A JSON-RPC error after our cancel answers the cancel (the SDK's
-            # HTTP server sends -32800), and over HTTP so does the request's
-            # stream ending without a response (a server that follows
-            # JSON-RPC and answers a cancelled request with nothing): the
-            # call was aborted, not faulty.
-            answer = AbortError(call.reason)
-        report = report_of(answer, remote, conn.http_status)
-        if call.reason == CLIENT_CLOSED and isinstance(report.outcome, Value):
-            report = BodyReport(outcome=Error(WorkerLost(CLIENT_CLOSED)), meta=report.meta)
-        call.settle(report)
+        return answer, answered, remote
 
-    async def _connected_or_withdrawn(self, call: RemoteCall, wake: anyio.Event) -> Connection | None:
-        """The connection, or ``None`` when the call was withdrawn while the
-        server was (re)starting."""
+    async def _connection_for(self, call: RemoteCall) -> Connection | None:
+        """The live connection for ``call`` (starting the server, or a new
+        session, when needed; bounded by ``connect_timeout``), or ``None``
+        once the call's abort was requested while it waited (a call not yet
+        written is then withdrawn). A failure to connect settles the call
+        (``NotInvoked``) and returns ``None``."""
+        loop = self._loop
+        aborted = anyio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(aborted.set)
+
+        with call._lock:
+            call.wake = wake
+            if call.abort_requested:
+                return None
         result: list[Connection] = []
         failure: list[Exception] = []
         got = anyio.Event()
@@ -588,32 +616,33 @@ class MCPClient(Closing):
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(connect)
-            await _first(got, wake)
-            if call.withdrawn:
+            await first_of(got, aborted)
+            if call.abort_requested:
                 tg.cancel_scope.cancel()
                 return None
             await got.wait()
         if failure:
-            raise failure[0]
+            call.settle(BodyReport(outcome=NotInvoked(failure[0])))
+            return None
         return result[0]
 
     async def _cancel(self, conn: Connection, call: RemoteCall, done: anyio.Event, scope: anyio.CancelScope) -> str:
         """Send the one ``notifications/cancelled`` for ``call`` once its
         request is on the wire, then wait up to the grace for an answer.
         The request's write and the cancel's get at least
-        ``_CANCEL_WRITE_S`` whatever the grace (a grace of 0 still cancels).
+        ``WRITE_AT_LEAST`` whatever the grace (a grace of 0 still cancels).
         Stops the request's wait (``scope``) when the grace passed without
         an answer. Returns what ``meta["remote"]`` says."""
         assert call.handed_off is not None and conn.dispatcher is not None
         now = anyio.current_time()
         answer_by = now + self._grace
-        write_by = now + max(self._grace, _CANCEL_WRITE_S)
+        write_by = now + max(self._grace, WRITE_AT_LEAST)
         with anyio.move_on_at(write_by):
-            await _first(call.handed_off, done)
+            await first_of(call.handed_off, done)
             if not done.is_set():
                 await conn.dispatcher.notify(
                     "notifications/cancelled",
-                    {"requestId": call.request_id, "reason": _reason_text(call.reason)},
+                    {"requestId": call.request_id, "reason": reason_text(call.reason)},
                 )
         with anyio.move_on_at(answer_by):
             await done.wait()

@@ -32,7 +32,9 @@ Guarantees:
   server), and put back in the response; a ``notifications/cancelled``
   reaches the request of its session whose id has exactly its type and
   value, or none. A request reusing an id still in flight in its session
-  is answered ``-32600`` under that id.
+  is answered ``-32600`` under that id. A request without a session id (an
+  ``initialize``: every client starts at id 1) belongs to a session of its
+  own, so concurrent ones never collide (docs/contract.md#a25).
 * Only the path ``/mcp`` is served; any other path is ``404``.
 """
 
@@ -164,52 +166,58 @@ async def _plain(send: Send, status: int, text: str, headers: Sequence[tuple[byt
 
 
 _INNER_PREFIX: Final = "dshtools-h"
+# A request's key: its session, and its id's type and value as the client sent it.
+_Key = tuple[str | None, type, WireId]
 
 
 class SessionIds(RequestIds):
     """The client's request ids, per session, ↔ the ids the SDK sees.
 
     Invariants (under ``_guard``): ``_client`` and ``_sdk`` are inverse
-    maps of the requests in flight; an inner id is never reused.
-    ``outer_of`` (what the call handler names a call by) answers from
-    them."""
+    maps of the requests in flight; an inner id is never reused; a request
+    outside any session is keyed by its inner id, so it shares its key
+    with no other request and no cancel names it. ``outer_of`` (what the
+    call handler names a call by) answers from them."""
 
     def __init__(self) -> None:
         super().__init__()
         self._guard = threading.Lock()
         self._count = itertools.count(1)
-        self._client: dict[str, WireId] = {}
-        self._sdk: dict[tuple[str | None, type, WireId], str] = {}
+        self._client: dict[str, tuple[WireId, _Key]] = {}
+        self._sdk: dict[_Key, str] = {}
 
     def admit_in(self, session: str | None, outer: WireId) -> str | None:
         """A new inner id for ``outer`` in ``session``, or ``None`` when a
-        request with exactly that id is in flight there."""
-        key = (session, type(outer), outer)
+        request with exactly that id is in flight there (never for a
+        request without a session)."""
         with self._guard:
+            inner = f"{_INNER_PREFIX}{next(self._count)}"
+            key: _Key = (session, type(outer), outer) if session is not None else (None, str, inner)
             if key in self._sdk:
                 return None
-            inner = f"{_INNER_PREFIX}{next(self._count)}"
             self._sdk[key] = inner
-            self._client[inner] = outer
+            self._client[inner] = (outer, key)
             return inner
 
     def cancel_in(self, session: str | None, outer: object) -> str | None:
         """The inner id of the request in flight in ``session`` whose id is
-        exactly ``outer`` (type and value), or ``None``."""
-        if not isinstance(outer, (str, int)) or isinstance(outer, bool):
+        exactly ``outer`` (type and value), or ``None`` (always outside a
+        session)."""
+        if session is None or not isinstance(outer, (str, int)) or isinstance(outer, bool):
             return None
         with self._guard:
             return self._sdk.get((session, type(outer), outer))
 
-    def release(self, session: str | None, inner: str) -> None:
+    def release(self, inner: str) -> None:
         with self._guard:
-            outer = self._client.pop(inner, None)
-            if outer is not None:
-                self._sdk.pop((session, type(outer), outer), None)
+            entry = self._client.pop(inner, None)
+            if entry is not None:
+                self._sdk.pop(entry[1], None)
 
     def outer_of(self, inner: object) -> WireId | None:
         with self._guard:
-            return self._client.get(inner) if isinstance(inner, str) else None
+            entry = self._client.get(inner) if isinstance(inner, str) else None
+            return None if entry is None else entry[0]
 
 
 def _session_of(scope: Scope) -> str | None:
@@ -282,15 +290,15 @@ def _exact_ids(app: _App, ids: SessionIds) -> _App:
                 if ours in event.get("body", b""):
                     event = {**event, "body": event["body"].replace(ours, theirs)}
                     # Free before the client can see the answer (and reuse the id).
-                    ids.release(session, inner)
+                    ids.release(inner)
                 elif not event.get("more_body", False):
-                    ids.release(session, inner)  # the stream ended unanswered (cancelled)
+                    ids.release(inner)  # the stream ended unanswered (cancelled)
             await send(event)
 
         try:
             await app(*_with_body(scope, receive, message), answer)
         finally:
-            ids.release(session, inner)
+            ids.release(inner)
 
     return rewritten
 

@@ -13,8 +13,10 @@ Guarantees:
   content, exactly as sent.
 * A JSON-RPC error, or a result that is not a valid ``CallToolResult`` →
   ``REMOTE_PROTOCOL_ERROR`` (an HTTP error status the transport saw is
-  named in place of the SDK's generic stand-in for it); the SDK's
-  connection-closed error (``CONNECTION_CLOSED``) → ``WorkerLost``.
+  named in place of the SDK's generic stand-in for it), whatever its code
+  (``-32000`` included); only the end of the connection (``lost``: the
+  transport closed or the process died) → ``WorkerLost``
+  (docs/contract.md#a26).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from .._backends.base import BodyReport, Error, Value, WorkerLost
+from .._core.errors import safe_repr, safe_str
 from .._types.calls import ToolError
 
-__all__ = ["CONNECTION_CLOSED", "REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "report_of"]
+__all__ = ["REMOTE_PROTOCOL_ERROR", "REMOTE_TOOL_ERROR", "first_leaf", "reason_text", "report_of"]
 
 REMOTE_TOOL_ERROR: Final = "REMOTE_TOOL_ERROR"
 """The code of a remote tool's own failure (its result had ``isError``)."""
@@ -38,9 +41,6 @@ REMOTE_PROTOCOL_ERROR: Final = "REMOTE_PROTOCOL_ERROR"
 """The code of a remote call the server answered with a JSON-RPC error, or
 with a result that is not a valid ``CallToolResult``."""
 
-# JSON-RPC error code the SDK gives every request in flight when the
-# connection closes.
-CONNECTION_CLOSED: Final = -32000
 # The SDK's error message for a request its HTTP transport saw refused.
 _HTTP_STAND_IN: Final = "Server returned an error response"
 
@@ -49,15 +49,16 @@ def _texts(blocks: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(str(b["text"]) for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
 
 
-def report_of(outcome: object, remote: str | None, http_status: str | None = None) -> BodyReport:
+def report_of(outcome: object, remote: str | None, http_status: str | None = None, *, lost: bool = False) -> BodyReport:
     """The registry's report for the SDK's answer to one ``tools/call``
     (``http_status``: the HTTP error status the transport last saw, named
-    in place of the SDK's generic stand-in for it)."""
+    in place of the SDK's generic stand-in for it; ``lost``: the answer is
+    the SDK's error for a connection that ended, not the server's)."""
     meta = None if remote is None else {"remote": remote}
     if isinstance(outcome, MCPError):
-        if outcome.error.code == CONNECTION_CLOSED:
-            lost = WorkerLost(f"the MCP server closed the connection during the call ({outcome.error.message})")
-            return BodyReport(outcome=Error(lost), meta=meta)
+        if lost:
+            ended = WorkerLost(f"the MCP server closed the connection during the call ({outcome.error.message})")
+            return BodyReport(outcome=Error(ended), meta=meta)
         text = f"the MCP server answered with JSON-RPC error {outcome.error.code}: {outcome.error.message}"
         if http_status is not None and outcome.error.message == _HTTP_STAND_IN:
             text = f"the MCP server refused the request: {http_status}"
@@ -86,3 +87,27 @@ def report_of(outcome: object, remote: str | None, http_status: str | None = Non
     else:
         value = None
     return BodyReport(outcome=Value(value), content=blocks, meta=meta)
+
+
+def first_leaf(error: BaseException) -> BaseException:
+    """The first exception inside ``error`` that is not an exception group
+    (the SDK's task groups wrap the reason a connection failed); ``error``
+    itself when it is not a group. A group is recognised by its
+    ``exceptions`` tuple, so the ``exceptiongroup`` backport counts too."""
+    inner = getattr(error, "exceptions", None)
+    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
+        error = inner[0]
+        inner = getattr(error, "exceptions", None)
+    return error
+
+
+def reason_text(reason: object) -> str:
+    """The abort reason as the cancel notification's ``reason`` (at most
+    500 characters)."""
+    if isinstance(reason, str):
+        text = reason
+    elif isinstance(reason, BaseException):
+        text = safe_str(reason) or type(reason).__name__
+    else:
+        text = safe_repr(reason)
+    return text[:500]

@@ -13,13 +13,25 @@ Guarantees:
 * **End of output ends the incarnation.** When the server's output ends or a
   write to it fails, ``Connection.alive`` turns false and ``stop`` is set;
   the session then closes (the SDK fails every request in flight with its
-  connection-closed error).
+  connection-closed error). ``stop`` is always set before the SDK can see
+  the end, so a connection-closed error while ``stop`` is not set is the
+  server's own answer (``Connection.lost``).
+* **A bounded handshake.** The handshake ends within
+  ``bounds.connect_timeout`` seconds of the start (``TimeoutError``), or as
+  soon as ``stop`` is set (the SDK's connection-closed ``MCPError``):
+  nothing waits for a server that reads ``initialize`` and never answers.
+* **A forgotten session.** Over HTTP, a ``404`` to a request that carried
+  the session's id means the server no longer knows the session:
+  ``Connection.alive`` turns false and the id of each such request is in
+  ``refused`` (the client sends it again in a new session).
 * **Stop.** ``Server.serve`` returns only after, for a stdio server, its
-  stdin was closed, its process group got SIGTERM and, ``_STOP_GRACE``
-  seconds later, SIGKILL, and no process of its session is left (or
-  ``_KILL_WAIT`` more seconds passed: then a WARNING); ``Connection.gone``
-  is set on the way out whatever happened, and ``ready`` is set with
-  ``error`` when the server could not be started or reached.
+  stdin was closed, its process group got SIGTERM and,
+  ``bounds.kill_grace`` seconds later, SIGKILL, and no process of its
+  session is left (or ``KILL_WAIT`` more seconds passed: then a WARNING);
+  for an HTTP server, its session's closing request got at most
+  ``kill_grace`` seconds. ``Connection.gone`` is set on the way out
+  whatever happened, and ``ready`` is set with ``error`` when the server
+  could not be started or reached.
 
 Everything here runs on the client's event-loop thread, except
 ``RemoteCall``'s thread-safe methods and ``Connection.pid`` (read by tests).
@@ -27,12 +39,14 @@ Everything here runs on the client's event-loop thread, except
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal as _signals
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -40,24 +54,30 @@ import attrs
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 
 from .._backends.base import BodyReport, NotInvoked
 from .._os import procfs
+from .bounds import KILL_WAIT, Bounds
 
-__all__ = ["Connection", "RemoteCall", "Server"]
+if TYPE_CHECKING:
+    import httpx2
+
+__all__ = ["CONNECTION_CLOSED", "Connection", "RemoteCall", "Server"]
 
 _log: Final = logging.getLogger("dshtools")
 
-# Seconds between SIGTERM to the server's process group and SIGKILL.
-_STOP_GRACE: Final = 2.0
-# Seconds to wait for the killed group to be gone before giving up on it.
-_KILL_WAIT: Final = 5.0
 # Seconds between two looks at /proc while the server's session empties.
 _GONE_POLL: Final = 0.01
 
 _QUEUED, _RUNNING, _WITHDRAWN, _SETTLED = range(4)
+
+# The error the SDK gives every request in flight when the connection
+# closes; a server may send the same code (and even the same text).
+CONNECTION_CLOSED: Final = types.CONNECTION_CLOSED
+_CLOSED_TEXT: Final = "Connection closed"
 
 
 class RemoteCall:
@@ -129,12 +149,12 @@ class RemoteCall:
 
     def claim(self) -> bool:
         """The writer is about to write the request: ``True`` when the call
-        is now running (write it), ``False`` when it was withdrawn."""
+        is now running (write it; also for a request sent again in a new
+        session), ``False`` when it was withdrawn or settled."""
         with self._lock:
-            if self._state != _QUEUED:
-                return False
-            self._state = _RUNNING
-            return True
+            if self._state == _QUEUED:
+                self._state = _RUNNING
+            return self._state == _RUNNING
 
     def settle(self, report: BodyReport) -> None:
         """Set the report unless the call was withdrawn (whose report is
@@ -173,6 +193,14 @@ class Connection:
         self.tools: list[types.Tool] = []
         # Calls whose request the writer has not written yet, by request id.
         self.unwritten: dict[str, RemoteCall] = {}
+        # Ids of requests answered 404 for the session (HTTP): never run.
+        self.refused: set[str] = set()
+
+    def lost(self, error: MCPError) -> bool:
+        """Whether ``error`` is the SDK's connection-closed error for this
+        incarnation's end, not an error the server answered."""
+        closed = error.error.code == CONNECTION_CLOSED and error.error.message == _CLOSED_TEXT
+        return closed and self.stop.is_set()
 
 
 def _parse_line(line: bytes) -> SessionMessage | Exception:
@@ -193,6 +221,7 @@ class Server:
     cwd: str | os.PathLike[str] | None = attrs.field(kw_only=True)
     url: str | None = attrs.field(kw_only=True)
     headers: dict[str, str] = attrs.field(kw_only=True)
+    bounds: Bounds = attrs.field(kw_only=True)
 
     async def serve(self, conn: Connection) -> None:
         """Run one incarnation of the server until ``conn.stop``; stop its
@@ -254,14 +283,19 @@ class Server:
         async def note_status(response: httpx2.Response) -> None:
             if response.status_code >= 400:
                 conn.http_status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+            if response.status_code == 404 and response.request.headers.get("mcp-session-id"):
+                conn.alive = False
+                conn.refused.add(_request_id(response.request))
 
+        timeout = self.bounds.connect_timeout
         try:
             async with (
                 httpx2.AsyncClient(
                     headers=self.headers,
-                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    timeout=httpx2.Timeout(timeout, read=300.0),
                     event_hooks={"response": [note_status]},
                 ) as http,
+                _cut_after_stop(conn, self.bounds.kill_grace),
                 streamable_http_client(url, http_client=http) as (sdk_read, sdk_write),
             ):
 
@@ -299,13 +333,13 @@ class Server:
 
         async def reader() -> None:
             try:
-                async with read_send:
-                    await pump_in(read_send)
+                await pump_in(read_send)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
             finally:
                 conn.alive = False
-                conn.stop.set()
+                conn.stop.set()  # before the SDK can see the end (Connection.lost)
+                read_send.close()
 
         async def writer() -> None:
             try:
@@ -325,26 +359,39 @@ class Server:
                 conn.stop.set()
                 read_send.close()
 
+        handshake = anyio.CancelScope(deadline=anyio.current_time() + self.bounds.connect_timeout)
+
+        async def end_handshake_on_stop() -> None:
+            await conn.stop.wait()
+            handshake.cancel()
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             tg.start_soon(writer)
+            tg.start_soon(end_handshake_on_stop)
             try:
                 dispatcher = JSONRPCDispatcher(read_recv, write_send)
                 async with ClientSession(dispatcher=dispatcher) as session:
-                    with anyio.fail_after(30.0):
+                    with handshake:
                         await session.initialize()
+                    if handshake.cancelled_caught:
+                        if conn.stop.is_set():  # the server's output ended, or close()
+                            raise MCPError(CONNECTION_CLOSED, _CLOSED_TEXT)
+                        raise TimeoutError(f"no answer to initialize in {self.bounds.connect_timeout:g} s")
                     conn.dispatcher = dispatcher
                     conn.ready.set()
                     await conn.stop.wait()
             finally:
                 conn.alive = False
+                conn.stop.set()  # also when the handshake failed or the loop is stopping
                 write_send.close()
                 tg.cancel_scope.cancel()
 
     async def _stop_process(self, conn: Connection, process: anyio.abc.Process) -> None:
         """Close the server's stdin, SIGTERM its process group, SIGKILL it
-        after ``_STOP_GRACE``, and return once no process of its session is
-        left (or ``_KILL_WAIT`` more seconds passed: then a WARNING)."""
+        after ``bounds.kill_grace``, and return once no process of its
+        session is left (or ``KILL_WAIT`` more seconds passed: then a
+        WARNING)."""
         pid = process.pid
         try:
             if process.stdin is not None:
@@ -352,18 +399,18 @@ class Server:
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
         procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGTERM)
-        with anyio.move_on_after(_STOP_GRACE):
+        with anyio.move_on_after(self.bounds.kill_grace):
             await process.wait()
             while procfs.session_members(pid):
                 await anyio.sleep(_GONE_POLL)
         procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGKILL)
-        with anyio.move_on_after(_KILL_WAIT) as waiting:
+        with anyio.move_on_after(KILL_WAIT) as waiting:
             await process.wait()
             while procfs.session_members(pid):
                 procfs.killpg_pinned(conn.pidfd, pid, _signals.SIGKILL)
                 await anyio.sleep(_GONE_POLL)
         if waiting.cancelled_caught:
-            _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self.command, pid, _KILL_WAIT)
+            _log.warning("MCP server %r (pid %d) survived SIGKILL for %.1f s", self.command, pid, KILL_WAIT)
         try:
             await process.aclose()  # its pipes and the loop's transport
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -372,3 +419,33 @@ class Server:
             os.close(conn.pidfd)
             conn.pidfd = None
         conn.gone.set()
+
+
+def _request_id(request: httpx2.Request) -> str:
+    """The id of the JSON-RPC request in ``request``'s body when it is a
+    string (the client's call ids are), else ``""``."""
+    try:
+        message = json.loads(request.content)
+    except Exception:  # no body (a GET), or one not held in memory
+        return ""
+    rid = message.get("id") if isinstance(message, dict) else None
+    return rid if isinstance(rid, str) else ""
+
+
+@contextlib.asynccontextmanager
+async def _cut_after_stop(conn: Connection, grace: float) -> AsyncIterator[None]:
+    """The block, cancelled ``grace`` seconds after ``conn.stop`` was set
+    when it has not ended by then (an HTTP session's closing request to a
+    server that does not answer)."""
+    async with anyio.create_task_group() as tg:
+
+        async def cut() -> None:
+            await conn.stop.wait()
+            await anyio.sleep(grace)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(cut)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()

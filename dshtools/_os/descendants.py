@@ -34,7 +34,7 @@ def live_descendants() -> tuple[list[int], str]:
     A process whose parent exited is re-parented (to init, or to the
     nearest child subreaper) and so stops being a descendant; run under
     ``_subreaper()`` so such orphans are re-parented to this process and
-    still count."""
+    still count. Keepers (``dshtools._os.keeper``) are left out."""
     try:
         import psutil
     except ImportError:
@@ -43,7 +43,7 @@ def live_descendants() -> tuple[list[int], str]:
         alive = []
         for child in psutil.Process().children(recursive=True):
             try:
-                if child.status() != psutil.STATUS_ZOMBIE:
+                if child.status() != psutil.STATUS_ZOMBIE and not _procfs.is_keeper(child.pid):
                     alive.append(child.pid)
             except psutil.NoSuchProcess:
                 pass
@@ -51,7 +51,7 @@ def live_descendants() -> tuple[list[int], str]:
     procs = _procfs.try_scan()
     if procs is None:
         return [], "none"
-    found = [p.pid for p in _procfs.descendants(procs, os.getpid()) if p.alive]
+    found = [p.pid for p in _procfs.descendants(procs, os.getpid()) if p.alive and not _procfs.is_keeper(p.pid)]
     return sorted(found), "/proc"
 
 

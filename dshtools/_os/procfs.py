@@ -7,7 +7,8 @@ One reader for every caller: ``run_process``'s session
 (``dshtools._io.session``), the ``ProcessBackend``'s forced stop
 (``dshtools._os.tree``), the Ray backend's reaper
 (``dshtools._backends.ray.reap``) and the command line's descendant check
-(``dshtools._os.descendants``).
+(``dshtools._os.descendants``), and the one test of whether a process is
+a keeper (``dshtools._os.keeper``), which every process walk leaves out.
 
 Guarantees:
 
@@ -44,8 +45,10 @@ from typing import Final, NamedTuple
 
 __all__ = [
     "HAVE_PROC",
+    "KEEPER_MARKER",
     "ProcStat",
     "descendants",
+    "is_keeper",
     "killpg",
     "killpg_pinned",
     "killpg_same",
@@ -58,6 +61,12 @@ __all__ = [
 ]
 
 HAVE_PROC: Final = os.path.isdir("/proc/self")
+
+KEEPER_MARKER: Final = "dshtools-keeper"
+"""A keeper's last command-line argument (``dshtools._os.keeper``): how a
+process list tells it apart from the processes calls started."""
+
+_KEEPER_ARG: Final = KEEPER_MARKER.encode() + b"\0"
 
 _CAN_PIN: Final = hasattr(os, "pidfd_open") and hasattr(_os_signal, "pidfd_send_signal")
 
@@ -161,6 +170,17 @@ def descendants(procs: dict[int, ProcStat], root: int) -> list[ProcStat]:
                 found.append(child)
                 todo.append(child.pid)
     return found
+
+
+def is_keeper(pid: int) -> bool:
+    """Whether ``pid`` is a keeper (of this process or of any other):
+    quiescence reports leave keepers out (a keeper exits by itself once its
+    owner is gone). ``False`` when ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().endswith(_KEEPER_ARG)
+    except OSError:
+        return False
 
 
 def session_members(sid: int) -> list[int] | None:

@@ -63,14 +63,15 @@ def left_behind(workers_started: list[int], workers_alive: list[int]) -> list[in
     descendants of the live workers, and every live member of a session a
     worker led (a worker's session outlives it only through such members),
     the live workers themselves excepted. ``None`` when ``/proc`` cannot be
-    read (not Linux, or no file descriptor left): unknown, never "none"."""
+    read (not Linux, or no file descriptor left): unknown, never "none".
+    Keepers of workers (``dshtools._os.keeper``) are left out."""
     procs = _procfs.try_scan()
     if procs is None:
         return None
     found = {p.pid for root in workers_alive for p in _procfs.descendants(procs, root) if p.alive}
     sids = set(workers_started)
     found |= {p.pid for p in procs.values() if p.sid in sids and p.alive}
-    return sorted(found - set(workers_alive))
+    return sorted(pid for pid in found - set(workers_alive) if not _procfs.is_keeper(pid))
 
 
 def _kill_same(pid: int, start: int) -> None:

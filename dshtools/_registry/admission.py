@@ -239,7 +239,9 @@ def _defer(run: Run, tickets: ApprovalTickets, reason: str | None) -> None:
         run.settle(unknown_tool(call.name), skip_post=False)
         return
     try:
-        ticket = tickets.issue(definition, call.call_id, run.arguments, call.agent, call.root_call_id, reason)
+        ticket = tickets.issue(
+            definition, call.call_id, run.arguments, call.agent, call.root_call_id, reason, call.session
+        )
     except Exception as exc:
         run.settle(
             denied(f"approval ticket could not be issued: {safe_type_name(exc)}: {safe_str(exc)}"), skip_post=False

@@ -21,6 +21,10 @@ Guarantees:
   loop first, so its body never runs. An abort of the caller's own signal
   runs its listeners in the thread that aborts it, as every abort does.
 * Not cancelled, the awaiting task gets the call's result: it is never lost.
+* The awaiting task's ``contextvars`` context is carried to the job when it
+  is awaited (``_core.context.carry``): the hooks and the body see the
+  task's values whichever thread runs them, the pool's or a thread of its
+  own (a batch's), and what they set never reaches the task.
 * The caller's signals are never aborted: each call runs under a private
   signal, ``AbortSignal.any_of([call.signal, private])``, closed before
   the coroutine returns, so no listener is left on the caller's signals.
@@ -54,6 +58,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 import attrs
 
 from .._backends.thread import ThreadBackend, on_worker
+from .._core.context import carry
 from .._signal import AbortController, AbortSignal
 from .._signal.timer import run_on_abort_runner
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
@@ -287,7 +292,9 @@ async def await_job(
     cancelled = waiter.cancelled
     own = AbortController()
     private = AbortSignal.any_of([signal, own.signal])
-    job: _Job[_T] = _Job(partial(fn, private), waiter.wake)
+    # Carried here, in the awaiting task: whichever thread runs the job
+    # runs it in a copy of the task's context (docs/contract.md#a22).
+    job: _Job[_T] = _Job(carry(partial(fn, private)), waiter.wake)
     # Queued and aborted: withdrawn (the listener runs at once when the
     # caller's signal is already aborted). Removed at the end: the job
     # refers to the signal, so the way back would be a reference cycle.

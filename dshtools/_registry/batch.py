@@ -37,7 +37,10 @@ Guarantees:
   closes every signal it created, and then raises: no result is invented.
 
 Context: each call's dispatch work runs on a worker in a copy of the
-calling thread's ``contextvars`` context, taken per call (docs/contract.md#a7).
+calling thread's ``contextvars`` context, taken per call
+(docs/contract.md#a7). ``execute_batch_async``'s batch thread runs in the
+awaiting task's context, carried when the batch was awaited
+(docs/contract.md#a22), so its hooks and every body see the task's values.
 
 Signals: each call runs with ``AbortSignal.any_of([call.signal, signal,
 interrupt])`` where ``interrupt`` is private to this batch; every such
@@ -55,7 +58,7 @@ import attrs
 
 from .._backends.thread import on_worker
 from .._core.errors import check_items
-from .._core.interrupts import INTERRUPT_SLICE
+from .._core.interrupts import interrupt_slice
 from .._signal import AbortController, AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
 from .aio import await_job, start_on_thread
@@ -236,7 +239,7 @@ class _Batch:
         aborted; account for what happened."""
         while True:
             try:
-                slot = self.events.get(timeout=INTERRUPT_SLICE)
+                slot = self.events.get(timeout=interrupt_slice())
                 break
             except queue.Empty:
                 continue
@@ -303,7 +306,7 @@ class _Batch:
                     continue
             while not slot.finished.is_set():
                 try:
-                    slot.finished.wait(INTERRUPT_SLICE)
+                    slot.finished.wait(interrupt_slice())
                 except KeyboardInterrupt as exc:
                     self.on_interrupt(exc)
             slot.done = True

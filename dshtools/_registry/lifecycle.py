@@ -23,7 +23,9 @@ from typing import Any, Protocol
 import attrs
 
 from .._backends.base import Backend
-from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
+from .._core.interrupts import after_fork_in_child, interrupt_slice
+from .._journal import Journal
+from .._signal import abort_owned
 from .._types.hooks import ToolDefinition
 from .run import Hooks, RegistryState, on_worker_of
 
@@ -32,6 +34,7 @@ __all__ = [
     "RegistryStatistics",
     "add_hook",
     "adopt",
+    "attach_journal",
     "check_hook",
     "close_registry",
     "register_definition",
@@ -129,11 +132,25 @@ class Books(RegistryState, Protocol):
 
     _definitions: dict[str, ToolDefinition]
     _hooks: Hooks
+    _journal: Journal | None
     _backends: list[Backend]
     _closing: list[Backend] | None
 
     @property
     def _threads(self) -> Backend: ...
+
+
+def attach_journal(registry: Books, journal: Journal) -> None:
+    """Journal every later call of a registry made without a journal (the
+    command line's ``replay --journal``; docs/contract.md#journal). Raises
+    ``ValueError`` when it has a journal already or a body is in flight,
+    ``RuntimeError`` after ``close()``."""
+    with registry._lock:
+        if registry._closed:
+            raise RuntimeError("ToolRegistry is closed: a journal cannot be attached")
+        if registry._journal is not None or registry._bodies:
+            raise ValueError("a journal is attached to a registry that has none and runs nothing")
+        registry._journal = journal
 
 
 def register_definition(registry: Books, definition: ToolDefinition) -> Callable[[], None]:
@@ -206,18 +223,29 @@ def statistics_of(registry: Books) -> RegistryStatistics:
 # ------------------------------------------------------------------ close
 
 
-def close_registry(registry: Books) -> None:
-    """``ToolRegistry.close()``: refuse new calls, wait for the bodies in
-    flight, then close the backends this registry is the last to use."""
+def close_registry(registry: Books, abort: object = None) -> None:
+    """``ToolRegistry.close(abort)``: refuse new calls, abort the bodies in
+    flight with ``abort`` unless it is ``None``, wait for them, then close
+    the backends this registry is the last to use."""
     if on_worker_of(registry):
         raise RuntimeError("ToolRegistry.close() called from a tool body would wait for that body forever")
     # Not "already closed" by the flag alone: a close() interrupted by
     # Ctrl-C while waiting left `_closed` set, and the next one must
     # still wait for the bodies and close the backends.
     with registry._lock:
+        if abort is not None and registry._close_reason is None:
+            registry._close_reason = abort  # before `_closed`: a call that sees one sees both
         registry._closed = True
+        # A body registers in `_bodies` before it reads `_closed`: one not
+        # in this snapshot sees `_closed` and is never dispatched.
+        dispatched = [ctx.signal for ctx in registry._bodies] if abort is not None else []  # type: ignore[attr-defined]
+    for signal in dispatched:
+        # Outside the lock: the listeners run here, and a settling body
+        # takes the lock to notify close().
+        abort_owned(signal, abort)
+    with registry._lock:
         while registry._bodies:
-            registry._idle.wait(INTERRUPT_SLICE)
+            registry._idle.wait(interrupt_slice())
         if registry._closing is None:
             # Decided once: the own thread backend is this registry's
             # alone; another backend is closed by the last registry that

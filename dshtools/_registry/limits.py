@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Final
 
-from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
+from .._core.interrupts import after_fork_in_child, interrupt_slice
 from .._signal import AbortSignal
 from .._types.calls import ToolExecutionResult, ToolFailure, aborted
 from .._types.tools import ToolDispatchExecution
@@ -158,7 +158,10 @@ class _Queue:
                         break
                 if signal.aborted:
                     break
-                event.wait(min(wait, INTERRUPT_SLICE))
+                step = interrupt_slice()
+                if step is not None:
+                    wait = min(wait, step)
+                event.wait(None if wait == float("inf") else wait)
                 if not waiter.granted:
                     event.clear()
         except BaseException:

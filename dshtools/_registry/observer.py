@@ -5,25 +5,28 @@ Owns the ``CallObserver``/``CallWatch`` protocols, ``set_call_observer``,
 and the guarded ``enter``/``exit`` of a watch around a call's dispatch
 (``ToolRegistry._dispatch``), of its ``aborted`` (``run._Attempt``, when
 a dispatch signal aborts) and of its ``progress`` (``Run.report_progress``).
-The registry itself calls ``started`` (in ``_begin``) and ``finished`` (in
-``_complete``); without an observer the call path never enters this module.
+The registry itself calls ``started`` (in ``_begin``) and, through
+``notify_published``, ``finished`` (in ``_complete``); without an observer the call path never enters this module.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 from .._core.errors import report_unraisable, safe_repr
 from .._signal import AbortSignal
 from .._types.calls import ToolExecutionInput, ToolExecutionResult
-from .._types.hooks import ProgressUpdate, ToolDefinition
+from .._types.hooks import ProgressUpdate, ResultObserver, ToolDefinition
+from .._types.tools import ToolExecution
 
 __all__ = [
     "CallObserver",
     "CallWatch",
     "enter_watch",
     "exit_watch",
+    "notify_published",
     "set_call_observer",
     "watch_aborted",
     "watch_progress",
@@ -116,3 +119,34 @@ def watch_progress(watch: CallWatch, update: ProgressUpdate, call: ToolExecution
         watch.progress(update)
     except Exception as exc:
         report_unraisable(exc, "Exception in call observer " + safe_repr(watch), call)
+
+
+def notify_published(
+    observers: Sequence[ResultObserver],
+    view: ToolExecution | None,
+    watch: CallWatch | None,
+    result: ToolExecutionResult,
+) -> KeyboardInterrupt | None:
+    """Tell a published ``result`` to the result ``observers`` (each with
+    ``view``; none is told without a view), then to
+    ``watch.finished``, in the publishing thread. An exception from one is
+    reported as unraisable and the rest still run; the first
+    ``KeyboardInterrupt`` is returned for the caller to raise after
+    publication (docs/policies.md#post-execute-hooks-and-observers)."""
+    interrupt: KeyboardInterrupt | None = None
+    if view is not None:
+        for observer in observers:
+            try:
+                observer(view, result)
+            except KeyboardInterrupt as ki:
+                interrupt = interrupt or ki
+            except BaseException as exc:
+                report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
+    if watch is not None:
+        try:
+            watch.finished(result)
+        except KeyboardInterrupt as ki:
+            interrupt = interrupt or ki
+        except BaseException as exc:
+            report_unraisable(exc, "Exception in call observer " + safe_repr(watch), result)
+    return interrupt

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .._signal import deadline_signal, timer_fired
 from .._types.calls import TOOL_TIMEOUT, ToolExecutionResult, failure
-from .._types.tools import ToolDispatchExecution
+from .._types.tools import ToolDispatchExecution, body_invoked_so_far
 
 __all__ = ["TimeoutPolicy"]
 
@@ -77,9 +77,13 @@ class TimeoutPolicy:
             finally:
                 execution.signal = upstream
             if timer_fired(signal):
-                # A call still queued when the deadline fired never ran: its
-                # text says so (docs/contract.md#a16).
-                started = result is None or result.body_invoked
+                # A call still queued when the deadline fired never ran, nor
+                # did one whose inner wrapper gave up without calling next():
+                # the text says so, as the result's body_invoked (which the
+                # registry corrects to its record) does (docs/contract.md#a16).
+                started = body_invoked_so_far(execution)
+                if started is None:  # a view no registry made: the result's word
+                    started = result is None or result.body_invoked
                 return failure(
                     f"tool call timed out after {_format_ms(seconds)}ms" + ("" if started else " before it started"),
                     name="ToolTimeoutError",

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
@@ -64,6 +65,7 @@ from .._backends.thread import ThreadBackend
 from .._core.closing import Closing
 from .._core.errors import AbortError, report_unraisable, safe_repr
 from .._core.freeze import FreezeError, FrozenDict, freeze_with_height
+from .._journal import Journal
 from .._signal import AbortSignal, abort_owned
 from .._types import hooks as hook_types
 from .._types.calls import (
@@ -83,6 +85,7 @@ from .._types.hooks import Accept, Block, ToolDefinition
 from .._types.marks import ToolOptions
 from .._types.tools import SignalSlot, ToolExecution, argument_problems
 from .admission import HookReturnError, Waterfall, admit, admit_resumed
+from .journaled import begin_journaled
 from .lifecycle import (
     RegistryStatistics,
     add_hook,
@@ -92,16 +95,16 @@ from .lifecycle import (
     statistics_of,
     track,
 )
-from .observer import CallObserver, enter_watch, exit_watch
+from .observer import CallObserver, enter_watch, exit_watch, notify_published
 from .outcome import apply_post_decision, check_result, finalize, invalid_output, unknown_tool
 from .run import (
     ABORT,
-    CLOSED_BEFORE_DISPATCH,
     FINAL,
     Hooks,
     Kind,
     Run,
     classify,
+    closed_reason,
     kind_of,
     on_worker_of,
     prepare_body_arguments,
@@ -134,7 +137,7 @@ class ToolRegistry(Closing):
     """Registered tools, their policies, and the backend their bodies run on.
 
     ``ToolRegistry(*, max_workers=None, executor=None, approver=None,
-    backend=None, tickets=None)``: bodies run on ``backend`` (any ``Backend``,
+    backend=None, tickets=None, journal=None)``: bodies run on ``backend`` (any ``Backend``,
     docs/backends.md) unless their ``ToolDefinition`` names its own. Without
     ``backend`` the registry owns a ``ThreadBackend``: a
     ``ThreadPoolExecutor`` of ``max_workers`` (default
@@ -146,7 +149,10 @@ class ToolRegistry(Closing):
     thread-safe; each call snapshots the hooks at its start. ``tickets``
     (an ``ApprovalTickets``; default: one with an in-memory store) issues
     the tickets of calls the approver defers and redeems them in
-    ``resume``. Source: docs/contract.md#registry, docs/contract.md#backends.
+    ``resume``; ``journal`` (a ``dshtools.durable`` journal) makes every
+    call durable: each needs a ``session``, is claimed before its body
+    starts and settled before it is published, and keeps the pending
+    tickets when ``tickets`` is not given (docs/contract.md#journal). Source: docs/contract.md#registry, docs/contract.md#backends.
 
     ``_lock`` guards registration and waiting on ``_idle`` (``close()`` and
     a wrapper's stray dispatch attempts wait there); ``_definitions`` and
@@ -164,6 +170,7 @@ class ToolRegistry(Closing):
         approver: hook_types.Approver | None = None,
         backend: Backend | None = None,
         tickets: ApprovalTickets | None = None,
+        journal: Journal | None = None,
     ) -> None:
         if approver is not None and not callable(approver):
             raise TypeError(f"approver must be callable, not {type(approver).__name__}")
@@ -183,11 +190,17 @@ class ToolRegistry(Closing):
         self._approver = approver
         if tickets is not None and not isinstance(tickets, ApprovalTickets):
             raise TypeError(f"tickets must be an ApprovalTickets, not {type(tickets).__name__}")
-        self._tickets = ApprovalTickets() if tickets is None else tickets
+        if journal is not None and not isinstance(journal, Journal):
+            raise TypeError(f"journal must be a SqliteJournal or PostgresJournal, not {type(journal).__name__}")
+        self._journal = journal
+        if tickets is None:
+            tickets = ApprovalTickets() if journal is None else ApprovalTickets(journal)
+        self._tickets = tickets
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._bodies: set[object] = set()
         self._closed = False
+        self._close_reason: object = None
         self._definitions: dict[str, ToolDefinition] = {}
         self._hooks = Hooks()
         self._observer: CallObserver | None = None  # see observer.set_call_observer
@@ -228,10 +241,18 @@ class ToolRegistry(Closing):
         register ``ToolDefinition.from_function(fn, **options)`` and return
         ``fn`` unchanged (still callable directly). Raises what
         ``from_function`` and ``register`` raise, at decoration
-        (docs/contract.md#typed-tools)."""
+        (docs/contract.md#typed-tools). Warns (``UserWarning``, at the
+        decorated line) for a function without a docstring (and no
+        ``description``) and for each parameter without an annotation:
+        the model would not be told (docs/contract.md#a33)."""
 
         def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-            self.register(ToolDefinition.from_function(f, **options))
+            from .._types.functions import undescribed  # with pydantic, on first use
+
+            definition = ToolDefinition.from_function(f, **options)
+            self.register(definition)
+            for text in undescribed(f, definition.name, definition.description):
+                warnings.warn(text, UserWarning, stacklevel=2 if fn is None else 3)
             return f
 
         return decorate if fn is None else decorate(fn)
@@ -296,7 +317,7 @@ class ToolRegistry(Closing):
 
     # ------------------------------------------------------------- lifecycle
 
-    def close(self) -> None:
+    def close(self, abort: object = None) -> None:
         """Refuse new calls and registrations, wait for every in-flight body
         to return, then close the backends: the own thread backend (its pool
         shut down; a supplied executor is left running) and every backend
@@ -304,8 +325,17 @@ class ToolRegistry(Closing):
         registry using it closes (docs/contract.md#closing-backends). Idempotent; a close()
         interrupted by Ctrl-C is finished by the next. A nested call made by
         a body still running is allowed to finish. Raises ``RuntimeError``
-        when called from a registry worker (it would wait for itself)."""
-        close_registry(self)
+        when called from a registry worker (it would wait for itself).
+
+        ``abort`` (a reason, as ``AbortController.abort`` takes one: a
+        ``str`` or an exception; ``None``, the default, aborts nothing)
+        first aborts the dispatch signal of every body in flight with that
+        reason, in the calling thread (their listeners run here), then joins
+        them as above: each such call ends ``ABORTED`` with ``meta["reason"]``
+        the reason, and a call that reaches its dispatch afterwards
+        (queued, in a batch, awaited) ends ``ABORTED_BEFORE_DISPATCH`` with
+        it (docs/contract.md#a31)."""
+        close_registry(self, abort)
 
     # --------------------------------------------------------------- execute
 
@@ -365,6 +395,7 @@ class ToolRegistry(Closing):
             signal,
             agent=named.agent,
             root_call_id=named.root_call_id,
+            session=named.session,
         )
         return self._run(self._begin(call, admission=partial(admit_resumed, decision, named.reason)))
 
@@ -426,6 +457,9 @@ class ToolRegistry(Closing):
         if self._closed and not allow_closed:
             self._check_open()
         run = Run(self, call, self._definitions.get(call.name), self._hooks)
+        journal = self._journal
+        if journal is not None and begin_journaled(journal, run):
+            return run
         observer = self._observer
         if observer is not None:
             try:
@@ -433,7 +467,7 @@ class ToolRegistry(Closing):
             except Exception as exc:
                 report_unraisable(exc, "Exception in call observer " + safe_repr(observer), call)
         if allow_closed and self._closed and not on_worker_of(self):
-            run.settle(aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False), skip_post=True)
+            run.settle(aborted(closed_reason(self), invoked=False), skip_post=True)
             return run
         definition = run.definition
         # Step 1: snapshot, freeze, validate. Wins over an aborted signal.
@@ -504,7 +538,7 @@ class ToolRegistry(Closing):
         call = run.call
         around = run.hooks.around
         # The slot and view exist only for wrappers (none: the hot path).
-        slot = SignalSlot(call.signal) if around else None
+        slot = SignalSlot(call.signal, run) if around else None
         kind: Kind
         watch = run.watch
         entered = None if watch is None else enter_watch(watch, call)
@@ -616,30 +650,18 @@ class ToolRegistry(Closing):
             result = run.backend_meta(result)
         if result.body_invoked is not run.body_invoked:
             result = attrs.evolve(result, body_invoked=run.body_invoked)
+        if run.journal is not None:
+            result = run.journal.settle(result)  # committed before anyone sees it
         run.result = result
         run.published = True
-        observers = run.hooks.observers
-        if observers:
-            if view is None:
-                view = run.view
-            for observer in observers:
-                try:
-                    observer(view, result)
-                except KeyboardInterrupt as ki:
-                    if run.interrupt is None:
-                        run.interrupt = ki
-                except BaseException as exc:
-                    report_unraisable(exc, "Exception in result observer " + safe_repr(observer), result)
-        watch = run.watch
-        if watch is not None:
+        observers, watch = run.hooks.observers, run.watch
+        if observers or watch is not None:
             run.watch = None
-            try:
-                watch.finished(result)
-            except KeyboardInterrupt as ki:
-                if run.interrupt is None:
-                    run.interrupt = ki
-            except BaseException as exc:
-                report_unraisable(exc, "Exception in call observer " + safe_repr(watch), result)
+            if observers and view is None:
+                view = run.view
+            interrupt = notify_published(observers, view, watch, result)
+            if run.interrupt is None:
+                run.interrupt = interrupt
         return result
 
     def _post_execute(self, run: Run, view: ToolExecution, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -663,8 +685,11 @@ class ToolRegistry(Closing):
 
 
 def registered(registry: ToolRegistry) -> tuple[ToolDefinition, ...]:
-    """The definitions registered on ``registry``, in registration order (a
-    snapshot). Package-internal (the command line's checks)."""
+    """The definitions registered on ``registry``, in registration order:
+    one snapshot (one read of the copy-on-write map; a registration from
+    another thread is wholly in it or wholly out of it). Package-internal
+    (the command line's checks, the provider listings:
+    docs/contract.md#a24)."""
     return tuple(registry._definitions.values())
 
 

@@ -192,6 +192,10 @@ class RetryPolicy:
             delay = self.delay(attempt)
             left = signal.time_left()
             if left is not None and left <= delay:
+                if signal.aborted:
+                    # Aborted by the time the deadline was read (time_left()
+                    # reads 0.0 then): the abort wins, as during the back-off.
+                    return _with_attempts(aborted(signal.reason, invoked=ran), attempt, ran)
                 # The next attempt could not start before the deadline.
                 return _with_attempts(result, attempt, ran, retry_skipped="deadline")
             if delay > 0 and signal.wait(delay):

@@ -19,9 +19,11 @@ Guarantees of the dispatch (``Run.invoke``, the innermost ``next()``):
   that decides ``ABORTED`` against ``ABORTED_BEFORE_DISPATCH`` and every
   result's ``body_invoked``.
 * A started body is joined however long it takes, never raced or
-  abandoned. Waits are sliced (``INTERRUPT_SLICE``) so a
-  ``KeyboardInterrupt`` reaches a main thread blocked here; it aborts the
-  dispatch signal and the wait goes on.
+  abandoned. On the main thread waits are sliced (``INTERRUPT_SLICE``) so
+  a ``KeyboardInterrupt`` reaches it while blocked here; it aborts the
+  dispatch signal and the wait goes on. Any other thread waits untimed
+  where the dispatch allows it (``waits_untimed``), so waiting calls cost
+  no CPU.
 * The dispatch signal is ``any_of(caller, wrapper's exec.signal)``; it is
   closed as soon as the body settles, so no link stays on the caller's
   long-lived signal.
@@ -37,17 +39,18 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from _thread import get_ident
 from typing import Any, Final, Literal, Protocol
 
 import attrs
 
 from .._backends.base import Backend, BodyReport, Dispatch, Error, ListeningBackend, NotInvoked, Value, WorkerLost
 from .._backends.thread import enter_worker, leave_worker, worker_owners
-from .._core.construct import twin
+from .._core.construct import RETYPE_IN_PLACE, frozen_copy, twin
 from .._core.errors import AbortError, safe_str
 from .._core.freeze import FrozenDict, freeze_with_height
-from .._core.interrupts import INTERRUPT_SLICE, after_fork_in_child
-from .._signal import AbortSignal, ListenerHandle, abort_owned, derive
+from .._core.interrupts import INTERRUPT_SLICE, MAIN_IDENT, after_fork_in_child, interrupt_slice
+from .._signal import AbortSignal, abort_owned, derive
 from .._types.calls import (
     INVALID_ARGS,
     WORKER_LOST,
@@ -69,6 +72,8 @@ from .._types.hooks import (
     ToolDefinition,
 )
 from .._types.tools import SignalSlot, ToolExecution, ToolRunContext, frozen_deferred_context
+from . import overrun
+from .journaled import JournalCall
 from .observer import watch_aborted
 from .outcome import NULL_SUCCESS, check_success
 from .progress import enqueue, post
@@ -81,10 +86,11 @@ class RegistryState(Protocol):
     """What a run reads and locks of the registry that made it (the
     registry implements it; ``run`` never imports the registry).
 
-    ``_lock`` guards ``_bodies`` (the bodies in flight) and ``_closed``;
-    ``_idle`` (a condition on ``_lock``) is notified when a body settles,
-    for ``close()``. ``_backend`` and ``_listening`` are fixed at
-    construction."""
+    ``_lock`` guards ``_bodies`` (the bodies in flight), ``_closed`` and
+    ``_close_reason`` (the reason of ``close(abort=...)``, set before
+    ``_closed``; ``None`` for a plain ``close()``); ``_idle`` (a condition
+    on ``_lock``) is notified when a body settles, for ``close()``.
+    ``_backend`` and ``_listening`` are fixed at construction."""
 
     _backend: Backend
     _listening: bool
@@ -92,6 +98,7 @@ class RegistryState(Protocol):
     _idle: threading.Condition
     _bodies: set[object]
     _closed: bool
+    _close_reason: object
 
     def execute(self, call: ToolExecutionInput) -> ToolExecutionResult: ...
 
@@ -105,6 +112,7 @@ __all__ = [
     "Kind",
     "Run",
     "classify",
+    "closed_reason",
     "on_worker_of",
     "prepare_body_arguments",
 ]
@@ -175,14 +183,14 @@ class Hooks:
 class _Attempt:
     """The dispatch signal's listener for one attempt (one innermost
     ``next()``): forwards the abort to the backend's withdrawal, if any,
-    and arms the overrun watch, a 1 s timer that reports a body still
-    running then. ``run`` is dropped (``None``) once the attempt's dispatch
-    settled (``Run._run_body``); the watch is closed then and, if it fires
-    anyway, does nothing. No ``__init__``: one is made per call."""
+    and hands the attempt to the overrun watch (``overrun.watch``), which
+    calls ``_overdue`` 1 s later to report a body still running then.
+    ``run`` and ``withdrawal`` are dropped (``None``) once the attempt's
+    dispatch settled (``Run._run_body``); ``_overdue`` then does nothing.
+    No ``__init__``: one is made per call."""
 
-    __slots__ = ("run", "watch", "withdrawal")
+    __slots__ = ("run", "withdrawal")
     run: Run | None
-    watch: tuple[AbortSignal, ListenerHandle] | None
     withdrawal: Any
 
     def __call__(self, signal: AbortSignal) -> None:
@@ -191,13 +199,12 @@ class _Attempt:
             withdrawal(signal)
         run = self.run
         if run is not None:
-            watch = AbortSignal.timeout(OVERRUN_WARNING_S)
-            self.watch = (watch, watch.add_listener(self._overdue))
+            overrun.watch(self, OVERRUN_WARNING_S)
             observed = run.watch  # a call observer's: the abort this body sees
             if observed is not None:
                 watch_aborted(observed, signal, run.call)
 
-    def _overdue(self, _signal: AbortSignal) -> None:
+    def _overdue(self) -> None:
         run = self.run  # None once the attempt settled
         if run is not None and run.claim_overrun_log():
             _log.warning(
@@ -233,6 +240,7 @@ class Run:
         "hooks",
         "interrupt",
         "joining",
+        "journal",
         "killed",
         "kind",
         "overrun_logged",
@@ -296,6 +304,8 @@ class Run:
         self.progress_latest: Any = None
         self.progress_queued = False
         self.progress_sent: Any = None
+        # The call's journal key (journaled.JournalCall) when the registry has a journal.
+        self.journal: JournalCall | None = None
 
     @property
     def view(self) -> ToolExecution:
@@ -377,7 +387,6 @@ class Run:
             listening = isinstance(own, ListeningBackend)
         attempt = _Attempt()
         attempt.run = self
-        attempt.watch = None
         # A listening backend's withdrawal listens on the dispatch signal
         # from its birth (one lock round trip); another backend adds what it
         # needs in submit().
@@ -406,7 +415,10 @@ class Run:
         ctx.definition = definition
         ctx.signal = fused
         ctx._run = self
-        ctx.__class__ = ToolRunContext
+        if RETYPE_IN_PLACE:
+            ctx.__class__ = ToolRunContext
+        else:
+            ctx = frozen_copy(ctx, ToolRunContext)
         bodies = registry._bodies
         # One attempt per next() call (a wrapper may retry or hedge): its run
         # context. Registered before the closed check (close() sets
@@ -418,12 +430,21 @@ class Run:
             if registry._closed and not on_worker_of(registry):
                 # close() ran while this call was in admission: its backend
                 # may be gone. The body never runs; nothing was dispatched.
-                result = aborted(RuntimeError(CLOSED_BEFORE_DISPATCH), invoked=False)
+                result = aborted(closed_reason(registry), invoked=False)
                 self.body_result, self.body_kind = result, FINAL
                 attempt.run = None
                 return result
             if slot is not None:
                 slot.signal = fused
+            journal = self.journal
+            if journal is not None and not journal.claimed:
+                # The claim is committed before the body is submitted: a
+                # crash from here on leaves the key claimed, never silent.
+                refused = journal.claim(fused, self.arguments)
+                if refused is not None:
+                    self.body_result, self.body_kind = refused, FINAL
+                    attempt.run = None
+                    return refused
             return self._run_body(backend, listening, definition, ctx, fused, attempt)
         finally:
             # Bookkeeping first, each step reached even if an interrupt lands
@@ -464,6 +485,8 @@ class Run:
         interrupt: KeyboardInterrupt | None = None
         dispatch: Dispatch | None = None
         submitted = False
+        # `interrupt_slice()`, inline: this runs on every call.
+        step = INTERRUPT_SLICE if get_ident() == MAIN_IDENT[0] else None
         try:
             while True:
                 try:
@@ -482,6 +505,8 @@ class Run:
                             # not be started.
                             report = BodyReport(outcome=NotInvoked(exc))
                             break
+                        if step is None and not getattr(dispatch, "waits_untimed", False):
+                            step = INTERRUPT_SLICE  # a backend whose wait takes seconds only
                     if interrupt is not None:
                         # Also runs listeners a second interrupt left pending.
                         abort_owned(fused, interrupt)
@@ -490,7 +515,7 @@ class Run:
                         # abort above withdrew whatever the backend had queued.
                         report = BodyReport(outcome=NotInvoked())
                         break
-                    if dispatch.wait(INTERRUPT_SLICE):
+                    if dispatch.wait(step):  # type: ignore[arg-type]  # None: `waits_untimed`
                         report = dispatch.report()
                         break
                 except KeyboardInterrupt as ki:
@@ -498,17 +523,12 @@ class Run:
                     if interrupt is None:
                         interrupt = ki
         finally:
-            # The attempt's dispatch settled: the overrun watch, if armed,
-            # stands down, and the listener lets go of the run (no reference
-            # cycle through it). Written out here: this runs on every call.
+            # The attempt's dispatch settled: the overrun watch, if it holds
+            # the attempt, finds nothing to report, and the listener lets go
+            # of the run and the hand-off (no reference cycle through them,
+            # nothing kept alive by a watch until it comes due).
             attempt.run = None
-            watch = attempt.watch
-            if watch is not None:
-                # The watch and its listener's handle refer to each other and
-                # to the attempt: take the listener off, then the timer.
-                attempt.watch = None
-                watch[1].remove()
-                watch[0].close()
+            attempt.withdrawal = None
         outcome = report.outcome
         if interrupt is not None:
             if type(outcome) is Value or type(outcome) is Error:
@@ -571,7 +591,7 @@ class Run:
         with registry._lock:
             while self.attempts:
                 try:
-                    registry._idle.wait(INTERRUPT_SLICE)
+                    registry._idle.wait(interrupt_slice())
                 except KeyboardInterrupt as ki:  # keep joining: never abandon
                     interrupt = interrupt or ki
         if interrupt is not None:
@@ -609,7 +629,14 @@ class Run:
                         children = self._children = itertools.count(1)
             call_id = f"{self.call.call_id}:{next(children)}"
         child = ToolExecutionInput(
-            call_id, name, arguments, signal, agent=self.call.agent, parent=parent, root_call_id=self.root_call_id
+            call_id,
+            name,
+            arguments,
+            signal,
+            agent=self.call.agent,
+            parent=parent,
+            root_call_id=self.root_call_id,
+            session=self.call.session,
         )
         # The parent body occupies a worker and waits for this call, possibly
         # from a helper thread of its own: run the nested body inline in this
@@ -620,6 +647,13 @@ class Run:
             return self.registry.execute(child)
         finally:
             leave_worker()
+
+
+def closed_reason(registry: RegistryState) -> object:
+    """The reason a call of a closed registry settles with before its
+    dispatch: ``close(abort=...)``'s reason, else a ``RuntimeError``."""
+    reason = registry._close_reason
+    return RuntimeError(CLOSED_BEFORE_DISPATCH) if reason is None else reason
 
 
 def on_worker_of(registry: RegistryState) -> bool:

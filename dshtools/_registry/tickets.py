@@ -4,24 +4,33 @@ docs/policies.md#deferred-approval).
 
 A ticket is a JSON object (a ``FrozenDict``; ``json.dumps`` and ``pickle``
 take it as it is) naming the call it may run: the tool, the call id, the
-arguments it was issued for, the definition's fingerprint, and when it
-was issued and expires (``time.time()`` seconds). ``ApprovalTickets``
+arguments it was issued for, the definition's fingerprint, the call's
+journal session (or ``None``), and when it was issued and expires (``time.time()`` seconds). ``ApprovalTickets``
 issues tickets and redeems them; a ``TicketStore`` keeps the pending ones.
 
 Guarantees:
 
 * A ticket is known to its store only by a keyed digest (HMAC-SHA256 of
   the ticket's canonical JSON, keyed by ``ApprovalTickets(key=...)``):
-  a forged ticket, or an issued one with any field changed, has a digest
+  a forged ticket, or an issued one with any value changed, has a digest
   the store never saw and is refused. The issued ticket stays pending.
+* The canonical form is ``canonical``'s (numbers by value, keys sorted, no
+  whitespace, strings by their characters): a ticket that went through
+  any conforming JSON round trip (a browser's ``JSON.parse`` and
+  ``JSON.stringify`` write ``2.0`` as ``2``) has the digest it was issued
+  with, and resumes.
 * Redeeming claims the digest from the store, atomically: however many
   threads (or, with a shared store, processes) redeem one ticket at once,
   exactly one succeeds; every other, and every later one, is refused.
 * A ticket past its ``expires_at``, or for a tool that is not registered
   or whose definition (schema, description, output schema, body) changed
   since it was issued, is refused, after it was claimed (it can never run).
-* Every refusal raises ``TicketError`` (a ``ValueError``); a ticket that
-  passes gives the call to run, never a result: the registry runs it.
+* Every refusal raises ``TicketError`` (a ``ValueError``), whatever the
+  ticket's shape, depth or size: text nested deeper than the JSON decoder
+  reads, a value that is not JSON or contains itself, a store whose claim
+  fails with ``OSError`` (the ticket is then kept: it can be resumed
+  again). A ticket that passes gives the call to run, never a result: the
+  registry runs it.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
-from .._core.freeze import freeze, thaw
+from .._core.freeze import canonical, freeze, thaw
 from .._signal import AbortSignal
 from .._types.calls import APPROVAL_PENDING, ToolFailure, failure
 from .._types.tools import ToolDefinition
@@ -65,8 +74,11 @@ DEFAULT_TICKET_TTL: Final = 3600.0
 _VERSION: Final = 1
 _DEFAULT_KEY: Final = b"dshtools approval ticket"
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+_MAX_TICKET_CHARS: Final = 1 << 28
+"""The longest canonical text a ticket may have (characters): a value
+sharing containers many times over is refused, not written out."""
 _FIELDS: Final = {
-    "dshtools_ticket": int,
+    "dshtools_ticket": (int, float),
     "id": str,
     "tool": str,
     "fingerprint": str,
@@ -74,6 +86,7 @@ _FIELDS: Final = {
     "reason": (str, type(None)),
     "agent": (str, type(None)),
     "root_call_id": (str, type(None)),
+    "session": (str, type(None)),
     "issued_at": (int, float),
     "expires_at": (int, float),
 }
@@ -100,7 +113,8 @@ class TicketStore(Protocol):
     def claim(self, key: str) -> bool:
         """Take ``key`` atomically: ``True`` for exactly one caller of the
         pending key, however many claim it at once; ``False`` for a key
-        that is not pending (never added, claimed before, or forgotten)."""
+        that is not pending (never added, claimed before, or forgotten).
+        ``OSError`` means the key was not taken: it stays pending."""
         ...
 
 
@@ -196,7 +210,12 @@ class FileTicketStore:
 
 
 def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    # surrogatepass: a lone surrogate in a Python str is a character too.
+    return canonical(value, max_chars=_MAX_TICKET_CHARS).encode("utf-8", "surrogatepass")
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _body_name(fn: object) -> str:
@@ -266,6 +285,7 @@ class Redeemed:
     agent: str | None
     root_call_id: str | None
     reason: str | None
+    session: str | None = None  # the journal's session of the call (docs/contract.md#journal)
 
 
 def _key_converter(value: bytes | str | None) -> bytes:
@@ -320,6 +340,7 @@ class ApprovalTickets:
         agent: str | None,
         root_call_id: str | None,
         reason: str | None,
+        session: str | None = None,
     ) -> Mapping[str, Any]:
         """A new pending ticket for the call (frozen, JSON-serializable);
         raises whatever the store raises, or ``ValueError`` for arguments
@@ -335,6 +356,7 @@ class ApprovalTickets:
             "agent": agent,
             "root_call_id": root_call_id,
             "reason": reason,
+            "session": session,
             "issued_at": now,
             "expires_at": now + self.ttl,
         }
@@ -344,11 +366,16 @@ class ApprovalTickets:
 
     def redeem(self, ticket: object, lookup: Callable[[str], ToolDefinition | None]) -> Redeemed:
         """Claim ``ticket`` (a mapping, or its JSON text) and return the call
-        it names; ``TicketError`` when it is refused. ``lookup`` finds the
-        tool's current definition by name."""
-        if isinstance(ticket, (str, bytes)):
+        it names; ``TicketError`` when it is refused, for any input
+        (docs/contract.md#a27). ``lookup`` finds the tool's current
+        definition by name."""
+        if isinstance(ticket, (str, bytes, bytearray)):
+            if len(ticket) > _MAX_TICKET_CHARS:
+                raise TicketError("not an approval ticket: the text is longer than any ticket")
             try:
-                ticket = json.loads(ticket)
+                ticket = json.loads(ticket, parse_constant=_no_constant)
+            except RecursionError:
+                raise TicketError("not an approval ticket: the text is nested deeper than JSON is read") from None
             except ValueError:
                 raise TicketError("not an approval ticket: the text is not JSON") from None
         if not isinstance(ticket, Mapping) or "arguments" not in ticket:
@@ -362,10 +389,17 @@ class ApprovalTickets:
         plain = thaw(ticket)
         try:
             key = self._digest(plain)
-        except (TypeError, ValueError):
-            raise TicketError("not an approval ticket: it is not JSON") from None
+        except ValueError as exc:
+            raise TicketError(f"not an approval ticket: it is not JSON ({exc})") from None
         name = plain["tool"]
-        if not self.store.claim(key):
+        try:
+            claimed = self.store.claim(key)
+        except OSError as exc:
+            raise TicketError(
+                f"approval ticket {plain['id']!r} for tool {name!r} was kept, not resumed: its store failed "
+                f"while claiming it ({type(exc).__name__}: {exc}); it can be resumed again"
+            ) from exc
+        if not claimed:
             raise TicketError(
                 f"approval ticket {plain['id']!r} for tool {name!r} is not pending: it was already resumed, "
                 "or was never issued by this registry's ticket store (a forged or altered ticket)"
@@ -381,5 +415,11 @@ class ApprovalTickets:
                 "issued; its definition has changed since"
             )
         return Redeemed(
-            name, plain["call_id"], plain["arguments"], plain["agent"], plain["root_call_id"], plain["reason"]
+            name,
+            plain["call_id"],
+            plain["arguments"],
+            plain["agent"],
+            plain["root_call_id"],
+            plain["reason"],
+            plain["session"],
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
-from .._core.construct import twin
+from .._core.construct import RETYPE_IN_PLACE, frozen_copy, twin
 from .._types.calls import EMPTY_META, ContentBlock, ExecutionToken, ToolExecutionInput, ToolSuccess
 from .._types.hooks import ToolDefinition
 from .._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
@@ -53,7 +53,10 @@ def trusted_success(value: Any, content: tuple[ContentBlock, ...]) -> ToolSucces
     result.meta = EMPTY_META
     result.additional_contexts = ()
     result.body_invoked = True
-    result.__class__ = ToolSuccess
+    if RETYPE_IN_PLACE:
+        result.__class__ = ToolSuccess
+    else:
+        result = frozen_copy(result, ToolSuccess)
     return result  # type: ignore[no-any-return]
 
 
@@ -70,7 +73,10 @@ def trusted_view(run: RunFields) -> ToolExecution:
     view.parent = call.parent
     view.definition = run.definition
     view.signal = call.signal
-    view.__class__ = ToolExecution
+    if RETYPE_IN_PLACE:
+        view.__class__ = ToolExecution
+    else:
+        view = frozen_copy(view, ToolExecution)
     return view  # type: ignore[no-any-return]
 
 
@@ -87,5 +93,8 @@ def trusted_dispatch_view(run: RunFields, slot: SignalSlot) -> ToolDispatchExecu
     view.parent = call.parent
     view.definition = run.definition
     view._slot = slot
-    view.__class__ = ToolDispatchExecution
+    if RETYPE_IN_PLACE:
+        view.__class__ = ToolDispatchExecution
+    else:
+        view = frozen_copy(view, ToolDispatchExecution)
     return view  # type: ignore[no-any-return]

@@ -53,6 +53,14 @@ INVALID_CALL: Final = "INVALID_CALL"
 """The code of a model tool call that cannot be run as written: an empty or
 repeated call id, an unsupported call type, no tool name
 (docs/contract.md#a11). Same precedence as ``INVALID_ARGS`` (docs/contract.md#precedence)."""
+OUTCOME_UNKNOWN: Final = "OUTCOME_UNKNOWN"
+"""The code of a journaled call whose body was started by a process that
+died before its result was recorded: the body may have run to any point
+(``body_invoked`` is ``True``); check before repeating it
+(docs/contract.md#journal)."""
+JOURNAL_ERROR: Final = "JOURNAL_ERROR"
+"""The code of a journaled call whose claim could not be committed to its
+journal: the body was not invoked (docs/contract.md#journal)."""
 
 
 ANY_OBJECT: Final = freeze({"type": "object"})
@@ -139,12 +147,15 @@ class ToolExecutionInput:
     """One tool call as the model asked for it.
 
     ``ToolExecutionInput(call_id, name, arguments, signal, agent=None,
-    parent=None, root_call_id=None)``. ``signal`` is required: a
+    parent=None, root_call_id=None, session=None)``. ``signal`` is required: a
     non-``AbortSignal`` raises ``TypeError`` here (docs/contract.md#calls). ``call_id``
     and ``name`` must be ``str`` (``TypeError``); ``arguments`` is anything
     and is checked by the registry (``INVALID_ARGS``). Frozen, so
     ``attrs.evolve(call, signal=...)`` derives a variant. Equality is
-    identity.
+    identity. ``session`` (a conversation or run id, caller-owned like the
+    signal) names the journal key ``(session, call_id)``; a registry with a
+    journal raises ``ValueError`` for a call without one
+    (docs/contract.md#journal).
     """
 
     call_id: str = attrs.field(validator=_req_str("call_id"))
@@ -154,6 +165,7 @@ class ToolExecutionInput:
     agent: str | None = attrs.field(default=None, validator=_opt_str("agent"))
     parent: ExecutionToken | None = attrs.field(default=None, validator=_check_parent)
     root_call_id: str | None = attrs.field(default=None, validator=_opt_str("root_call_id"))
+    session: str | None = attrs.field(default=None, validator=_opt_str("session"))
 
 
 # ------------------------------------------------------------------- results

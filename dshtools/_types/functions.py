@@ -78,9 +78,11 @@ class _Coercer:
     arguments to ``TypedArguments`` (``ValueError`` naming every problem
     otherwise). Runs in the calling thread, in step 1 of the pipeline."""
 
-    __slots__ = ("_defaulted", "_invalid", "_renamed", "_validate", "hints")
+    __slots__ = ("_defaults", "_invalid", "_renamed", "_validate", "hints")
 
-    def __init__(self, model: Any, defaulted: frozenset[str], hints: dict[str, Any], renamed: dict[str, str]) -> None:
+    def __init__(
+        self, model: Any, defaults: _NullsMeanDefaults | None, hints: dict[str, Any], renamed: dict[str, str]
+    ) -> None:
         from pydantic import ValidationError
 
         # The function's resolved annotations, sent with a pickled body so
@@ -88,16 +90,17 @@ class _Coercer:
         self.hints = hints
         self._validate = model.__pydantic_validator__.validate_python
         self._invalid = ValidationError
-        # Parameters with a default whose strict schema also accepts null: a
-        # null means "use the default" (docs/contract.md#typed-tools).
-        self._defaulted = defaulted
+        # A strict tool's schema accepts null for every property that is not
+        # required, at every depth: a null there means "use the default"
+        # (docs/contract.md#a29); None for a tool that is not strict.
+        self._defaults = defaults
         # Field name -> parameter name, for parameters pydantic reserves.
         self._renamed = renamed
 
     def __call__(self, arguments: Any) -> TypedArguments:
-        if self._defaulted:
-            arguments = {k: v for k, v in arguments.items() if not (v is None and k in self._defaulted)}
         try:
+            if self._defaults is not None:
+                arguments = self._defaults(arguments)
             model = self._validate(arguments)
         except self._invalid as exc:
             raise ValueError(_problems(exc)) from None
@@ -234,7 +237,6 @@ def _build(
     described = {p.arg_name: p.description for p in doc.params if p.description} if doc is not None else {}
     fields: dict[str, Any] = {}
     context: str | None = None
-    defaulted: set[str] = set()
     renamed: dict[str, str] = {}
     for parameter in signature.parameters.values():
         kind = parameter.kind
@@ -276,8 +278,6 @@ def _build(
             )
         default = ... if parameter.default is parameter.empty else parameter.default
         description = described.get(parameter.name)
-        if default is not ... and strict:
-            defaulted.add(parameter.name)
         if _described_by_annotation(annotation):
             description = None  # Annotated[..., Field(description=...)] wins over the docstring
         described_by = {} if description is None else {"description": description}
@@ -313,7 +313,8 @@ def _build(
         )
     except pydantic.PydanticUserError as exc:
         raise _refuse(fn, f"pydantic refused its parameters ({_first_line(exc)})", "see the pydantic message") from None
-    return model, _Coercer(model, frozenset(defaulted), hints, renamed), context, doc
+    defaults = _NullsMeanDefaults(model.model_json_schema()) if strict else None
+    return model, _Coercer(model, defaults, hints, renamed), context, doc
 
 
 def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:
@@ -425,29 +426,34 @@ def _accepts_null(schema: Mapping[str, Any]) -> bool:
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` (pydantic's schema of a tool's parameters) in the form
-    OpenAI's strict mode accepts: every object has ``additionalProperties:
-    false`` and every property required; a top-level parameter with a
-    default also accepts ``null`` (the default then applies) and loses its
-    ``default``; ``default: null`` goes; a ``$ref`` with siblings is
-    inlined. Returns a new schema."""
+    OpenAI's strict mode accepts, at every depth (the top level, nested
+    objects, ``$defs``, list items, union branches): every object has
+    ``additionalProperties: false`` and every property required; a property
+    that was optional (it has a default) also accepts ``null`` (the default
+    then applies, ``_NullsMeanDefaults``) and loses its ``default``;
+    ``default: null`` goes; a ``$ref`` with siblings is inlined. Returns a
+    new schema. Source: docs/contract.md#typed-tools, docs/contract.md#a29."""
     import copy
 
     root = copy.deepcopy(schema)
-    optional = set(root.get("properties", {})) - set(root.get("required", ()))
-    for key in optional:
-        prop = root["properties"][key]
-        prop.pop("default", None)
-        if not _accepts_null(prop):
-            title = prop.pop("title", None)
-            described = prop.pop("description", None)
-            prop = {"anyOf": [prop, {"type": "null"}]}
-            if title is not None:
-                prop["title"] = title
-            if described is not None:
-                prop["description"] = described
-            root["properties"][key] = prop
     strict: dict[str, Any] = _strict_node(root, root)
     return strict
+
+
+def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    """An optional property's strict form: no ``default``, and ``null``
+    accepted (its title and description kept outside the ``anyOf``)."""
+    prop.pop("default", None)
+    if _accepts_null(prop):
+        return prop
+    title = prop.pop("title", None)
+    described = prop.pop("description", None)
+    nullable: dict[str, Any] = {"anyOf": [prop, {"type": "null"}]}
+    if title is not None:
+        nullable["title"] = title
+    if described is not None:
+        nullable["description"] = described
+    return nullable
 
 
 def _strict_node(node: Any, root: dict[str, Any]) -> Any:
@@ -461,9 +467,12 @@ def _strict_node(node: Any, root: dict[str, Any]) -> Any:
         node["additionalProperties"] = False
     properties = node.get("properties")
     if isinstance(properties, dict):
-        node["required"] = list(properties)
+        required = node.get("required", ())
         for key, value in properties.items():
+            if key not in required and isinstance(value, dict):
+                value = _nullable(value)
             properties[key] = _strict_node(value, root)
+        node["required"] = list(properties)
     if isinstance(node.get("items"), dict):
         node["items"] = _strict_node(node["items"], root)
     for key in ("anyOf", "allOf"):
@@ -475,15 +484,80 @@ def _strict_node(node: Any, root: dict[str, Any]) -> Any:
         del node["default"]
     ref = node.get("$ref")
     if isinstance(ref, str) and len(node) > 1 and ref.startswith("#/"):
-        resolved: Any = root
-        for part in ref[2:].split("/"):
-            resolved = resolved[part]
-        merged = {**resolved, **node}
+        merged = {**_resolved(node, root), **node}
         del merged["$ref"]
         node.clear()
         node.update(merged)
         return _strict_node(node, root)
     return node
+
+
+def _resolved(node: dict[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema a local ``$ref`` (``#/...``) of ``node`` points to in
+    ``root``; ``node`` itself when it has none."""
+    ref = node.get("$ref")
+    if not (isinstance(ref, str) and ref.startswith("#/")):
+        return node
+    resolved: Any = root
+    for part in ref[2:].split("/"):
+        resolved = resolved[part]
+    return resolved  # type: ignore[no-any-return]
+
+
+class _NullsMeanDefaults:
+    """A strict tool's arguments with every ``null`` given for a property
+    that is not required dropped, at every depth, so that pydantic applies
+    the default (docs/contract.md#a29). Walks the arguments along the
+    tool's non-strict parameters schema (``root``, with its ``$defs``):
+    into an object's properties, an array's items, and the one branch of a
+    union that takes an object (or an array) when exactly one does; other
+    values are left as they are. Returns new plain containers where it
+    walked; raises ``RecursionError`` only for arguments nested past the
+    interpreter's limit (the coercer reports it as too deep)."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self._root = root
+
+    def __call__(self, arguments: Any) -> Any:
+        return self._walk(arguments, self._root)
+
+    def _walk(self, value: Any, schema: Mapping[str, Any]) -> Any:
+        if isinstance(value, Mapping):
+            node = self._branch(schema, "properties")
+            if node is None:
+                return value
+            properties = node["properties"]
+            required = node.get("required", ())
+            return {
+                key: self._walk(item, properties[key]) if key in properties else item
+                for key, item in value.items()
+                if not (item is None and key in properties and key not in required)
+            }
+        if isinstance(value, (list, tuple)):
+            node = self._branch(schema, "items")
+            if node is None:
+                return value
+            return [self._walk(item, node["items"]) for item in value]
+        return value
+
+    def _branch(self, schema: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+        """``schema`` (resolved) when it has ``key``, else the one branch
+        of its ``anyOf``/``oneOf``/``allOf`` that has it; ``None`` when
+        none or several do."""
+        if not isinstance(schema, dict):
+            return None
+        schema = _resolved(schema, self._root)
+        if isinstance(schema.get(key), dict):
+            return schema
+        found = [
+            branch
+            for union in ("anyOf", "oneOf", "allOf")
+            for branch in (self._branch(b, key) for b in schema.get(union, ()) if isinstance(b, dict))
+            if branch is not None
+        ]
+        return found[0] if len(found) == 1 else None
 
 
 def typed_fields(
@@ -515,6 +589,34 @@ def typed_fields(
         "strict": strict,
         "prepare_arguments": coercer,
     }
+
+
+def undescribed(fn: Callable[..., object], name: str, description: str) -> list[str]:
+    """What the model will not be told about tool ``name`` made from
+    ``fn``, one sentence each: no description (no docstring summary and no
+    ``description=``), and each parameter without an annotation (its schema
+    accepts anything). Empty for a fully described tool."""
+    import inspect
+
+    said = []
+    if not description:
+        said.append(
+            f"tool {name!r} has no description: the model is told nothing about what it does "
+            "(give the function a docstring, or pass description=...)"
+        )
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        parameters = []  # type: ignore[assignment]
+    bare = [p.name for p in parameters if p.annotation is inspect.Parameter.empty]
+    if bare:
+        listed = ", ".join(repr(n) for n in bare)
+        said.append(
+            f"tool {name!r}: parameter{'s' if len(bare) > 1 else ''} {listed} "
+            f"{'have' if len(bare) > 1 else 'has'} no annotation, so the model may send any value "
+            "(annotate it, e.g. 'path: str')"
+        )
+    return said
 
 
 def _return_schema(fn: Callable[..., object]) -> dict[str, Any]:

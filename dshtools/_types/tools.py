@@ -43,6 +43,7 @@ __all__ = [
     "ToolExecution",
     "ToolRunContext",
     "argument_problems",
+    "body_invoked_so_far",
     "frozen_deferred_context",
     "output_problems",
 ]
@@ -127,10 +128,28 @@ class ToolExecution(_ViewBase):
 
 
 class SignalSlot:
-    __slots__ = ("signal",)
+    """The replaceable signal of one call's around-dispatch views, and the
+    registry's record of that call (``record.body_invoked``: whether the
+    registry has invoked the body in any attempt so far), or ``None``."""
 
-    def __init__(self, signal: AbortSignal) -> None:
+    __slots__ = ("record", "signal")
+
+    def __init__(self, signal: AbortSignal, record: _InvokedRecord | None = None) -> None:
         self.signal = signal
+        self.record = record
+
+
+class _InvokedRecord(Protocol):
+    body_invoked: bool
+
+
+def body_invoked_so_far(view: ToolDispatchExecution) -> bool | None:
+    """Whether the registry has invoked the body of the call ``view``
+    belongs to, in any attempt so far: the record every result's
+    ``body_invoked`` is corrected to (docs/contract.md#a16); ``None`` for a
+    view no registry made. Package-internal (``TimeoutPolicy``'s text)."""
+    record = view._slot.record
+    return None if record is None else record.body_invoked
 
 
 _set: Final = object.__setattr__

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import RAY_NAMESPACE
+from tests.helpers.ray_events import RAY_NAMESPACE
 
 CHECKOUT = str(Path(__file__).resolve().parents[2])  # test modules import as tests.*
 

@@ -1,5 +1,5 @@
 """The call's remaining budget reaches a body in another process
-(docs/contract.md §8 A9; decision 0047): on ``ProcessBackend`` and
+(docs/contract.md#a9; decision 0047): on ``ProcessBackend`` and
 ``RayBackend``, ``run.signal.deadline``/``time_left()`` answer as on the
 thread backend. The seconds left cross with the call and are re-based on
 the worker's clock; the worker's signal reports the budget and is aborted
@@ -36,7 +36,7 @@ from dshtools import (
     timeout_of,
 )
 from dshtools._backends.remote import call_controller
-from tests.helpers import OBJECT, call, registry_serving
+from tests.helpers.calls import OBJECT, call, registry_serving
 
 LONG = 30.0  # a budget no call here comes near: the calls never time out
 SHORT = 0.3  # the budget a body spends in full, waiting on a library's timeout
@@ -48,7 +48,7 @@ def budget(args: Any, run: Any) -> object:
 
 
 def library_wait(args: Any, run: Any) -> object:
-    """A body that follows docs/contract.md §8 A9 with a library that only
+    """A body that follows docs/contract.md#a9 with a library that only
     takes a timeout, and never looks at its signal otherwise: without a
     budget it would block until the forced stop."""
     threading.Event().wait(run.signal.time_left())

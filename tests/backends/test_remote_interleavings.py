@@ -1,5 +1,5 @@
 """Adversarial review of where the registry core and the out-of-process
-backends meet (docs/contract.md §3, §8, §9): each test forces one
+backends meet (docs/contract.md#registry, docs/contract.md#amendments, docs/contract.md#backends): each test forces one
 interleaving with events or by blocking a backend's own step, never a sleep.
 """
 
@@ -31,7 +31,8 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._backends.process.pool import _Job, _Worker
-from tests.helpers import OBJECT, call, raises_exiting_error, returns_exiting_value
+from tests.helpers.calls import OBJECT, call
+from tests.helpers.workers import raises_exiting_error, returns_exiting_value
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfd and /proc are Linux")
 
@@ -69,7 +70,7 @@ def test_a_call_sent_to_an_idle_worker_that_just_died_never_started_so_it_is_abo
 ) -> None:
     # An idle worker dies (OOM killer, a stray kill) and the next call is
     # claimed for it before the manager thread noticed: sending the call
-    # fails, so the body never started anywhere. docs/contract.md §9:
+    # fails, so the body never started anywhere. docs/contract.md#backends:
     # ABORTED_BEFORE_DISPATCH exactly when the body never started (not
     # WORKER_LOST, which says a body was running when its worker died).
     backend, registry = one_worker
@@ -114,7 +115,7 @@ def test_a_worker_that_died_after_sending_its_result_gives_that_result_not_worke
     # The body returned and its worker sent the outcome, then the worker
     # died (a thread the body left behind called os._exit, the OOM killer)
     # before the manager read the outcome: whichever of the two events the
-    # manager handles first, the call returned (docs/contract.md §9:
+    # manager handles first, the call returned (docs/contract.md#backends:
     # WORKER_LOST says a body was running when its worker died).
     backend, registry = one_worker
     assert registry.execute(call("t", signal=_never(), call_id="c0")).code is None
@@ -155,7 +156,7 @@ def test_backend_close_racing_a_call_being_handed_to_a_worker_still_settles_the_
     # to send it, when close() runs on another thread. close() must wait for
     # that hand-off like for a running body: if it stops the manager first,
     # the body starts in a worker nobody watches, close() kills it, and the
-    # caller waits forever (joined, never abandoned: docs/contract.md §9).
+    # caller waits forever (joined, never abandoned: docs/contract.md#backends).
     backend = ProcessBackend(1, kill_after=1.0)
     registry = ToolRegistry(backend=backend)
     done: list[Any] = []
@@ -222,7 +223,7 @@ def test_a_batch_runs_each_thread_backed_body_on_its_own_backend_not_on_the_regi
     # so that a body of *that* pool runs inline (a full pool cannot
     # deadlock). A tool given its own ThreadBackend (a dedicated executor,
     # or a smaller bound) must still run there, in a batch as in execute:
-    # the backend decides where a body runs (docs/contract.md §9).
+    # the backend decides where a body runs (docs/contract.md#backends).
     special = ThreadPoolExecutor(1, thread_name_prefix="special-executor")
     threads: list[str] = []
 
@@ -253,7 +254,7 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
 ) -> None:
     # Unpickling what a worker sent runs foreign code in the backend's
     # manager thread. A SystemExit (or KeyboardInterrupt) raised there must
-    # be contained like any unpicklable outcome (docs/contract.md §8 A4, §9),
+    # be contained like any unpicklable outcome (docs/contract.md#a4, docs/contract.md#backends),
     # not kill the manager and close the backend for every later call.
     _, registry = one_worker
     registry.register(ToolDefinition("v", "v", OBJECT, returns_exiting_value))
@@ -306,8 +307,9 @@ def _returns_when_aborted(args: Any, run: Any) -> str:
 def test_a_body_whose_outcome_is_in_the_pipe_when_its_stop_falls_due_is_not_killed(tmp_path: Any) -> None:
     # The body returned on its abort and its worker sent the outcome, but
     # the manager reaches the forced stop before it reads the pipe: the body
-    # was not stopped, so the call is not reported killed (docs/contract.md
-    # §9: killed says a body was stopped by force) and the worker lives on.
+    # was not stopped, so the call is not reported killed
+    # (docs/contract.md#backends: killed says a body was stopped by force)
+    # and the worker lives on.
     from dshtools import AbortController
 
     started = tmp_path / "started"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers.processes import run_cli
 
 TOOLS = """
 from dshtools import ToolDefinition, ToolRegistry

@@ -1,4 +1,4 @@
-"""The command line's edges, run in this process (docs/contract.md §6):
+"""The command line's edges, run in this process (docs/contract.md#interop-and-cli):
 option values out of range are one-line usage errors, the ``mcp`` command
 without the MCP SDK names the extra to install while any other import
 failure is not disguised as that, a Ctrl-C while ``--tools`` loads exits

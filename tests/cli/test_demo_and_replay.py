@@ -1,4 +1,4 @@
-"""The command line end to end (docs/contract.md §6): ``python -m dshtools demo``
+"""The command line end to end (docs/contract.md#interop-and-cli): ``python -m dshtools demo``
 and ``replay`` run as real subprocesses.
 
 Synchronisation with the child never sleeps: the SIGINT test reads the line
@@ -8,6 +8,7 @@ grandchildren exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.helpers import run_cli
+from dshtools._os.procfs import is_keeper
+from tests.helpers.processes import run_cli
 
 TOOLS_MODULE = """
 import subprocess
@@ -253,7 +255,7 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(demos: dict[str, De
         "call_04": "ABORTED",  # a sleep of 5 s that reported progress
         "call_05": "TOOL_TIMEOUT",
         "call_06": "TOOL_ERROR(FileNotFoundError)",
-        "call_07": "ABORTED (killed)",  # ignores its signal: its worker process is killed (§9)
+        "call_07": "ABORTED (killed)",  # ignores its signal: its worker process is killed (docs/contract.md#backends)
         "call_08": "ABORTED",
         "call_09": "ABORTED",  # remote_sleep on our own MCP server: cancelled over the wire
         "call_10": "ABORTED_BEFORE_DISPATCH",
@@ -275,6 +277,15 @@ def test_demo_shows_every_outcome_kind_and_proves_quiescence(demos: dict[str, De
     # Stopped by force FORCED_STOP_AFTER (1 s) after the cancel at 1.5 s.
     assert 2.0 < float(rows["call_07"][5].rstrip("s")) < 4.0
     assert "cancelled mid-run at" in proc.stdout
+    # What a new user tripped on: the waiting line names its cause and no key
+    # (nothing was pressed); the finished line is the run's real time.
+    assert "dshtools: cancelling (--cancel-after 1.5s elapsed) — waiting for call_07 (stubborn)" in proc.stderr
+    assert "quits now" not in proc.stderr
+    (finished,) = [line.split() for line in proc.stdout.splitlines() if line.startswith("finished in ")]
+    took, calls = float(finished[2].rstrip("s")), float(finished[5].rstrip("s)"))
+    assert calls < took <= elapsed and took >= 0.6 * elapsed, (finished, elapsed)
+    # No absolute temporary path in what the model reads.
+    assert rows["call_06"][-1] == "'missing.txt'", rows["call_06"]
     # The table says in plain words what "(killed)" means.
     assert any(line.startswith("(killed): the body ignored its abort") for line in proc.stdout.splitlines())
     report, trace = proc.stdout.split("\ntrace ", 1)
@@ -327,6 +338,7 @@ def _check_demo_trace(lines: list[str], outcomes: dict[str, str]) -> None:
     assert float(stubborn[10].removeprefix("overrun_s=")) > 0.5  # ran on until the forced stop (1 s)
     events = lines[lines.index(next(line for line in lines if " call_07 " in line)) + 1 :][:2]
     assert events[0].strip().startswith("· dshtools.abort at +")
+    assert events[0].endswith(" (reason: --cancel-after 1.5s elapsed)")  # the reason's text, not `str`
     assert events[1].strip().startswith("· dshtools.forced_stop at +")
 
 
@@ -343,8 +355,49 @@ def test_demo_no_cancel_runs_every_call_to_its_end_or_timeout(demos: dict[str, D
     assert [outcomes[f"call_{i:02d}"] for i in (10, 11, 12)] == ["SUCCESS"] * 3
     assert not {"ABORTED", "ABORTED_BEFORE_DISPATCH"} & set(outcomes.values())
     assert "cancelled mid-run" not in proc.stdout
-    quiescence = proc.stdout.split("quiescence:", 1)[1].splitlines()[1:]
+    # The quiescence block ends where the crash and resume section begins.
+    quiescence = proc.stdout.split("quiescence:", 1)[1].split("\n\ncrash and resume: ", 1)[0].splitlines()[1:]
     assert all(line.strip().startswith("ok") for line in quiescence), proc.stdout
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("run", ["cancel", "no-cancel"])
+def test_demo_kills_a_journaled_agent_mid_turn_and_prints_an_honest_resume(demos: dict[str, Demo], run: str) -> None:
+    """Issue 32 item 5: after the table, the demo's journaled agent process,
+    killed with SIGKILL while its second call was mid-body, is resumed: the
+    settled call comes back from the journal, the killed one is
+    OUTCOME_UNKNOWN, the unstarted one runs now; each side effect ran once,
+    and nothing of the killed agent runs on."""
+    proc = demos[run].result()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    section = proc.stdout.split("\ncrash and resume: ", 1)[1]
+    assert "was killed with SIGKILL while call_c2 (send_email) was mid-body" in section.splitlines()[0]
+    lines = section.splitlines()
+    repaired_at = lines.index(
+        next(line for line in lines if line.startswith("the transcript repaired from the journal"))
+    )
+    repaired = {line.split()[0]: line.split(None, 1)[1] for line in lines[repaired_at + 1 : repaired_at + 4]}
+    assert repaired["call_c1"] == '{"saved": "draft saved"}'
+    assert repaired["call_c2"].startswith("Error: tool call was interrupted after it started")
+    assert repaired["call_c3"].startswith("Error: tool call was never run")
+    table = lines.index(next(line for line in lines if line.startswith("CALL ID ")))
+    rows = {line.split()[0]: line for line in lines[table + 1 : table + 4]}
+    assert "  replayed from the journal (body not run again)  " in rows["call_c1"]
+    assert "  OUTCOME_UNKNOWN (killed between claim and settle; not run again)  " in rows["call_c2"]
+    assert "  ran now (it never started before)  " in rows["call_c3"]
+    assert "1 (the killed agent)" in rows["call_c1"] and "1 (the killed agent)" in rows["call_c2"]
+    assert "1 (this process)" in rows["call_c3"]
+    checks = [line for line in lines if line.startswith(("  ok   crash: ", "  FAIL crash: "))]
+    assert checks == [
+        "  ok   crash: each side-effecting body ran at most once "
+        "(side-effect file: call_c1 x1, call_c2 x1, call_c3 x1)",
+        checks[1],
+    ]
+    assert checks[1].startswith("  ok   crash: nothing the killed agent started is still running (")
+    assert "alive: none; found via psutil" in checks[1]
+    agent_pid = int(section.split("(pid ", 1)[1].split(")", 1)[0])
+    assert not psutil.pid_exists(agent_pid) or psutil.Process(agent_pid).status() == psutil.STATUS_ZOMBIE
+    assert "dshtools-demo-" not in section and "/tmp" not in section  # no temporary path in model texts
 
 
 # -------------------------------------------------------------------- replay
@@ -483,7 +536,8 @@ def test_sigint_during_replay_cancels_joins_and_exits_130(tools_dir: Path) -> No
             assert f.read().strip() == "ready"
         # The shell and its two background jobs (which may not have exec'd
         # "sleep" yet, so they are counted, not matched by name).
-        descendants = psutil.Process(proc.pid).children(recursive=True)
+        # (The replay's keeper is no call's process: left out.)
+        descendants = [p for p in psutil.Process(proc.pid).children(recursive=True) if not is_keeper(p.pid)]
         assert len(descendants) == 3, descendants
         os.kill(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
@@ -620,10 +674,11 @@ class _FakeTty:
         pass
 
 
-@pytest.mark.timeout(10)
-@pytest.mark.parametrize("tty", [True, False])
-def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
-    from dshtools._cli.run import _Meter, _Ticker
+@contextlib.contextmanager
+def _a_call_in_flight() -> Iterator[tuple[Any, Any]]:
+    """A dispatch meter with one call (``call_77`` of ``slowtool``) held in
+    it by a worker thread until the block ends: ``(meter, the call's view)``."""
+    from dshtools._cli.run import _Meter
 
     meter = _Meter()
     release = threading.Event()
@@ -638,21 +693,58 @@ def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
     worker = threading.Thread(target=meter, args=(view, next_))
     worker.start()
     entered.wait()
-    stream = _FakeTty(tty, "call_77 slowtool")
-    ticker = _Ticker(meter, stream)  # type: ignore[arg-type]
     try:
-        if tty:
-            assert stream.seen.wait(5)
+        yield meter, view
     finally:
-        ticker.stop()
         release.set()
         worker.join()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_calls_in_flight_only_on_a_terminal(tty: bool) -> None:
+    from dshtools._cli.run import _Ticker
+
+    stream = _FakeTty(tty, "call_77 slowtool")
+    with _a_call_in_flight() as (meter, view):
+        ticker = _Ticker(meter, stream)  # type: ignore[arg-type]
+        try:
+            if tty:
+                assert stream.seen.wait(5)
+        finally:
+            ticker.stop()
     assert ticker._thread is None  # stopped and joined
     if tty:
         assert stream.text.endswith("\r\x1b[K")  # the progress line is cleared
     else:
         assert stream.text == ""
     assert meter.in_flight() == [] and view.token in meter.spans
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("cause", "said"),
+    [
+        ("--cancel-after 1.5s elapsed", "cancelling (--cancel-after 1.5s elapsed) — waiting for call_77 (slowtool)\n"),
+        ("Ctrl-C", "cancelling (Ctrl-C) — waiting for call_77 (slowtool); Ctrl-\\ quits now\n"),
+        ("SIGHUP", "cancelling (SIGHUP) — waiting for call_77 (slowtool); SIGQUIT quits now\n"),
+    ],
+)
+def test_the_cancelling_line_says_what_cancelled_the_run(cause: str, said: str) -> None:
+    """A new user's trial: "Ctrl-\\ quits now" was printed when the user
+    pressed nothing (``--cancel-after``). The line names the cause; only a
+    signal adds how to quit at once."""
+    from dshtools._cli.run import _Ticker
+
+    stream = _FakeTty(False, "\n")
+    since = time.monotonic() - 10  # cancelled long ago: the call is ignoring it
+    with _a_call_in_flight() as (meter, _view):
+        ticker = _Ticker(meter, stream, lambda: (since, cause))  # type: ignore[arg-type]
+        try:
+            assert stream.seen.wait(5)
+        finally:
+            ticker.stop()
+    assert stream.text == "dshtools: " + said
 
 
 def test_help_exits_0_and_names_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -802,7 +894,7 @@ def test_transcript_errors_number_messages_from_1(tools_dir: Path) -> None:
     with pytest.raises(UsageError, match=r'message #3: "tool_calls" must be a list'):
         transcript_batches([user, user, {"role": "assistant", "tool_calls": "x"}])
     # A call without an id is model output, not a usage error: it is
-    # answered with INVALID_CALL (docs/contract.md §8 A11).
+    # answered with INVALID_CALL (docs/contract.md#a11).
     proc = _replay(tools_dir, [user, _assistant({"function": {"name": "echo"}})], "registry")
     assert proc.returncode == 0, proc.stderr
     assert "INVALID_CALL" in proc.stdout and "the call id is missing" in proc.stdout

@@ -1,5 +1,5 @@
 """The demo's own tools and server where the bundled transcript does not
-go (``dshtools._cli.demo``; docs/contract.md §6): a shell command that
+go (``dshtools._cli.demo``; docs/contract.md#interop-and-cli): a shell command that
 fails is an ``EXIT_STATUS`` failure carrying its stderr, and its process
 group is still recorded for the quiescence check; a shell that never got to
 record its pid leaves nothing to check; an unknown path on the local server
@@ -17,6 +17,8 @@ import pytest
 
 from dshtools import AbortController, ToolExecutionInput, ToolExecutionResult
 from dshtools._cli.demo import DemoServer, DemoTools
+from tests.helpers.calls import error_of
+from tests.helpers.processes import run_python
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def test_the_table_shows_the_last_progress_of_a_stopped_call_only() -> None:
     from dshtools._cli.run import _Row
     from dshtools._cli.table import print_table, progress_text
     from dshtools._types.hooks import ProgressUpdate
-    from tests.helpers import call, tool
+    from tests.helpers.calls import call, tool
 
     with ToolRegistry() as registry:
         registry.register(tool("dl", lambda a, r: "ok"))
@@ -157,7 +159,7 @@ def test_without_the_mcp_sdk_the_demo_has_no_remote_tool_and_says_why(
         assert remote.register(registry) is False
         assert [d["function"]["name"] for d in registry.schemas()] == []
     assert remote.unavailable is not None
-    assert remote.unavailable.startswith("the MCP SDK is not installed: pip install 'dshtools[mcp]'")
+    assert remote.unavailable.startswith("the MCP client could not be imported")
     assert remote.check() is None  # no remote call was made
     # What the check makes of a record whose body started and never returned.
     (tmp_path / "remote.log").write_text('{"event": "started", "call_id": "c1", "pid": 1}\n')
@@ -168,3 +170,41 @@ def test_without_the_mcp_sdk_the_demo_has_no_remote_tool_and_says_why(
     assert (
         label == "remote: remote_sleep body did not return on the server (0 of 1 bodies returned; MCP server stopped)"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_file_is_named_as_the_model_asked_for_it_not_by_its_temporary_path(
+    tools: DemoTools, tmp_path: Path
+) -> None:
+    result = run_c1(tools, "read_file", {"path": "missing.txt"})
+    info = error_of(result).info
+    assert result.code == "TOOL_ERROR" and info is not None and info.name == "FileNotFoundError"
+    assert result.content[0]["text"] == "Error: [Errno 2] No such file or directory: 'missing.txt'"
+    assert str(tmp_path) not in json.dumps(result.content)
+
+
+_IMPORT_WITHOUT = """
+import sys, tempfile
+sys.modules[{module!r}] = None  # as if it were not installed
+from dshtools import ToolRegistry
+from dshtools._cli.demo import RemoteTool
+with tempfile.TemporaryDirectory() as workdir, RemoteTool(workdir) as remote:
+    with ToolRegistry() as registry:
+        assert remote.register(registry) is False  # waits for the import
+    print(remote.unavailable)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("module", "said"),
+    [
+        ("mcp", "the MCP SDK is not installed: pip install 'dshtools[mcp]'"),
+        ("anyio", "module 'anyio', which the MCP client needs, is not installed: pip install 'dshtools[mcp]'"),
+    ],
+)
+def test_the_demo_names_the_module_that_is_missing(module: str, said: str) -> None:
+    """A new user's trial: with ``anyio`` missing the demo said the MCP SDK
+    was not installed. Only a missing ``mcp`` is the SDK."""
+    out = run_python(_IMPORT_WITHOUT.format(module=module)).stdout.strip()
+    assert out.startswith(said), out

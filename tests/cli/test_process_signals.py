@@ -1,4 +1,4 @@
-"""Process lifecycle of the command line (docs/contract.md §8 A13; field case
+"""Process lifecycle of the command line (docs/contract.md#a13; field case
 N2): SIGTERM and SIGHUP cancel, join and report like Ctrl-C and exit
 128 + signum; the status line names a body that ignores its cancellation;
 adopted grandchildren are reaped as they exit; ``--version``.
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import dshtools
-from tests.helpers import alive, signal_and_collect, wait_for_descendant
+from tests.helpers.processes import alive, signal_and_collect, wait_for_descendant
 
 TOOLS = r"""
 import os
@@ -167,7 +167,7 @@ def test_status_line_names_the_body_that_ignores_its_cancellation(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert notice == "dshtools: cancelling — waiting for call_07 (stubborn); Ctrl-\\ quits now"
+    assert notice == "dshtools: cancelling (SIGTERM) — waiting for call_07 (stubborn); SIGQUIT quits now"
     assert proc.returncode == 143
     assert _outcome(stdout, "call_07") == "ABORTED"  # the success came after the cancellation
 

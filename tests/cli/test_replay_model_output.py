@@ -1,5 +1,5 @@
 """``python -m dshtools replay`` against model output as it really comes
-(docs/contract.md §6, §8 A11, A12, §11): field cases B37, B40, N4, Anthropic
+(docs/contract.md#interop-and-cli, docs/contract.md#a11, docs/contract.md#a12, docs/contract.md#more-interop): field cases B37, B40, N4, Anthropic
 transcripts, aliased names, and output people can read (ARGS, ``--wide``,
 the BODY and quiescence explanations, ``--traceback``, the module form of
 ``--tools``). Each test runs the CLI as a real subprocess."""
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers.processes import run_cli
 
 TOOLS = """
 from dshtools import ToolDefinition, ToolRegistry

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from dshtools._cli.demo_remote_tools import LOG_ENV
-from tests.helpers import run_cli
+from tests.helpers.processes import run_cli
 
 MODULE = f"""
 import os

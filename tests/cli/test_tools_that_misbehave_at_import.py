@@ -1,6 +1,6 @@
 """A ``--tools`` module that misbehaves while it is imported (or while its
 factory runs) is still the documented usage error: exit 2 and one line on
-stderr, for ``replay`` and ``mcp`` alike (docs/contract.md §6; field case
+stderr, for ``replay`` and ``mcp`` alike (docs/contract.md#interop-and-cli; field case
 N13: ``sys.exit(3)`` at import exited 3 with nothing said, and an exception
 whose ``__str__`` raises printed a 42-line traceback and exited 1)."""
 

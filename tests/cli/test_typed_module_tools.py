@@ -15,7 +15,7 @@ import pytest
 
 from dshtools._cli.inputs import UsageError, load_registry
 from dshtools._registry.registry import around_dispatch_hooks
-from tests.helpers import run_cli
+from tests.helpers.processes import run_cli
 
 MODULE = textwrap.dedent(
     '''

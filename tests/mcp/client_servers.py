@@ -15,9 +15,10 @@ as ``python tests/mcp/client_servers.py MODE ...``:
   (never answers, ignores cancellation), ``stubborn`` (answers even after a
   cancel, once it was cancelled), ``die`` (exits mid-call), ``garbage``
   (writes a line that is not JSON, then a result that is not a
-  ``CallToolResult``), ``rpc_error`` (a JSON-RPC error), ``ok`` (answers
-  ``"ok"``). With ``$SCRIPTED_HOLD`` set, every start after the first
+  ``CallToolResult``), ``rpc_error`` (a JSON-RPC error), ``busy`` (JSON-RPC error ``-32000
+  "backend busy"``, and the server stays up), ``ok`` (answers ``"ok"``). With ``$SCRIPTED_HOLD`` set, every start after the first
   waits for the file ``$SCRIPTED_HOLD.go`` before it answers ``initialize``.
+  With ``$SCRIPTED_UNLISTED`` set, ``tools/list`` is never answered.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def fast() -> None:
 
 _TOOLS = [
     {"name": name, "description": f"scripted {name}", "inputSchema": {"type": "object"}}
-    for name in ("hang", "stubborn", "die", "garbage", "rpc_error", "ok")
+    for name in ("hang", "stubborn", "die", "garbage", "rpc_error", "busy", "ok")
 ]
 
 
@@ -173,7 +174,7 @@ def scripted(log: str) -> None:
                         },
                     }
                 )
-            elif method == "tools/list":
+            elif method == "tools/list" and "SCRIPTED_UNLISTED" not in os.environ:
                 send({"jsonrpc": "2.0", "id": rid, "result": {"tools": _TOOLS}})
             elif method == "notifications/cancelled":
                 cancelled = message["params"]["requestId"]
@@ -194,6 +195,8 @@ def scripted(log: str) -> None:
                     send({"jsonrpc": "2.0", "id": rid, "result": {"content": "not a list"}})
                 elif name == "rpc_error":
                     send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": "scripted failure"}})
+                elif name == "busy":
+                    send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "backend busy"}})
                 # "hang": never answered
 
 

@@ -1,6 +1,6 @@
 """``MCPClient`` results against real servers: the reference ``mcp-server-time``,
 an ``MCPServer`` (FastMCP) written for these tests, and a scripted server
-for protocol faults (docs/mcp.md#the-client, contract §14)."""
+for protocol faults (docs/mcp.md#the-client, docs/contract.md#mcp)."""
 
 from __future__ import annotations
 

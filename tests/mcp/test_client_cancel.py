@@ -1,4 +1,4 @@
-"""Cancellation across the wire (docs/mcp.md#the-client, contract §14): the
+"""Cancellation across the wire (docs/mcp.md#the-client, docs/contract.md#mcp): the
 request is the dispatch; after it, exactly one ``notifications/cancelled``
 for that request's id, and ``meta["remote"]`` says whether the server
 answered within ``cancel_grace``."""

@@ -1,5 +1,4 @@
-"""The server's life under ``MCPClient`` (docs/mcp.md#the-client, contract
-§14): a server that dies mid-call is ``WORKER_LOST`` and is started again by
+"""The server's life under ``MCPClient`` (docs/mcp.md#the-client, docs/contract.md#mcp): a server that dies mid-call is ``WORKER_LOST`` and is started again by
 the next call (unless ``restart=False``); ``close()`` ends the calls in
 flight and leaves no process, thread or event loop behind."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from dshtools import (
 )
 from dshtools._cli.main import main
 from dshtools.mcp import MCPClient, serve_http
-from tests.helpers import run_cli
+from tests.helpers.processes import run_cli
 from tests.mcp.client_support import call, client_threads, eventually, http_server_command, value_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -85,9 +86,9 @@ def registry_with(bodies: Bodies) -> ToolRegistry:
 
 @contextmanager
 def serving(
-    registry: ToolRegistry, stop: AbortController | None = None, **options: Any
+    registry: ToolRegistry, stop: AbortController | None = None, port: int = 0, **options: Any
 ) -> Iterator[tuple[str, list[int]]]:
-    """``serve_http(registry, "127.0.0.1", 0, **options)`` on a thread,
+    """``serve_http(registry, "127.0.0.1", port, **options)`` on a thread,
     stopped by ``stop`` (the test may abort it first; else on leaving the
     block): yields its URL and the list its return status lands in once it
     returned."""
@@ -102,7 +103,7 @@ def serving(
 
     def run() -> None:
         try:
-            status.append(serve_http(registry, "127.0.0.1", 0, signal=stop.signal, on_ready=on_ready, **options))
+            status.append(serve_http(registry, "127.0.0.1", port, signal=stop.signal, on_ready=on_ready, **options))
         finally:
             ready.set()
 
@@ -427,3 +428,124 @@ def test_the_command_line_takes_its_token_from_the_environment(tmp_path: Path) -
         with httpx.Client(timeout=10) as raw:
             assert initialize(raw, url).status_code == 401
             assert initialize(raw, url, Authorization="Bearer from-env").status_code == 200
+
+
+@pytest.mark.timeout(120)
+def test_two_hundred_initializes_with_id_1_at_once_each_get_their_own_session() -> None:
+    """N15: every client's ``initialize`` has id 1; requests outside a
+    session are told apart before the session exists."""
+    count = 200
+    barrier = threading.Barrier(count)
+    sessions: list[str] = []
+    problems: list[str] = []
+
+    def connect(url: str) -> None:
+        with httpx.Client(timeout=60) as raw:
+            barrier.wait()
+            opened = initialize(raw, url)
+            (answer,) = events(opened)
+            if opened.status_code != 200 or answer.get("id") != 1 or "result" not in answer:
+                problems.append(f"{opened.status_code}: {answer}")
+            else:
+                sessions.append(opened.headers["mcp-session-id"])
+
+    with registry_with(Bodies()) as registry, serving(registry) as (url, _):
+        clients = [threading.Thread(target=connect, args=(url,)) for _ in range(count)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(100)
+    assert problems == []
+    assert len(set(sessions)) == count
+
+
+@pytest.mark.timeout(120)
+def test_six_mcp_clients_connecting_at_once_each_call_a_tool() -> None:
+    """N15: six ``MCPClient.http`` at a barrier, each connecting and then
+    calling ``add`` through its own registry."""
+    count = 6
+    barrier = threading.Barrier(count)
+    totals: list[object] = []
+    problems: list[BaseException] = []
+
+    def connect_and_call(url: str, n: int) -> None:
+        try:
+            barrier.wait()
+            with MCPClient.http(url) as client, ToolRegistry() as local:
+                client.register_tools(local, include=["add"])
+                totals.append(value_of(local.execute(call("add", {"a": n, "b": 100}))))
+        except BaseException as exc:
+            problems.append(exc)
+
+    with registry_with(Bodies()) as registry, serving(registry) as (url, _):
+        clients = [threading.Thread(target=connect_and_call, args=(url, n)) for n in range(count)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(100)
+    assert problems == []
+    assert sorted(json.loads(str(total))["total"] for total in totals) == [100 + n for n in range(count)]
+
+
+@pytest.mark.timeout(120)
+def test_a_client_survives_its_servers_restart_in_a_new_session() -> None:
+    """docs/contract.md#a23: the restarted server knows no session (``404``
+    for the old id); the client's next call initializes a new one and goes
+    on."""
+    with registry_with(Bodies()) as registry, ToolRegistry() as local:
+        with serving(registry) as (url, _):
+            client = MCPClient.http(url)
+            client.register_tools(local, include=["add"])
+            assert value_of(local.execute(call("add", {"a": 1, "b": 2}))) == '{"total": 3}'
+        with client, serving(registry, port=int(url.rsplit(":", 1)[1].split("/")[0])) as (again, _):
+            assert again == url
+            assert value_of(local.execute(call("add", {"a": 3, "b": 4}))) == '{"total": 7}'
+            assert value_of(local.execute(call("add", {"a": 5, "b": 6}))) == '{"total": 11}'
+            assert [t["name"] for t in client.list_tools()] == ["add", "wait"]
+    assert client_threads() == []
+
+
+def test_a_listing_is_one_snapshot_while_another_thread_re_registers_a_tool() -> None:
+    """A24 over MCP (field case B67's kind): eight ``flip`` tools are
+    re-registered over and over, with an output schema and without, while a
+    client lists the tools; each listed one carries its own definition's
+    output schema (the description says which), never the other one's."""
+    typed = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    done = threading.Event()
+
+    def flip(n: int, typed_output: bool) -> Callable[[], None]:
+        label, output = ("with output", typed) if typed_output else ("without output", None)
+        body = lambda args, run: {"n": 1}  # noqa: E731
+        return registry.register(ToolDefinition(f"flip{n}", label, {"type": "object"}, body, output_schema=output))
+
+    def churn() -> None:
+        unregister = [flip(n, True) for n in range(8)]
+        i = 0
+        while not done.is_set():
+            n = i % 8
+            unregister[n]()
+            unregister[n] = flip(n, (i // 8) % 2 == 1)
+            i += 1
+
+    mismatched: list[str] = []
+    with registry_with(Bodies()) as registry, serving(registry) as (url, _), httpx.Client(timeout=10) as client:
+        session = open_session(client, url)
+        churner = threading.Thread(target=churn, daemon=True)
+        churner.start()
+        switching = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # the listing is interrupted many times per request
+        try:
+            for i in range(300):
+                listing = client.post(
+                    url, json={"jsonrpc": "2.0", "id": i + 2, "method": "tools/list"}, headers=session
+                )
+                for tool in events(listing)[0]["result"]["tools"]:
+                    if tool["name"].startswith("flip") and ("outputSchema" in tool) != (
+                        tool["description"] == "with output"
+                    ):
+                        mismatched.append(f"{tool['description']}: outputSchema {tool.get('outputSchema')}")
+        finally:
+            sys.setswitchinterval(switching)
+            done.set()
+            churner.join(10)
+    assert mismatched == []

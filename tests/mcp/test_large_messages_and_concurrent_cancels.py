@@ -1,6 +1,6 @@
 """Raw JSON-RPC over ``python -m dshtools mcp``'s stdio with messages far
 past asyncio's 64 KiB line limit, and with a cancellation that arrives while
-other calls run (docs/contract.md §13 A19): the reader is not a serial
+other calls run (docs/contract.md#a19): the reader is not a serial
 read → dispatch → respond loop, and a line's length is not limited.
 
 The tools are written into ``tmp_path`` as ``wire_tools`` (``TOOLS``); the

@@ -1,4 +1,4 @@
-"""MCP progress (docs/mcp.md#progress, contract §14 and §16): dshtools'
+"""MCP progress (docs/mcp.md#progress, docs/contract.md#mcp and docs/contract.md#policies): dshtools'
 server sends ``notifications/progress`` for a call whose request carries
 ``_meta.progressToken`` (that token, ``progress``, ``total``, ``message``;
 coalesced, the last update before the response, nothing for a request that

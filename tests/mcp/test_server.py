@@ -1,5 +1,5 @@
 """``python -m dshtools mcp`` against the official MCP SDK's client
-(docs/contract.md §11).
+(docs/contract.md#more-interop).
 
 Each test starts the server as a subprocess serving ``tests/mcp/mcp_tools.py``
 and talks to it through ``mcp.ClientSession`` over the process's pipes. The

@@ -1,5 +1,4 @@
-"""``dshtools.mcp.serve_stdio`` at the edges of its stdio (docs/contract.md
-§11): started without a standard error and without ``sys.stdout``, stray
+"""``dshtools.mcp.serve_stdio`` at the edges of its stdio (docs/contract.md#more-interop): started without a standard error and without ``sys.stdout``, stray
 output of a tool goes to the null device and the protocol stream stays
 clean; blank lines are skipped, a
 line that is not JSON-RPC is answered -32700 and does not stop the server (every malformed

@@ -1,6 +1,6 @@
 """Raw JSON-RPC over ``python -m dshtools mcp``'s stdio: every request with
 an id gets exactly one response or, when cancelled, none
-(docs/contract.md §13 A19; field cases N12, B52, B54).
+(docs/contract.md#a19; field cases N12, B52, B54).
 
 The tests write lines to a server's stdin byte for byte (no SDK client,
 which would refuse to send most of them), and read every line of its

@@ -1,6 +1,6 @@
 """``dshtools._os.procfs``: the one reader of ``/proc`` behind run_process's
 session, the process backend's forced stop, the Ray reaper and the command
-line's descendant check (docs/contract.md §5, §9)."""
+line's descendant check (docs/contract.md#io, docs/contract.md#backends)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_signal_if_signals_only_the_process_the_predicate_accepts() -> None:
 
 def test_the_forced_stop_is_confirmed_only_by_a_scan_that_could_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # /proc cannot be read for a moment (no descriptor left) after the
-    # worker was killed: "unknown" is not "gone" (docs/contract.md §9), so
+    # worker was killed: "unknown" is not "gone" (docs/contract.md#backends), so
     # stop_tree looks again and returns only after a scan it could read.
     from dshtools._os import tree as _process_tree
 
@@ -137,7 +137,7 @@ def test_the_forced_stop_is_confirmed_only_by_a_scan_that_could_be_read(monkeypa
 
 def test_the_ray_reaper_never_reads_an_unreadable_process_as_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     # The forced stop of a Ray body waits until the worker and its
-    # descendants are gone (docs/contract.md §9). A stat line that cannot
+    # descendants are gone (docs/contract.md#backends). A stat line that cannot
     # be read (no descriptor left) says nothing: a process still listed in
     # /proc is not confirmed gone; once it is reaped it is.
     from dshtools._backends.ray import reap as _ray_reap

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from dshtools import AbortController, ProcessBackend, ToolDefinition, ToolExecutionInput, ToolRegistry, otel
 from dshtools._backends import remote
-from tests.helpers import call
+from tests.helpers.calls import call
 from tests.otel.conftest import Traced
 
 

@@ -34,7 +34,8 @@ from dshtools import (
 )
 from dshtools._backends.base import BodyReport, Error, WorkerLost
 from dshtools._types.calls import InvalidCall
-from tests.helpers import ProgressRecorder, call, tool
+from tests.helpers.calls import call, tool
+from tests.helpers.recorders import ProgressRecorder
 from tests.otel.conftest import Traced
 
 
@@ -363,3 +364,29 @@ def test_an_invalid_model_call_with_no_tool_name_is_named_execute_tool(
     span = traced.span()
     assert span.name == "execute_tool"  # no trailing blank
     assert (span.attributes or {})[otel.ERROR_TYPE] == INVALID_CALL
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        pytest.param("--cancel-after 1.5s elapsed", "--cancel-after 1.5s elapsed", id="str"),
+        pytest.param(
+            KeyboardInterrupt("interrupted (Ctrl-C)"), "KeyboardInterrupt: interrupted (Ctrl-C)", id="exception"
+        ),
+        pytest.param(RuntimeError(), "RuntimeError", id="exception-without-text"),
+        pytest.param(42, "42", id="other"),
+    ],
+)
+def test_the_abort_event_carries_the_reasons_text(
+    registry: ToolRegistry, traced: Traced, instrumented: otel.Instrumentation, reason: object, message: str
+) -> None:
+    """The CLI's trace printed ``reason: str`` for a string reason: the event
+    carries the reason's text beside its class."""
+    registry.register(tool("t", lambda a, r: "never"))
+    controller = AbortController()
+    controller.abort(reason)
+    registry.execute(call("t", signal=controller.signal))
+    (abort,) = [e for e in traced.span().events if e.name == otel.ABORT_EVENT]
+    attributes = dict(abort.attributes or {})
+    assert attributes[otel.ABORT_MESSAGE] == message
+    assert attributes[otel.ABORT_REASON] == type(reason).__name__

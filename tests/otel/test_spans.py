@@ -35,7 +35,8 @@ from dshtools import (
 )
 from dshtools._registry.observer import CallObserver, set_call_observer
 from dshtools._types.calls import InvalidCall
-from tests.helpers import call, stops_when_aborted, tool
+from tests.helpers.calls import call, tool
+from tests.helpers.waiting import stops_when_aborted
 from tests.otel.conftest import Traced
 
 
@@ -44,7 +45,6 @@ def test_the_pinned_names_are_the_conventions_names() -> None:
         warnings.simplefilter("ignore")
         attrs = pytest.importorskip("opentelemetry.semconv._incubating.attributes.gen_ai_attributes")
         errors = pytest.importorskip("opentelemetry.semconv.attributes.error_attributes")
-        gen_ai_metrics = pytest.importorskip("opentelemetry.semconv._incubating.metrics.gen_ai_metrics")
     assert otel.GEN_AI_OPERATION_NAME == attrs.GEN_AI_OPERATION_NAME
     assert otel.GEN_AI_TOOL_NAME == attrs.GEN_AI_TOOL_NAME
     assert otel.GEN_AI_TOOL_CALL_ID == attrs.GEN_AI_TOOL_CALL_ID
@@ -54,7 +54,6 @@ def test_the_pinned_names_are_the_conventions_names() -> None:
     assert otel.GEN_AI_TOOL_CALL_RESULT == attrs.GEN_AI_TOOL_CALL_RESULT
     assert attrs.GenAiOperationNameValues.EXECUTE_TOOL.value == otel.EXECUTE_TOOL
     assert otel.ERROR_TYPE == errors.ERROR_TYPE
-    assert otel.OPERATION_DURATION == gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION
 
 
 def test_import_dshtools_imports_no_opentelemetry() -> None:
@@ -328,7 +327,7 @@ def test_the_duration_histogram_has_the_tool_and_error_type(
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
-        if m.name == otel.OPERATION_DURATION
+        if m.name == "gen_ai.execute_tool.duration"
     ]
     assert metric.unit == "s"
     points = {
@@ -463,7 +462,7 @@ def test_metrics_alone_are_recorded_without_a_tracer(registry: ToolRegistry, tra
     data = traced.reader.get_metrics_data()
     assert data is not None
     names = [m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
-    assert names == [otel.OPERATION_DURATION]
+    assert names == [otel.EXECUTE_TOOL_DURATION]
 
 
 @pytest.mark.timeout(120)

@@ -28,6 +28,13 @@ Guarantees:
 * **Lost workers.** A worker that exits on its own while running a body
   gives ``Error(WorkerLost(...))``; whatever it left in its session is
   killed; the next call gets a fresh worker.
+* **What cannot be rebuilt fails one call.** Arguments cross as bytes
+  (``cloudpickle``, by value, when they name ``__main__``); a call the
+  worker cannot rebuild settles ``NotInvoked`` with the reason, a value
+  that does not unpickle here is an ``UnsendableValue`` naming its class,
+  an exception that does not is a stand-in; a frame that does not decode
+  at all stops its worker and loses its call. The backend goes on serving
+  calls either way, and the manager thread never dies of a message.
 * **Settled means stopped.** ``Dispatch.wait`` returns ``True`` only once
   the body returned, was withdrawn, or its worker was reaped.
 * **Fork.** A backend used in a process forked from the one that made it
@@ -51,20 +58,19 @@ import logging
 import math
 import os
 import pickle
-import select
 import threading
 import time
 from collections import deque
 from typing import Any, Final
 
 from ..._core.errors import AbortError, safe_str
-from ..._core.interrupts import INTERRUPT_SLICE
+from ..._core.interrupts import interrupt_slice
 from ..._os.tree import left_behind, stop_tree
 from ..._types.tools import ToolRunContext
-from ..base import Body, BodyReport, Dispatch, Error, Value, WorkerLost
+from ..base import Body, BodyReport, Dispatch, Error, NotInvoked, Value, WorkerLost
 from ..remote import outgoing_context
-from .pool import _Job, _Worker
-from .wire import UnsendableValue, error_from
+from .pool import _Job, _next_kill, _Worker, _WorkerPoll
+from .wire import outcome_of
 
 __all__ = ["ProcessBackend"]
 
@@ -72,7 +78,6 @@ _log = logging.getLogger("dshtools.process")
 _log.addHandler(logging.NullHandler())
 
 _PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
-_NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
 
 
 class ProcessBackend:
@@ -80,11 +85,19 @@ class ProcessBackend:
     worker and everything the worker started, a body that has not returned
     ``kill_after`` seconds after its signal aborted (docs/contract.md#backends).
 
-    ``ProcessBackend(max_workers=None, *, kill_after=5.0)``:
+    ``ProcessBackend(max_workers=None, *, kill_after=5.0, prestart=False)``:
     ``max_workers`` (default: the CPU count) worker processes at most,
     started on demand and reused; ``kill_after`` in seconds (finite, >= 0),
-    or ``None`` never to kill (cooperative only, still joined). Raises
-    ``ValueError`` for a bad value.
+    or ``None`` never to kill (cooperative only, still joined);
+    ``prestart=True`` calls ``start()`` before the constructor returns.
+    Raises ``ValueError`` for a bad value.
+
+    A worker's start-up (a fresh interpreter) is time a call waits for a
+    worker, and that wait counts against the call's timeout, as any queue
+    wait does: ``start()`` (or ``prestart=True``) takes it out of the first
+    calls. Every result's ``meta["worker_wait"]`` says how many seconds the
+    call waited for a worker (until one took it, or until it settled
+    without one) (docs/contract.md#a32).
 
     Use as ``ToolRegistry(backend=ProcessBackend())`` or per tool with
     ``ToolDefinition(..., backend=...)``. Bodies are serialized by value
@@ -101,7 +114,9 @@ class ProcessBackend:
     context manager.
     """
 
-    def __init__(self, max_workers: int | None = None, *, kill_after: float | None = 5.0) -> None:
+    def __init__(
+        self, max_workers: int | None = None, *, kill_after: float | None = 5.0, prestart: bool = False
+    ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
@@ -146,6 +161,54 @@ class ProcessBackend:
         self._kills = 0
         self._lost = 0
         self._started: list[int] = []
+        if prestart:
+            self.start()
+
+    def start(self, timeout: float | None = None) -> None:
+        """Start every worker not running yet (up to ``max_workers``) and
+        return once each is ready to take a call and has loaded the body of
+        every tool registered so far, so that a first call costs what later
+        calls cost (docs/contract.md#a32); a tool registered later is loaded
+        by the ready workers in the background. Runs on the
+        calling thread; ``timeout`` in seconds bounds the wait (``None``:
+        no bound). Idempotent: workers already running are kept. Raises
+        ``TimeoutError`` when the workers are not ready in time (they go on
+        starting and serve calls once ready), ``RuntimeError`` when the
+        backend is closed, used in a forked child, or no worker could
+        start (a worker that dies later is replaced on demand as usual)."""
+        self._check_fork()
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ProcessBackend is closed")
+                if len(self._workers) + self._starting >= self.max_workers:
+                    break
+                self._starting += 1
+                self._ensure_manager_locked()
+            try:
+                fresh = _Worker(self.kill_after)
+            finally:
+                with self._lock:
+                    self._starting -= 1
+            with self._lock:
+                self._workers.append(fresh)
+                self._started.append(fresh.pid)
+            self._wake()  # the manager makes it idle once it says it is ready
+        with self._lock:
+            while True:
+                coming = [w for w in self._workers if (not w.ready or w.loading) and not w.dead]
+                if not coming:
+                    break
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"{len(coming)} ProcessBackend worker(s) not ready after {timeout} s; they go on starting"
+                    )
+                step = interrupt_slice()
+                self._changed.wait(left if step is None else step if left is None else min(left, step))
+            if not any(w.ready and not w.dead for w in self._workers):
+                raise RuntimeError("no ProcessBackend worker process could start")
 
     # -- introspection (the demo's quiescence report, tests) ----------------
 
@@ -218,7 +281,24 @@ class ProcessBackend:
         key = next(self._keys)
         with self._lock:
             self._bodies[id(body)] = (body, key, data)
+            for worker in self._workers:
+                if worker.ready and not worker.dead:
+                    self._preload_locked(worker)
         return key, data
+
+    def _preload_locked(self, worker: _Worker) -> None:
+        """Send ``worker`` every known body it does not have, to load ahead
+        of its first call (under ``_lock``; a worker running a call loads
+        them after it)."""
+        for _body, key, data in list(self._bodies.values()):
+            if key in worker.bodies:
+                continue
+            try:
+                worker.send(("body", key, data))
+            except OSError:
+                return  # gone: the manager notices
+            worker.bodies.add(key)
+            worker.loading += 1
 
     def submit(self, body: Body, args: object, run: ToolRunContext) -> Dispatch:
         """Queue ``body(args, run)`` for a worker; never waits for one.
@@ -228,7 +308,23 @@ class ProcessBackend:
         if self._closed:
             raise RuntimeError("ProcessBackend is closed")
         key, data = self._entry(run.name, body)
-        job = _Job(self, next(self._seq), key, data, args, run)
+        try:
+            # Plain pickle refers to classes by module; one of ``__main__`` (a
+            # script's pydantic model) the worker cannot find there, so such
+            # arguments go by value with cloudpickle instead. Bytes in the
+            # call frame: a failure to load them is that call's alone.
+            sent = pickle.dumps(args, _PROTOCOL)
+            if b"__main__" in sent:
+                sent = self._pickler.dumps(args, _PROTOCOL)
+        except Exception:
+            try:
+                sent = self._pickler.dumps(args, _PROTOCOL)
+            except Exception as exc:
+                raise ValueError(
+                    f"tool {run.name!r}: its arguments cannot be sent to a worker process "
+                    f"({type(exc).__name__}: {safe_str(exc)})"
+                ) from exc
+        job = _Job(self, next(self._seq), key, data, sent, run)
         job.carried = outgoing_context()  # here: the dispatching thread's context
         job.handle = run.signal.add_listener(job.on_abort)
         if job.done.is_set():
@@ -273,7 +369,7 @@ class ProcessBackend:
             job.withdraw(RuntimeError("ProcessBackend closed before the call was dispatched"))
         with self._lock:
             while self._handing_off or any(w.job is not None and not w.job.done.is_set() for w in self._workers):
-                self._changed.wait(INTERRUPT_SLICE)
+                self._changed.wait(interrupt_slice())
             self._stopping = True
             manager = self._manager
         self._wake()
@@ -407,47 +503,13 @@ class ProcessBackend:
                 )
 
     def _manage_loop(self) -> None:
-        poller = select.poll()
-        registered: dict[int, tuple[_Worker, str]] = {}
-        poller.register(self._wake_r, select.POLLIN)
+        watch = _WorkerPoll(self._wake_r)
         while True:
             with self._lock:
                 if self._stopping:
                     return
                 workers = list(self._workers)
-            # Keep the poll set equal to the live workers' fds.
-            wanted: dict[int, tuple[_Worker, str]] = {}
-            for w in workers:
-                if not w.dead:
-                    wanted[w.conn.fileno()] = (w, "conn")
-                    if w.pidfd >= 0:
-                        wanted[w.pidfd] = (w, "pid")
-            for fd in list(registered):
-                if fd not in wanted or registered[fd][0] is not wanted[fd][0]:
-                    poller.unregister(fd)
-                    del registered[fd]
-            for fd, item in wanted.items():
-                if fd not in registered:
-                    poller.register(fd, select.POLLIN)
-                    registered[fd] = item
-            timeout = self._next_deadline(workers)
-            if any(w.pidfd < 0 for w in workers):
-                timeout = _NO_PIDFD_POLL if timeout is None else min(timeout, _NO_PIDFD_POLL)
-            events = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
-            for fd, _mask in events:
-                if fd == self._wake_r:
-                    try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    continue
-                entry = registered.get(fd)
-                if entry is None:
-                    continue
-                worker, kind = entry
-                if worker.dead:
-                    continue
+            for worker, kind in watch.poll(workers, _next_kill(workers, self.kill_after)):
                 if kind == "conn":
                     self._receive(worker)
                 else:
@@ -469,25 +531,34 @@ class ProcessBackend:
                     self._kill(worker, job)
             self._pump()
 
-    def _next_deadline(self, workers: list[_Worker]) -> float | None:
-        if self.kill_after is None:
-            return None
-        now = time.monotonic()
-        soonest: float | None = None
-        for w in workers:
-            job = w.job
-            if job is not None and job.aborted_at is not None and not job.done.is_set():
-                left = job.aborted_at + self.kill_after - now
-                soonest = left if soonest is None else min(soonest, left)
-        return soonest
-
     def _receive(self, worker: _Worker) -> None:
         try:
-            message = pickle.loads(worker.conn.recv_bytes())
+            data = worker.conn.recv_bytes()
         except (EOFError, OSError):
             self._lose(worker)
             return
+        try:
+            message = pickle.loads(data)
+        except BaseException as exc:  # foreign unpickling, its SystemExit too: see _handle
+            self._unreadable(worker, exc)
+            return
         self._handle(worker, message)
+
+    def _unreadable(self, worker: _Worker, exc: BaseException) -> None:
+        """A frame from ``worker`` did not decode. Its payloads travel as
+        bytes decoded per call, so this is a broken connection, not a bad
+        value: the worker is stopped (with everything it started) and its
+        call, if any, fails as lost with the reason; the next call gets a
+        fresh worker."""
+        _log.error("a message from ProcessBackend worker %d could not be decoded: %s", worker.pid, safe_str(exc))
+        self._stop_and_reap(worker)
+        job = worker.job
+        if job is not None:
+            error = WorkerLost(
+                f"a message from the worker process (pid {worker.pid}) running tool {job.run.name!r} could not be "
+                f"decoded ({type(exc).__name__}: {safe_str(exc)}); the worker was stopped"
+            )
+            self._finish(worker, job, Error(error), (), killed=False)
 
     def _handle(self, worker: _Worker, message: Any) -> None:
         if message[0] == "ready":
@@ -497,6 +568,13 @@ class ProcessBackend:
             with self._lock:
                 if not worker.dead:
                     self._idle.append(worker)
+                    self._preload_locked(worker)
+                self._changed.notify_all()  # start() waits for it
+            return
+        if message[0] == "loaded":
+            with self._lock:
+                worker.loading -= 1
+                self._changed.notify_all()  # start() waits for it
             return
         if message[0] == "progress":
             # Sent before its call's outcome (the worker flushes the last
@@ -512,29 +590,24 @@ class ProcessBackend:
         if job is None or job.seq != seq:  # pragma: no cover - protocol invariant
             _log.warning("worker %d reported call %s it was not running", worker.pid, seq)
             return
-        outcome: Value | Error
-        if kind == "value":
-            try:
-                outcome = Value(pickle.loads(payload))
-            except BaseException as exc:
-                # Foreign code runs here: even its SystemExit is this value's
-                # fault and must not end the manager thread (a Ctrl-C is never
-                # delivered to this thread, so none is swallowed).
-                outcome = Value(UnsendableValue("value", f"it does not unpickle here: {safe_str(exc)}"))
-        elif kind == "bad_value":
-            outcome = Value(UnsendableValue(detail[0], detail[1]))
-        else:
-            outcome = Error(error_from(payload, detail))
+        outcome = outcome_of(kind, payload, detail, job.run.name)
         self._finish(worker, job, outcome, tuple(contexts), killed=False)
         with self._lock:
             if not worker.dead:
                 self._idle.append(worker)
 
     def _finish(
-        self, worker: _Worker, job: _Job, outcome: Value | Error, contexts: tuple[Any, ...], *, killed: bool
+        self,
+        worker: _Worker,
+        job: _Job,
+        outcome: Value | Error | NotInvoked,
+        contexts: tuple[Any, ...],
+        *,
+        killed: bool,
     ) -> None:
         with job.lock:
-            overrun = None if job.aborted_at is None else time.monotonic() - job.aborted_at
+            invoked = not isinstance(outcome, NotInvoked)
+            overrun = time.monotonic() - job.aborted_at if invoked and job.aborted_at is not None else None
             job.settle_locked(BodyReport(outcome=outcome, contexts=contexts, killed=killed, overrun_s=overrun))
         with self._lock:
             worker.job = None
@@ -547,6 +620,17 @@ class ProcessBackend:
             if worker in self._idle:
                 self._idle.remove(worker)
             worker.dead = True
+            self._changed.notify_all()  # start() waits for it
+
+    def _stop_and_reap(self, worker: _Worker) -> int:
+        """Retire ``worker``, kill it with everything it started (confirmed
+        gone), reap it and close its handles; how many processes other than
+        the worker were found."""
+        self._retire(worker)
+        found = stop_tree(worker.pid)
+        worker.proc.wait()
+        worker.release()
+        return found
 
     def _kill(self, worker: _Worker, job: _Job) -> None:
         """The forced stop: kill the worker and everything it started,
@@ -557,10 +641,7 @@ class ProcessBackend:
             self._receive(worker)  # settles the job (or loses the worker)
         if worker.job is not job or worker.dead:
             return
-        self._retire(worker)
-        found = stop_tree(worker.pid)
-        worker.proc.wait()
-        worker.release()
+        found = self._stop_and_reap(worker)
         self._kills += 1
         _log.warning(
             "tool %r did not return %.3g s after its signal aborted: worker %d killed (with %d processes it started)",
@@ -584,7 +665,7 @@ class ProcessBackend:
         try:
             while (worker.job is not None or not worker.ready) and worker.conn.poll(0):
                 self._handle(worker, pickle.loads(worker.conn.recv_bytes()))
-        except (EOFError, OSError, pickle.UnpicklingError):
+        except Exception:  # a frame that does not decode: the worker is lost all the same
             pass
         stop_tree(worker.pid)
         code = worker.proc.wait()

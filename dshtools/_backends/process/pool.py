@@ -22,8 +22,10 @@ the thread blocked in ``execute``.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import select
 import socket
 import subprocess
 import sys
@@ -34,6 +36,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from ..._os import keeper as _keeper
 from ..._signal import AbortSignal
 from ..._types.tools import ToolRunContext
 from ..base import BodyReport, NotInvoked
@@ -58,13 +61,14 @@ class _Worker:
     (``None``: idle). Messages to it go through ``send`` (under
     ``send_lock``: the claimer and abort listeners may send concurrently)."""
 
-    __slots__ = ("bodies", "conn", "dead", "job", "pid", "pidfd", "proc", "ready", "send_lock")
+    __slots__ = ("bodies", "conn", "dead", "job", "loading", "pid", "pidfd", "proc", "ready", "send_lock")
 
     def __init__(self, kill_after: float | None) -> None:
         parent_sock, child_sock = socket.socketpair()
         child_fd = child_sock.fileno()
         env = dict(os.environ)
         env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        _keeper.start()  # before the worker: see `dshtools._os.keeper.start`
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", f"from dshtools._backends.process.worker import main; main({child_fd})"],
@@ -76,12 +80,15 @@ class _Worker:
         finally:
             child_sock.close()
         self.pid = self.proc.pid
+        # Its session dies with this process, whatever thread started it.
+        _keeper.keep(self.pid)
         self.conn = Connection(parent_sock.detach())
         self.send_lock = threading.Lock()
         self.job: _Job | None = None
         self.dead = False
         self.ready = False  # set when the worker said it runs: only then is it idle
         self.bodies: set[int] = set()
+        self.loading = 0  # bodies sent ahead and not loaded yet (under the backend's lock)
         self.pidfd = -1
         if hasattr(os, "pidfd_open"):
             try:
@@ -108,6 +115,7 @@ class _Worker:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+        _keeper.release(self.pid)
 
 
 @attrs.define(eq=False, repr=False, weakref_slot=False)
@@ -134,6 +142,10 @@ class _Job:
     deferred: BaseException | None = attrs.field(init=False, default=None)
     # the tracing context sent with the call (remote.outgoing_context)
     carried: Any = attrs.field(init=False, default=None)
+    # time.monotonic() at submit, and the seconds until a worker took the
+    # call (None until then): meta["worker_wait"]
+    queued_at: float = attrs.field(init=False, factory=time.monotonic)
+    waited: float | None = attrs.field(init=False, default=None)
 
     # -- Dispatch protocol --------------------------------------------------
 
@@ -155,7 +167,10 @@ class _Job:
     def settle_locked(self, report: BodyReport) -> None:
         if self.report_ is not None:
             return
-        self.report_ = report
+        # How long the call waited for a worker: until one took it, else
+        # until it settled without one (withdrawn, refused).
+        waited = self.waited if self.waited is not None else time.monotonic() - self.queued_at
+        self.report_ = attrs.evolve(report, meta={**(report.meta or {}), "worker_wait": waited})
         handle = self.handle
         if handle is not None:
             handle.remove()
@@ -199,6 +214,7 @@ class _Job:
                 # Aborted between queueing and the claim: the body never starts.
                 self.settle_locked(BodyReport(outcome=NotInvoked()))
                 return False
+            self.waited = time.monotonic() - self.queued_at
             self.worker = worker
             worker.job = self
             body = None if self.body_key in worker.bodies else self.body_data
@@ -245,3 +261,69 @@ class _Job:
                 return False
             worker.bodies.add(self.body_key)
         return True
+
+
+_NO_PIDFD_POLL: Final = 0.05  # liveness polling where there is no pidfd
+
+
+class _WorkerPoll:
+    """The manager thread's poll set: the wake-up pipe and, per live worker,
+    its connection (``"conn"``) and pidfd (``"pid"``), kept equal to the
+    workers it is given. Manager thread only."""
+
+    def __init__(self, wake_fd: int) -> None:
+        self.wake_fd = wake_fd
+        self.poller = select.poll()
+        self.poller.register(wake_fd, select.POLLIN)
+        self.registered: dict[int, tuple[_Worker, str]] = {}
+
+    def poll(self, workers: list[_Worker], timeout: float | None) -> list[tuple[_Worker, str]]:
+        """Wait up to ``timeout`` seconds (``None``: until something
+        happens; at most ``_NO_PIDFD_POLL`` while a worker has no pidfd);
+        the live workers whose connection or pidfd is ready, the wake-up
+        pipe drained."""
+        wanted: dict[int, tuple[_Worker, str]] = {}
+        for w in workers:
+            if not w.dead:
+                wanted[w.conn.fileno()] = (w, "conn")
+                if w.pidfd >= 0:
+                    wanted[w.pidfd] = (w, "pid")
+        registered = self.registered
+        for fd in list(registered):
+            if fd not in wanted or registered[fd][0] is not wanted[fd][0]:
+                self.poller.unregister(fd)
+                del registered[fd]
+        for fd, item in wanted.items():
+            if fd not in registered:
+                self.poller.register(fd, select.POLLIN)
+                registered[fd] = item
+        if any(w.pidfd < 0 for w in workers):
+            timeout = _NO_PIDFD_POLL if timeout is None else min(timeout, _NO_PIDFD_POLL)
+        ready = []
+        for fd, _mask in self.poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))):
+            if fd == self.wake_fd:
+                try:
+                    while os.read(fd, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            entry = registered.get(fd)
+            if entry is not None and not entry[0].dead:
+                ready.append(entry)
+        return ready
+
+
+def _next_kill(workers: list[_Worker], kill_after: float | None) -> float | None:
+    """Seconds until the soonest forced stop of a body among ``workers``
+    falls due (``None``: none pending)."""
+    if kill_after is None:
+        return None
+    now = time.monotonic()
+    soonest: float | None = None
+    for w in workers:
+        job = w.job
+        if job is not None and job.aborted_at is not None and not job.done.is_set():
+            left = job.aborted_at + kill_after - now
+            soonest = left if soonest is None else min(soonest, left)
+    return soonest

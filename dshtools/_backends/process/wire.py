@@ -15,16 +15,17 @@ Guarantees:
   as ``__cause__`` (``RemoteTraceback``) unless it already has a cause.
 
 Used by both sides: ``dshtools._backends.process.worker`` (describe, dump) and
-``dshtools._backends.process.backend`` (rebuild, load). Stateless apart from a cache
+``dshtools._backends.process.backend`` (rebuild, load, ``outcome_of``). Stateless apart from a cache
 of stand-in classes.
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import Final
+from typing import Any, Final
 
 from ..._core.errors import AbortError, safe_repr, safe_str
+from ..base import Error, NotInvoked, Value
 from ..remote import ErrorDetail, RemoteTraceback, describe_error, rebuilt_error
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "dump_reason",
     "error_from",
     "load_reason",
+    "outcome_of",
 ]
 
 _PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
@@ -82,3 +84,24 @@ def error_from(payload: bytes | None, detail: ErrorDetail) -> BaseException:
     ``detail`` (``describe_error``) when it does not unpickle here (a class
     from a module only the worker can import, say)."""
     return rebuilt_error(payload, detail, pickle.loads, BaseException)
+
+
+def outcome_of(kind: str, payload: bytes | None, detail: Any, name: str) -> Value | Error | NotInvoked:
+    """The outcome of tool ``name``'s call from a worker's ``("done", seq,
+    kind, payload, contexts, detail)`` frame (the protocol is in
+    ``dshtools._backends.process.worker``). Unpickling runs foreign code:
+    whatever it raises, ``SystemExit`` included, is this value's fault and
+    becomes the call's outcome, never the caller's exception (a Ctrl-C is
+    never delivered to the manager thread that runs this, so none is
+    swallowed)."""
+    if kind == "value":
+        try:
+            return Value(pickle.loads(payload))  # type: ignore[arg-type]
+        except BaseException as exc:
+            problem = f"it does not unpickle here ({type(exc).__name__}: {safe_str(exc)})"
+            return Value(UnsendableValue(detail or "value", problem))
+    if kind == "not_run":
+        return NotInvoked(RuntimeError(f"the worker process could not rebuild the call of tool {name!r}: {detail}"))
+    if kind == "bad_value":
+        return Value(UnsendableValue(detail[0], detail[1]))
+    return Error(error_from(payload, detail))

@@ -30,12 +30,28 @@ Guarantees:
   call's signal aborts and the worker exits; after ``kill_after`` seconds
   (5 s without one) it kills its own process group first.
 
-Messages (pickled tuples on a ``multiprocessing.connection.Connection``):
-parent → worker ``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key, body_bytes | None, args,
-call_id, root_call_id, name, agent, seconds_left | None, carried | None)``, ``("abort", seq, reason_bytes)``;
-worker → parent ``("ready",)`` once it listens, then ``("progress", seq, progress, total, message)`` any
-number of times while a call runs and ``("done", seq, kind, payload, contexts, detail)`` with ``kind`` one of
-``"value"``, ``"error"``, ``"bad_value"``.
+* A call this worker cannot rebuild (its arguments or its body do not
+  unpickle here) is answered ``"not_run"`` with the reason: the body never
+  starts and the worker goes on serving calls. A frame from the parent that
+  does not decode at all is reported on stderr and ends the worker as if
+  the parent had gone (the parent reports its call as lost).
+
+Messages (pickled tuples of plain data on a
+``multiprocessing.connection.Connection``; whatever may hold user classes
+travels as bytes inside them and is decoded per call): parent → worker
+``("config", kill_after, sys_path)`` first, then ``("call", seq, body_key,
+body_bytes | None, args_bytes, call_id, root_call_id, name, agent,
+seconds_left | None, carried | None)`` (``args_bytes``: ``cloudpickle``
+when they name ``__main__``, so a script's classes travel by value;
+``pickle`` otherwise), ``("abort", seq,
+reason_bytes)``, ``("body", body_key, body_bytes)`` (a body loaded ahead of
+its first call, answered ``("loaded", body_key)``); worker → parent
+``("ready",)`` once it listens, then
+``("progress", seq, progress, total, message)`` any number of times while a
+call runs and ``("done", seq, kind, payload, contexts, detail)`` with
+``kind`` one of ``"value"`` (``detail``: the value's class as
+``module.qualname``), ``"error"``, ``"bad_value"``, ``"not_run"``
+(``detail``: the reason).
 """
 
 from __future__ import annotations
@@ -54,7 +70,7 @@ from typing import Any
 from ..._core.errors import AbortError, report_unraisable, safe_str
 from ..._os import procfs as _procfs
 from ..._signal import AbortController
-from ..remote import RemoteRun, call_controller, incoming_context
+from ..remote import RemoteRun, call_controller, class_name, incoming_context
 from .wire import describe_error, load_reason
 
 cloudpickle: Any = None  # imported by main(): only workers need it here
@@ -141,7 +157,7 @@ class _Reader:
     call's controller on a thread of its own, so that a body's listener
     that blocks or raises never stops the reading."""
 
-    def __init__(self, conn: Connection, inbox: queue.SimpleQueue[tuple[Any, AbortController] | None]) -> None:
+    def __init__(self, conn: Connection, inbox: queue.SimpleQueue[tuple[Any, AbortController | None] | None]) -> None:
         self.conn = conn
         self.inbox = inbox
         self.lock = threading.Lock()
@@ -158,6 +174,8 @@ class _Reader:
                     with self.lock:
                         self.controllers[message[1]] = controller
                     self.inbox.put((message, controller))
+                elif kind == "body":
+                    self.inbox.put((message, None))  # loaded ahead by the main thread
                 elif kind == "abort":
                     with self.lock:
                         target = self.controllers.get(message[1])
@@ -177,6 +195,14 @@ class _Reader:
                     sys.path[:] = [p for p in message[2] if isinstance(p, str)]
         except (EOFError, OSError):
             pass
+        except BaseException as exc:
+            # Every frame from the parent is plain data (a call's arguments
+            # and an abort's reason travel as bytes inside it and are
+            # decoded per call): a frame that does not decode means the
+            # connection cannot be trusted. Said on stderr, then this worker
+            # ends as if the parent had gone; the parent reports its call
+            # as lost and starts a fresh worker.
+            report_unraisable(exc, "reader of a ProcessBackend worker (a frame from the parent did not decode)", None)
         # The parent is gone: stop the call cooperatively, then by force.
         with self.lock:
             pending = list(self.controllers.values())
@@ -214,17 +240,23 @@ def _abort(target: AbortController, reason: object) -> None:
 
 
 def _run_one(
-    bodies: dict[int, Callable[[Any, Any], object]],
+    bodies: dict[int, Callable[[Any, Any], object] | BaseException],
     message: tuple[Any, ...],
     controller: AbortController,
     progress: _Progress,
 ) -> tuple[str, Any, list[Mapping[str, Any]], Any]:
-    _, seq, key, body_bytes, args, call_id, root_call_id, name, agent, _left, carried = message
+    _, seq, key, body_bytes, args_bytes, call_id, root_call_id, name, agent, _left, carried = message
     worker_run = RemoteRun("a ProcessBackend worker", thaw_contexts=True, progress=progress.sink(seq))
     try:
         body = bodies.get(key)
         if body is None:
             body = bodies[key] = cloudpickle.loads(body_bytes)
+        elif isinstance(body, BaseException):
+            raise body  # it did not load ahead of this call
+        args = pickle.loads(args_bytes)
+    except BaseException as exc:  # foreign unpickling, its SystemExit too: the body never starts
+        return "not_run", None, [], f"{type(exc).__name__}: {safe_str(exc)}"
+    try:
         ctx = worker_run.context(call_id, root_call_id, name, agent, args, controller.signal)
         with incoming_context(carried):
             value = body(args, ctx)
@@ -240,14 +272,30 @@ def _run_one(
                 payload = None
         return "error", payload, worker_run.contexts, detail
     worker_run.settled = True
+    named = class_name(value)
     try:
-        return "value", pickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+        return "value", pickle.dumps(value, _PROTOCOL), worker_run.contexts, named
     except Exception as exc:
         try:
-            return "value", cloudpickle.dumps(value, _PROTOCOL), worker_run.contexts, None
+            return "value", cloudpickle.dumps(value, _PROTOCOL), worker_run.contexts, named
         except Exception:
             pass
-        return "bad_value", None, worker_run.contexts, (type(value).__qualname__, safe_str(exc))
+        return "bad_value", None, worker_run.contexts, (named, safe_str(exc))
+
+
+def _preload(
+    bodies: dict[int, Callable[[Any, Any], object] | BaseException], message: tuple[Any, ...], progress: _Progress
+) -> None:
+    """Load a body ahead of its first call (``("body", key, body_bytes)``,
+    main thread) and say so; one that does not load is left for its call
+    to report."""
+    _, key, data = message
+    try:
+        bodies[key] = cloudpickle.loads(data)
+    except BaseException as exc:  # foreign unpickling, its SystemExit too: its first call reports it
+        bodies[key] = exc
+    with progress.send_lock:
+        progress.conn.send_bytes(pickle.dumps(("loaded", key), _PROTOCOL))
 
 
 def main(fd: int) -> None:
@@ -257,18 +305,21 @@ def main(fd: int) -> None:
     import cloudpickle  # type: ignore[import-untyped]
 
     conn = Connection(fd)
-    inbox: queue.SimpleQueue[tuple[Any, AbortController] | None] = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[tuple[Any, AbortController | None] | None] = queue.SimpleQueue()
     reader = _Reader(conn, inbox)
     thread = threading.Thread(target=reader.run, name="dshtools-worker-reader", daemon=True)
     thread.start()
     conn.send_bytes(pickle.dumps(("ready",), _PROTOCOL))
-    bodies: dict[int, Callable[[Any, Any], object]] = {}
+    bodies: dict[int, Callable[[Any, Any], object] | BaseException] = {}
     progress = _Progress(conn)
     while True:
         item = inbox.get()
         if item is None:
             break
         message, controller = item
+        if controller is None:
+            _preload(bodies, message, progress)
+            continue
         seq = message[1]
         kind, payload, contexts, detail = _run_one(bodies, message, controller, progress)
         reader.finished(seq)

@@ -389,10 +389,14 @@ class _RayDispatch:
         if kind in ("not_invoked", "not_invoked_stub"):
             return NotInvoked(_error(payload)), False
         if kind == "value":
+            data, named = payload
             try:
-                value = _loads(payload)
+                value = _loads(data)
             except _CONTAINED as exc:
-                value = _NotJSON(f"the tool's return value cannot be deserialized here: {safe_str(exc)}")
+                value = _NotJSON(
+                    f"the tool's return value (a {named}) cannot be deserialized here "
+                    f"({type(exc).__name__}: {safe_str(exc)})"
+                )
             return Value(value), True
         if kind == "bad_value":
             return Value(_NotJSON(payload)), True
@@ -419,12 +423,17 @@ class RayBackend:
       ``retry_exceptions`` and ``num_returns`` raise ``ValueError``; an
       option Ray does not know raises ``ValueError`` here.
 
-    Ray is connected (``ray.init()``, a local cluster) at the first
-    ``submit`` if this process is not connected yet. Raises
-    ``RuntimeError`` when used in a process forked after it was created.
+    * ``prestart``: ``True`` calls ``start()`` before the constructor
+      returns.
+
+    Ray is connected (``ray.init()``, a local cluster) at ``start()`` or
+    the first ``submit`` if this process is not connected yet; that
+    start-up counts against the first call's timeout unless ``start()``
+    took it (docs/contract.md#a32). Raises ``RuntimeError`` when used in a
+    process forked after it was created.
     """
 
-    def __init__(self, *, kill_after: float | None = 5.0, **ray_options: Any) -> None:
+    def __init__(self, *, kill_after: float | None = 5.0, prestart: bool = False, **ray_options: Any) -> None:
         if kill_after is not None:
             if isinstance(kill_after, bool) or not isinstance(kill_after, (int, float)):
                 raise TypeError(f"kill_after must be a number of seconds or None, not {type(kill_after).__name__}")
@@ -459,6 +468,22 @@ class RayBackend:
         self._progress_thread: threading.Thread | None = None
         self.tasks_started = 0
         self.tasks_killed = 0
+        if prestart:
+            self.start()
+
+    def start(self, timeout: float | None = None) -> None:
+        """Connect to Ray (``ray.init()`` when this process is not connected)
+        and create this backend's signal actor, returning once the actor
+        answers, so the first call does not pay for either
+        (docs/contract.md#a32). Runs on the calling thread; ``timeout`` in
+        seconds bounds the wait for the actor (``None``: no bound).
+        Idempotent. Raises ``RuntimeError`` when closed or in a forked
+        child, ``ray.exceptions.GetTimeoutError`` when the actor does not
+        answer in time."""
+        if os.getpid() != self._pid:
+            raise RuntimeError("RayBackend was created in another process (before a fork); create one in this process")
+        actor = self._actor_handle()
+        ray.get(actor.where.remote("", 0.0), timeout=timeout)
 
     def __repr__(self) -> str:
         return f"RayBackend(kill_after={self.kill_after!r}, in_flight={len(self._in_flight)})"

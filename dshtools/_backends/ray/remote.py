@@ -61,7 +61,7 @@ from ray import cloudpickle
 from ..._core.errors import report_unraisable, safe_str
 from ..._signal import AbortController
 from ..base import Body
-from ..remote import ProgressSink, RemoteRun, call_controller, describe_error, incoming_context
+from ..remote import ProgressSink, RemoteRun, call_controller, class_name, describe_error, incoming_context
 from . import reap as _ray_reap
 
 __all__: list[str] = []
@@ -80,11 +80,15 @@ def _pack(obj: object) -> bytes:
     """The call's own data (ids, frozen arguments, the result's envelope) as
     one ``bytes``: Ray passes a ``bytes`` argument or result without its
     object serializer, which is the cheaper path for every call. Plain
-    ``pickle`` first (these are plain data), ``cloudpickle`` if it refuses."""
+    ``pickle`` first (these are plain data), ``cloudpickle`` if it refuses
+    or the bytes name ``__main__`` (a script's pydantic model among the
+    arguments: the worker's ``__main__`` is not the script, so the class
+    travels by value; docs/contract.md#a28)."""
     try:
-        return pickle.dumps(obj, protocol=5)
+        data = pickle.dumps(obj, protocol=5)
     except Exception:
         return _dumps(obj)
+    return _dumps(obj) if b"__main__" in data else data
 
 
 # ------------------------------------------------------------ the signal actor
@@ -623,7 +627,8 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     (the last is ``(seq, (progress, total, message))`` or ``None``, present
     once the body ran): ``kind`` is
     ``withdrawn``, ``not_invoked`` (pickled error and its description),
-    ``not_invoked_stub`` (its description), ``value`` (pickled value),
+    ``not_invoked_stub`` (its description), ``value`` (pickled value and
+    its class's ``module.qualname``),
     ``bad_value`` (problem text), ``error`` (pickled exception and its
     description) or ``error_stub`` (its description; ``ErrorDetail``).
     ``packed`` is ``_pack((actor name, namespace, call key, body key,
@@ -680,7 +685,7 @@ def _run_remote(packed: bytes | tuple[bytes, Any]) -> bytes:
     channel.release(key)
     last = channel.last_progress(key)
     try:
-        return _pack(("value", _dumps(value), tuple(run.contexts), last))
+        return _pack(("value", (_dumps(value), class_name(value)), tuple(run.contexts), last))
     except BaseException as exc:  # foreign code (a __reduce__): see _pack_error
         problem = f"the tool's return value ({type(value).__name__}) cannot be serialized by Ray: {safe_str(exc)}"
         return _pack(("bad_value", problem, tuple(run.contexts), last))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dshtools import ProcessBackend, ProgressUpdate, ToolDefinition, ToolExecution, ToolRegistry
-from tests.helpers import OBJECT, call, registry_serving, value_of
+from tests.helpers.calls import OBJECT, call, registry_serving, value_of
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the process backend's tests run on Linux"),

@@ -1,7 +1,7 @@
 """ProcessBackend against the Backend protocol itself (submit / wait /
 report / close), without a registry: the claim, the signal crossing, the
 forced stop and what it kills, lost workers, serialization, fork.
-(docs/contract.md §9; the registry-level behaviour is in
+(docs/contract.md#backends; the registry-level behaviour is in
 tests/backends/process/test_through_registry.py.)
 
 Synchronization across processes uses FIFOs: a body announces it started
@@ -27,7 +27,7 @@ from dshtools._backends.base import Body, BodyReport, Dispatch, Error, NotInvoke
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult
 from dshtools._types.tools import ToolRunContext
-from tests.helpers import blocked_until_released, write_line
+from tests.helpers.workers import blocked_until_released, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
 

@@ -1,4 +1,4 @@
-"""ProcessBackend through the registry (docs/contract.md §9): forced stop
+"""ProcessBackend through the registry (docs/contract.md#backends): forced stop
 → ``ABORTED``/``TOOL_TIMEOUT`` with ``meta["killed"]``, withdrawal →
 ``ABORTED_BEFORE_DISPATCH``, ``WORKER_LOST``, ``INVALID_TOOL_OUTPUT``,
 refusal at ``register()``, Ctrl-C, batches and observers, and the thread
@@ -41,14 +41,11 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._os.tree import session_alive
-from tests.helpers import (
-    OBJECT,
+from tests.helpers.calls import OBJECT, call, registry_serving, tool
+from tests.helpers.workers import (
     assert_worker_only_errors_keep_name_message_and_code,
     blocked_until_released,
-    call,
     raises_worker_only,
-    registry_serving,
-    tool,
     write_line,
 )
 

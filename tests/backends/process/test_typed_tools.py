@@ -30,7 +30,7 @@ from dshtools import (
     ToolSuccess,
     thaw,
 )
-from tests.helpers import call
+from tests.helpers.calls import call
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIFOs and fork")
 
@@ -59,6 +59,7 @@ def registry() -> Iterator[ToolRegistry]:
 
         @r.tool
         def wait_for_abort(started: str, place: Place, *, run: ToolRunContext) -> str:
+            """Write this worker's pid to ``started``, then wait for the abort."""
             with open(started, "w", encoding="ascii") as f:
                 f.write(f"{os.getpid()}\n")
             run.signal.wait(30)

@@ -1,5 +1,5 @@
 """The claim of a Ray call against its withdrawal, without a cluster
-(docs/contract.md §9, §10; decision 0042).
+(docs/contract.md#backends, docs/contract.md#ray; decision 0042).
 
 The signal actor and a worker's channel are plain classes: these tests drive
 them directly, in the orders a cluster would produce only by chance, and

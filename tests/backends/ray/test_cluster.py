@@ -1,11 +1,11 @@
-"""RayBackend against a local Ray (docs/contract.md §9, §10; docs/ray.md).
+"""RayBackend against a local Ray (docs/contract.md#backends, docs/contract.md#ray; docs/ray.md).
 
 One ``ray.init(num_cpus=2)`` for the whole session (started by the first
 test that needs it, shut down at session end), one registry on one
 ``RayBackend(kill_after=1.0)`` for the module. The bodies talk to the test
-through a small named actor (``Events``, tests/helpers.py): they announce that they started
-(and their pids) and count what they ran, so no test sleeps to wait for an
-interleaving. Skipped only when ``ray`` is not importable.
+through a small named actor (``Events``, tests/helpers/ray_events.py):
+they announce that they started (and their pids) and count what they ran,
+so no test sleeps to wait for an interleaving. Skipped only when ``ray`` is not importable.
 """
 
 from __future__ import annotations
@@ -42,20 +42,14 @@ from dshtools import (  # noqa: E402
     execute_batch,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import (  # noqa: E402
-    ExecutingInThread,
-    announce,
+from tests.helpers.calls import call, error_of, tool, value_of  # noqa: E402
+from tests.helpers.ray_events import announce, events_handle, start_events  # noqa: E402
+from tests.helpers.waiting import ExecutingInThread, wait_until  # noqa: E402
+from tests.helpers.workers import (  # noqa: E402
     assert_worker_only_errors_keep_name_message_and_code,
-    call,
-    error_of,
-    events_handle,
     raises_exiting_error,
     raises_worker_only,
     returns_exiting_value,
-    start_events,
-    tool,
-    value_of,
-    wait_until,
 )
 
 EVENTS = "dshtools-test-events"
@@ -480,7 +474,7 @@ def test_rays_own_cancel_of_a_started_body_never_raises_in_it(
 ) -> None:
     # The withdrawal sends ray.cancel(force=False) to a task that may have
     # started: Ray delivers it as an interrupt, which the worker's guard
-    # must keep out of a claimed body (docs/contract.md §9: no injection).
+    # must keep out of a claimed body (docs/contract.md#backends: no injection).
     with _started(registry, events, "guarded", _guarded, "guarded-started") as (controller, running, announced):
         assert announced is not None
         ray.cancel(backend.dispatches[-1].task, force=False, recursive=False)
@@ -643,7 +637,7 @@ def test_a_value_or_exception_whose_unpickling_raises_system_exit_fails_only_its
 ) -> None:
     # The driver unpickles what the task sent back, in the thread blocked in
     # execute(): foreign code. Its SystemExit must fail only that call
-    # (docs/contract.md §8 A4, §9), never escape execute() half-settled.
+    # (docs/contract.md#a4, docs/contract.md#backends), never escape execute() half-settled.
     removes = [
         _register(registry, "exits_v", returns_exiting_value),
         _register(registry, "exits_e", raises_exiting_error),

@@ -24,7 +24,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from tests.helpers import OBJECT, call
+from tests.helpers.calls import OBJECT, call
 
 
 def reports_then_waits(_args: Any, run: ToolRunContext) -> str:

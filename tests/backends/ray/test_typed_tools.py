@@ -3,8 +3,8 @@ body travels like any body, its pydantic-model arguments (models defined in
 this test module) are built in the caller and reach the Ray task as typed
 values, its return comes back as JSON, and an abort reaches its
 ``run.signal`` in the task. The body reports that it started through the
-session's Ray (an ``Events`` actor of tests/helpers.py), so nothing sleeps to wait
-(issue 22). Skipped only when ``ray`` is not importable."""
+session's Ray (an ``Events`` actor of tests/helpers/ray_events.py), so
+nothing sleeps to wait (issue 22). Skipped only when ``ray`` is not importable."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from dshtools import (  # noqa: E402
     thaw,
 )
 from dshtools.ray import RayBackend  # noqa: E402
-from tests.helpers import announce, call, start_events  # noqa: E402
+from tests.helpers.calls import call  # noqa: E402
+from tests.helpers.ray_events import announce, start_events  # noqa: E402
 
 EVENTS = "dshtools-test-typed-events"
 

@@ -1,4 +1,4 @@
-"""The dispatch hand-off under adversarial interleavings (docs/contract.md §3 steps
+"""The dispatch hand-off under adversarial interleavings (docs/contract.md#pipeline steps
 4-5, "KeyboardInterrupt", "Never: a result for a call whose body is still
 running; two results for one call"; decision 0012).
 
@@ -45,18 +45,9 @@ from dshtools._registry import registry as _registry
 from dshtools._registry import run as _run
 from dshtools._signal import links as _signal_links
 from dshtools._signal.signal import _LinkedSignal
-from tests.helpers import (
-    HookRecorder,
-    blocked_in_wait,
-    call,
-    error_of,
-    late_after_abort,
-    run_in_thread,
-    swapping_signal,
-    tool,
-    value_of,
-    wait_until,
-)
+from tests.helpers.calls import call, error_of, swapping_signal, tool, value_of
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import blocked_in_wait, late_after_abort, run_in_thread, wait_until
 
 MAIN = threading.main_thread()
 ABD = TOOL_ABORTED_BEFORE_DISPATCH
@@ -157,19 +148,20 @@ class Watchdog:
 
 
 def install_handoff_probe(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any], None]) -> list[Any]:
-    """Replace the registry's ``_Handoff`` with a subclass whose instances are
-    passed to ``wrap`` right after construction; returns them, in creation
-    order."""
+    """Replace the hand-off classes (``_Handoff``, and ``_OwnedHandoff`` of
+    the backend's own pool) with subclasses whose instances are passed to
+    ``wrap`` right after construction; returns them, in creation order."""
     made: list[Any] = []
-    base: Any = _thread_backend._Handoff
+    for name in ("_Handoff", "_OwnedHandoff"):
+        base: Any = getattr(_thread_backend, name)
 
-    class ProbedHandoff(base):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            wrap(self)
-            made.append(self)
+        class ProbedHandoff(base):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                wrap(self)
+                made.append(self)
 
-    monkeypatch.setattr(_thread_backend, "_Handoff", ProbedHandoff)
+        monkeypatch.setattr(_thread_backend, name, ProbedHandoff)
     return made
 
 
@@ -548,7 +540,7 @@ def test_close_keeps_waiting_for_the_running_body_while_a_queued_call_is_withdra
 def test_sigint_reaches_signals_derived_from_the_dispatch_signal(derived: str) -> None:
     """A real SIGINT while the main thread joins a body that waits on a
     signal derived from ``run.signal`` (a nested call's ``run.signal``, or
-    its own ``any_of([run.signal])``). Expected (§3 "KeyboardInterrupt":
+    its own ``any_of([run.signal])``). Expected (docs/contract.md#registry "KeyboardInterrupt":
     the dispatch-scoped signal aborts; nested calls pass the body's signal):
     the derived signal aborts too, the wait ends at once, each call
     publishes exactly one ABORTED, KeyboardInterrupt is re-raised, and the
@@ -599,7 +591,7 @@ def test_sigint_right_after_the_join_took_the_done_lock_does_not_hang(monkeypatc
     """The body returned and released the hand-off lock; the main thread's
     ``done.acquire()`` returns True and a SIGINT that arrived meanwhile is
     handled at the very next eval-breaker check, before ``break``. Expected
-    (§3): KeyboardInterrupt re-raised promptly, ABORTED published once.
+    (docs/contract.md#registry): KeyboardInterrupt re-raised promptly, ABORTED published once.
     A probe lock sends that SIGINT from inside the successful acquire.
     Unprobed, a main thread calling a 2 ms tool in a loop with a real SIGINT
     every 1-4 ms hung in this state 10 times in 10 s (each rescued after
@@ -767,7 +759,7 @@ def test_submit_that_raises_after_queueing_never_runs_the_body_after_execute_ret
 @pytest.mark.timeout(15)
 def test_interrupt_inside_an_inline_body_is_reraised_not_turned_into_a_failure() -> None:
     """Inline executor, body waiting on its signal in the main thread, a real
-    SIGINT. Expected (§3 "KeyboardInterrupt", decision 0011): the dispatch
+    SIGINT. Expected (docs/contract.md#registry "KeyboardInterrupt", decision 0011): the dispatch
     signal aborts with the interrupt, ABORTED is published, and
     KeyboardInterrupt is re-raised."""
     assert threading.current_thread() is MAIN
@@ -970,7 +962,7 @@ def test_second_interrupt_during_the_dispatch_signals_abort_still_runs_the_bodys
 def test_close_after_an_interrupted_close_still_waits_for_the_running_body() -> None:
     """``close()`` on the main thread waits for a running body; a real SIGINT
     interrupts that wait. A second ``close()`` (say, in a ``finally``) must
-    still wait for the body and shut the executor down (docs/contract.md §3:
+    still wait for the body and shut the executor down (docs/contract.md#registry:
     "close() waits for in-flight bodies"; idempotent means "closed once
     complete", not "return once started")."""
     assert threading.current_thread() is MAIN

@@ -25,7 +25,7 @@ from dshtools import (
 )
 from dshtools._registry.policies import _format_ms
 from dshtools._types.calls import failure
-from tests.helpers import OBJECT, call, value_of
+from tests.helpers.calls import OBJECT, call, value_of
 
 
 @pytest.mark.timeout(20)
