@@ -1,4 +1,4 @@
-"""Validation of model-written values is bounded (docs/contract.md §8 A6).
+"""Validation of model-written values is bounded (docs/contract.md#a6).
 
 A value nested 10 000 levels deep against a recursive ``$ref``/``anyOf``
 schema is ``INVALID_ARGS`` quickly and in little memory; output validation
@@ -25,6 +25,7 @@ from dshtools import (
     ToolExecutionInput,
     ToolRegistry,
 )
+from tests.helpers.calls import validates_deep_values
 
 RECURSIVE = {
     "type": "object",
@@ -74,6 +75,9 @@ def _run_child(where: str) -> dict[str, object]:
     return _child_report(_CHILD, json.dumps(RECURSIVE), where)
 
 
+@pytest.mark.skipif(
+    not validates_deep_values(), reason="this jsonschema-rs release refuses values nested over 255 levels"
+)
 @pytest.mark.timeout(90)
 def test_ten_thousand_deep_arguments_against_a_recursive_schema_are_invalid_args_within_bounds() -> None:
     out = _run_child("input")
@@ -190,6 +194,9 @@ def test_a20_a_million_items_under_a_failing_anyof_stay_within_a6_bounds() -> No
     assert "does not match the schema" in str(out["text"])
 
 
+@pytest.mark.skipif(
+    not validates_deep_values(), reason="this jsonschema-rs release refuses values nested over 255 levels"
+)
 @pytest.mark.timeout(30)
 def test_a20_a_deep_value_beyond_the_describe_depth_still_says_how_deep() -> None:
     schema = {"type": "object", "properties": {"v": {"type": "array", "items": {"$ref": "#/properties/v"}}}}

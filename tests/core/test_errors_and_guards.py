@@ -3,7 +3,7 @@ not look: the text of an ``AbortError`` for each kind of reason, the type
 check of a ``TimeoutReason`` code, the stand-ins ``safe_repr`` and
 ``safe_str`` give for a ``__repr__``/``__str__`` that returns a non-``str``,
 and ``report_unraisable`` when there is no ``sys.stderr``
-(docs/contract.md §1, §8 A4)."""
+(docs/contract.md#cancellation, docs/contract.md#a4)."""
 
 from __future__ import annotations
 

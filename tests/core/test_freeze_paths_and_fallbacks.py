@@ -1,5 +1,5 @@
 """``dshtools._core.freeze`` on the paths the call tests rarely take
-(docs/contract.md §2, §3 step 1): a ``FrozenDict`` built directly computes
+(docs/contract.md#calls, docs/contract.md#pipeline step 1): a ``FrozenDict`` built directly computes
 its height on first read; copies of a frozen value are the value itself;
 values too large or too deep for the fast path, with frozen or float
 children, freeze by the iterative walk to the same result; every value

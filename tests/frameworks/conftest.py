@@ -20,7 +20,7 @@ import pytest
 
 from dshtools import ToolDefinition, ToolError, ToolRegistry
 from dshtools.io import run_process
-from tests.helpers import CallEventRecorder, recorded_tool
+from tests.helpers.recorders import CallEventRecorder, recorded_tool
 
 SLEEP = ["sleep", "30"]
 """What ``slow`` runs: the child process a cancelled run must not leave behind."""

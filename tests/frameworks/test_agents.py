@@ -31,7 +31,9 @@ from dshtools import (
 )
 from dshtools.agents import function_tools
 from tests.frameworks.conftest import SLEEP
-from tests.helpers import CallEventRecorder, alive, tool, wait_for_descendant
+from tests.helpers.calls import tool
+from tests.helpers.processes import alive, wait_for_descendant
+from tests.helpers.recorders import CallEventRecorder
 
 pytestmark = pytest.mark.timeout(60)
 

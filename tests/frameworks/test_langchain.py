@@ -23,7 +23,10 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from dshtools import TOOL_ABORTED, AbortController, ToolRegistry, ToolSuccess
 from dshtools.langchain import tools
 from tests.frameworks.conftest import SLEEP
-from tests.helpers import CallEventRecorder, alive, run_in_thread, tool, wait_for_descendant
+from tests.helpers.calls import tool
+from tests.helpers.processes import alive, wait_for_descendant
+from tests.helpers.recorders import CallEventRecorder
+from tests.helpers.waiting import run_in_thread
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,7 +24,9 @@ from pydantic_ai.usage import RunUsage
 from dshtools import TOOL_ABORTED, ToolRegistry
 from dshtools.pydantic_ai import RegistryToolset, toolset
 from tests.frameworks.conftest import SLEEP
-from tests.helpers import CallEventRecorder, alive, tool, wait_for_descendant
+from tests.helpers.calls import tool
+from tests.helpers.processes import alive, wait_for_descendant
+from tests.helpers.recorders import CallEventRecorder
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,5 +1,5 @@
 """dshtools.anthropic: Messages API tools, tool_use blocks and tool_result
-blocks (docs/contract.md §11, §8 A11, A12), exercised through a real
+blocks (docs/contract.md#more-interop, docs/contract.md#a11, docs/contract.md#a12), exercised through a real
 ToolRegistry and checked against the Anthropic SDK's own types."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dshtools import (
     execute_batch,
 )
 from dshtools import anthropic as dan
-from tests.helpers import ADD_PARAMS, add, broken
+from tests.helpers.calls import ADD_PARAMS, add, broken
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

@@ -2,7 +2,7 @@
 proxy) sends them: already decoded, ``null``, blank, JSON text, JSON that is
 not an object. The reader never raises, every model call is answered under
 its own id in model order, and only an object reaches the body
-(docs/contract.md §8 A11)."""
+(docs/contract.md#a11)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from dshtools import INVALID_ARGS, AbortController, ToolRegistry, ToolRunContext, execute_batch
 from dshtools import anthropic as dan
 from dshtools import openai as doa
-from tests.helpers import error_of, tool, value_of
+from tests.helpers.calls import error_of, tool, value_of
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
 """A tool with one optional argument."""

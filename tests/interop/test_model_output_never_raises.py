@@ -1,5 +1,4 @@
-"""Model output never raises in either provider reader (docs/contract.md §8
-A11), with the refusal of other shapes in place (decision 0049): any text,
+"""Model output never raises in either provider reader (docs/contract.md#a11), with the refusal of other shapes in place (decision 0049): any text,
 ids, names and arguments a model can put in a message of the reader's own
 shape give calls (or none), never an exception."""
 

@@ -1,5 +1,5 @@
 """dshtools.openai: Chat Completions tools, tool_calls and tool messages
-(docs/contract.md §6), exercised through a real ToolRegistry."""
+(docs/contract.md#interop-and-cli), exercised through a real ToolRegistry."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from dshtools import (
     ToolSuccess,
 )
 from dshtools import openai as doa
-from tests.helpers import ADD_PARAMS, add, broken
+from tests.helpers.calls import ADD_PARAMS, add, broken
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ def test_malformed_json_arguments_execute_to_invalid_args_through_a_real_registr
     assert text == f"Error: invalid arguments: arguments are not valid JSON: {sentinel.error} at $"
     assert "line 1 column" in text
     assert isinstance(ok, ToolSuccess) and ok.value == {"sum": 5}
-    assert len(ran) == 1  # INVALID_ARGS skips every later phase (docs/contract.md §3, pipeline step 1)
+    assert len(ran) == 1  # INVALID_ARGS skips every later phase (docs/contract.md#registry, pipeline step 1)
     msgs = doa.tool_messages(calls, [bad, ok])
     assert msgs[0]["tool_call_id"] == "bad" and msgs[0]["content"].startswith("Error: invalid arguments")
     assert msgs[1]["tool_call_id"] == "ok" and json.loads(msgs[1]["content"]) == {"sum": 5}
@@ -337,7 +337,7 @@ def test_many_shallow_brackets_are_not_mistaken_for_depth() -> None:
 
 def test_the_limit_holds_whatever_the_parser_could_do() -> None:
     """1001 levels are refused even when the recursion limit would let the
-    decoder through (docs/contract.md §8 A11)."""
+    decoder through (docs/contract.md#a11)."""
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(20000)
     try:
@@ -362,8 +362,29 @@ def test_the_iterative_parser_agrees_with_json_loads(text: str) -> None:
     assert parse_iterative(text) == json.loads(text)
 
 
-@pytest.mark.parametrize("text", ['{"a": 1,}', "[1,]", '{"a" 1}', "[1 2]", "{", "[", '{"a":1} x', "[01]", "[NaN]"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1,}',
+        "[1,]",
+        '{"a": 1 , }',
+        "[1,\n ]",
+        '{"a": [1,]}',
+        '[{"a": 1,}]',
+        '{"a": 1,,}',
+        "[1,,]",
+        '{"a" 1}',
+        "[1 2]",
+        "{",
+        "[",
+        '{"a":1} x',
+        "[01]",
+        "[NaN]",
+    ],
+)
 def test_the_iterative_parser_rejects_what_json_rejects_with_the_same_message(text: str) -> None:
+    """N19: the running interpreter's ``json`` messages and positions (3.13
+    reports a trailing comma as such, at the comma)."""
     from dshtools._interop.json_text import parse_iterative
 
     with pytest.raises(ValueError) as iterative:
@@ -388,6 +409,25 @@ def test_the_iterative_parser_reads_what_json_dumps_writes(value: Any, indent: i
 
     text = json.dumps(value, indent=indent)
     assert parse_iterative(text) == json.loads(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(st.sampled_from(["{", "}", "[", "]", ",", ":", '"a"', "1", " ", "null", "tru", "-", '"x']), max_size=10)
+)
+def test_the_iterative_parser_fails_as_json_does_on_any_token_soup(tokens: list[str]) -> None:
+    from dshtools._interop.json_text import parse_iterative
+
+    text = "".join(tokens)
+    try:
+        expected: object = json.loads(text)
+    except json.JSONDecodeError as exc:
+        expected = (exc.msg, exc.pos)
+    try:
+        got: object = parse_iterative(text)
+    except json.JSONDecodeError as exc:
+        got = (exc.msg, exc.pos)
+    assert got == expected
 
 
 @settings(max_examples=500, deadline=None)
@@ -641,7 +681,7 @@ def test_a_user_script_with_the_openai_sdk_types_type_checks(tmp_path: Path) -> 
     accepted where the SDK expects ``ChatCompletionToolMessageParam`` /
     ``ChatCompletionMessageParam``, ``calls_from_message`` takes the SDK's
     ``ChatCompletionMessage``, and ``is_error`` narrows a result
-    (docs/contract.md §8 A11). The one ignore must stay used: it proves
+    (docs/contract.md#a11). The one ignore must stay used: it proves
     the SDK's TypedDicts were really checked. Kept out of tests/typing so
     the gate's mypy run does not analyse the whole SDK a second time; the
     repository's mypy cache makes later runs fast."""

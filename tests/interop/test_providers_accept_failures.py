@@ -1,4 +1,4 @@
-"""What crosses to a provider is accepted by it (docs/contract.md §13 A18):
+"""What crosses to a provider is accepted by it (docs/contract.md#a18):
 a failure that says nothing still goes out with text (field case B51:
 Anthropic answers an ``is_error`` ``tool_result`` with empty content with
 HTTP 400, and the session stays stuck)."""

@@ -1,6 +1,6 @@
 """dshtools.openai for the Responses API: ``function`` tools, ``function_call``
-items and ``function_call_output`` items (docs/contract.md §17), with the
-never-raise rules of the Chat Completions reader (§8 A11) on the same
+items and ``function_call_output`` items (docs/contract.md#responses), with the
+never-raise rules of the Chat Completions reader (docs/contract.md#a11) on the same
 malformed-output matrix as tests/interop/test_openai.py, dicts and the
 SDK's own objects alike."""
 
@@ -29,7 +29,8 @@ from dshtools import (
     execute_batch,
 )
 from dshtools import openai as doa
-from tests.helpers import ADD_PARAMS, add, broken, error_of, output_message, tool, value_of
+from tests.helpers.calls import ADD_PARAMS, add, broken, error_of, tool, value_of
+from tests.helpers.providers import output_message
 
 DEEP_ARRAY = "[" * 5000 + "]" * 5000
 DEEP_OBJECT = '{"a":' * 5000 + "1" + "}" * 5000

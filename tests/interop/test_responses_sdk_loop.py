@@ -1,9 +1,10 @@
 """A Responses API agent loop through the official OpenAI SDK client,
-against a local server that plays the API (offline, tests.helpers.FakeProvider):
+against a local server that plays the API (offline,
+tests.helpers.providers.FakeProvider):
 ``responses_tools_param`` goes out as ``tools=``, the SDK's ``Response``
 goes into ``calls_from_response``, the calls run as one ``execute_batch``,
 and ``function_call_outputs`` goes back as ``input=`` through the SDK's own
-request serialization (docs/contract.md §17). The server keeps each
+request serialization (docs/contract.md#responses). The server keeps each
 request body, so the test sees exactly what would reach the API."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import FakeProvider, output_message
+from tests.helpers.providers import FakeProvider, output_message
 
 openai = pytest.importorskip("openai", reason="the openai SDK is in the test extra")
 from dshtools import openai as doa  # noqa: E402

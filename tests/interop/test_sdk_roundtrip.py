@@ -2,7 +2,7 @@
 a local HTTP server that plays the provider (offline): the SDK's own
 response objects go into ``calls_from_message``, and what ``tool_messages``
 / ``tool_results`` and ``tools_param`` produce goes out through the SDK's
-own request serialization (docs/contract.md §6, §8 A11, A12, §11).
+own request serialization (docs/contract.md#interop-and-cli, docs/contract.md#a11, docs/contract.md#a12, docs/contract.md#more-interop).
 
 The server records each request body, so the test sees exactly what would
 reach the provider: every model tool call answered under its id, in order,
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dshtools import INVALID_ARGS, INVALID_CALL, AbortController, ToolDefinition, ToolRegistry, execute_batch
-from tests.helpers import FakeProvider
+from tests.helpers.providers import FakeProvider
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 OBJ = {"type": "object", "properties": {"n": {"type": "integer"}}}

@@ -6,7 +6,7 @@ as the SDK object) returned ``[]``, so an agent loop written as ``if not
 calls: break`` ended the turn as if the model had answered, with its
 function calls never run. The other direction (a Chat Completions
 response handed to ``calls_from_response``) already raised naming the
-reader to use; the message readers now do the same (docs/contract.md §17).
+reader to use; the message readers now do the same (docs/contract.md#responses).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from openai.types.responses import Response
 from dshtools import AbortController
 from dshtools import anthropic as dan
 from dshtools import openai as doa
-from tests.helpers import output_message
+from tests.helpers.providers import output_message
 
 FUNCTION_CALL = {
     "type": "function_call",

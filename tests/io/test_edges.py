@@ -1,4 +1,4 @@
-"""I/O edges of dshtools.io (docs/contract.md §8 A14): the evidence a stopped
+"""I/O edges of dshtools.io (docs/contract.md#a14): the evidence a stopped
 process leaves (field case B47) and files that would block outside every
 cancellation point (field case N3)."""
 
@@ -17,7 +17,8 @@ import pytest
 import dshtools
 from dshtools import AbortController, AbortError, AbortSignal, timeout_of
 from dshtools import io as dio
-from tests.helpers import AbortLater, FirstCallSkipped
+from tests.helpers.faults import FirstCallSkipped
+from tests.helpers.waiting import AbortLater
 
 # B47's child, verbatim, except that the caller-abort variant first tells
 # the test (by opening a FIFO) that both lines are written.

@@ -1,4 +1,4 @@
-"""dshtools.io.http_request against real loopback servers (docs/contract.md §5;
+"""dshtools.io.http_request against real loopback servers (docs/contract.md#io;
 field cases B12, B24, B26).
 
 Every server here is a thread of this process bound to 127.0.0.1. Timed
@@ -26,9 +26,9 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from tests.helpers import AbortLater
+from tests.helpers.waiting import AbortLater
 
-# docs/contract.md §5: a blocked connect or read is unblocked within
+# docs/contract.md#io: a blocked connect or read is unblocked within
 # 100 ms of the abort. That latency is measured by benchmarks/latency.py;
 # the tests bound it at 0.5 s, generous for a loaded 2-core machine under
 # coverage and still far below a read that was never unblocked.

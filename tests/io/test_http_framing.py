@@ -1,5 +1,4 @@
-"""HTTP/1.1 message framing of dshtools.io.http_request (docs/contract.md
-§8 A14; field case B39; the rule list is docs/decisions/0026-http-message-framing.md).
+"""HTTP/1.1 message framing of dshtools.io.http_request (docs/contract.md#a14; field case B39; the rule list is docs/decisions/0026-http-message-framing.md).
 
 Each test serves one scripted response, byte for byte, from a loopback
 socket thread and checks what ``http_request`` makes of it. A response
@@ -24,7 +23,7 @@ import pytest
 
 from dshtools import AbortController, AbortError
 from dshtools import io as dio
-from tests.helpers import AbortLater
+from tests.helpers.waiting import AbortLater
 
 KEEP_OPEN = "keep-open"  # after the response, wait for the client to close
 CLOSE = "close"  # after the response, close (ends a close-delimited body)

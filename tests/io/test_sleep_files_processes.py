@@ -1,5 +1,5 @@
 """dshtools.io: sleep, wait_future, read_file, run_process; argument checks of
-http_request (its behaviour is in test_http.py). docs/contract.md §5.
+http_request (its behaviour is in test_http.py). docs/contract.md#io.
 
 Aborts "from another thread at time t" are scheduled on the shared timer
 thread (a listener on ``AbortSignal.timeout(t)`` that aborts the caller's
@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason, timeout_of
 from dshtools import io as dio
 from dshtools._io import session as _process_session
-from tests.helpers import AbortLater
+from tests.helpers.waiting import AbortLater
 
 # Prompt-return bound after an abort for the in-process waits: the contract's
-# "about a millisecond" (docs/contract.md §1, wait; measured by
+# "about a millisecond" (docs/contract.md#cancellation, wait; measured by
 # benchmarks/latency.py) with slack for a loaded 2-core box under coverage.
 PROMPT = 0.5
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import __main__ as bench_main
-from benchmarks import _timing, floors, latency, leaks, peers, report, signals
+from benchmarks import _timing, floors, latency, leaks, peers, report, signals, threads
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,6 +101,15 @@ def test_latency_cases_wake_every_waiter_and_abort_every_execute() -> None:
     samples, aborted = latency.execute_latency(5)
     assert len(samples) == 5
     assert aborted == 5
+
+
+def test_threads_group_reports_execute_from_1_2_and_4_callers_against_bare_submit() -> None:
+    figures = threads.run(quick=True)
+    assert set(figures["callers"]) == {str(n) for n in threads.CALLERS}
+    for row in figures["callers"].values():
+        assert row["execute_calls_per_s"] > 0 and row["bare_calls_per_s"] > 0 and row["ratio"] > 0
+    table = report.render({"threads": figures})
+    assert "Caller threads" in table and table.count("\n| ") >= 1 + len(threads.CALLERS)
 
 
 def test_dispatch_leak_case_leaves_no_listener_on_the_shared_signal() -> None:

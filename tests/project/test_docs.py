@@ -164,23 +164,70 @@ def _sources() -> list[Path]:
     return [p for tree in trees for p in tree.rglob("*") if p.suffix in (".py", ".md") and p.is_file()]
 
 
+# A numbered contract cite: ``contract.md §9``, ``contract §16``, ``(§8 A11)``,
+# a bare ``§3``. A section sign on a line that names an RFC or JSON-RPC is
+# that standard's (``RFC 9110 §6.4.1, §15.3.5``, ``JSON-RPC 2.0 §5``), and a
+# dotted number is never the contract's (``§6.5.1`` on the line after its RFC).
+_NUMBERED_CITE = re.compile(r"contract(?:\.md)?,?\s*§|§\s*\d+(?![.\d])")
+
+
+def numbered_contract_cites(text: str) -> list[str]:
+    """The lines of ``text`` (``"<line number>: <line>"``) that cite the
+    contract by number instead of by anchor."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for match in _NUMBERED_CITE.finditer(line):
+            if match.group().startswith("§") and ("RFC" in line or "JSON-RPC" in line):
+                continue
+            found.append(f"{number}: {line.strip()}")
+            break
+    return found
+
+
 def test_the_contract_has_every_section_and_amendment_that_code_cites() -> None:
-    # Tests, benchmarks and the other pages may still cite by number
-    # (``docs/contract.md §9``, ``§8 A11``): the numbers must exist.
+    # Everything cites the contract by anchor (``docs/contract.md#backends``,
+    # ``[A11](contract.md#a11)``): a section's number would go stale when
+    # sections move, so none is left anywhere.
     text = (DOCS / "contract.md").read_text(encoding="utf-8")
     sections = {int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)}
-    amendments = {int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)}
-    assert sections == set(range(1, 18))
-    assert amendments == set(range(1, 22))
-    cited_sections: set[int] = set()
-    cited_amendments: set[int] = set()
-    for path in _sources():
-        body = path.read_text(encoding="utf-8")
-        cited_sections |= {int(n) for n in re.findall(r"contract\.md ?§ ?(\d+)", body)}
-        cited_amendments |= {int(n) for n in re.findall(r"contract\.md ?§ ?8,? A(\d+)", body)}
-    assert cited_sections, "nothing cites the contract by number: the pattern is wrong"
-    assert cited_sections <= sections, sorted(cited_sections - sections)
-    assert cited_amendments <= amendments, sorted(cited_amendments - amendments)
+    numbered = [int(n) for n in re.findall(r"^### A(\d+)\. ", text, re.M)]
+    amendments = set(numbered)
+    assert sections == set(range(1, 22))
+    # Turn 4's amendments (A22 on) are each written beside the section they amend.
+    assert set(range(1, 34)) == amendments
+    assert len(numbered) == len(amendments), "an amendment is written twice"
+    assert {f"a{n}" for n in amendments} <= contract_anchors()
+    # This file names the patterns itself.
+    here = Path(__file__).resolve()
+    offenders = {
+        str(path.relative_to(ROOT)): cites
+        for path in sorted(_sources())
+        if path.resolve() != here and (cites := numbered_contract_cites(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, f"cite these by anchor (docs/contract.md#...): {offenders}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(docs/contract.md §9)",
+        "(contract §16)",
+        "docs/contract.md\n§8 A14",
+        "never raises (§8 A11)",
+        "[contract §1](contract.md#cancellation)",
+        "the rule of §3 step 1",
+    ],
+)
+def test_the_numbered_cite_check_finds_what_it_forbids(text: str) -> None:
+    assert numbered_contract_cites(text)
+
+
+def test_the_numbered_cite_check_allows_anchors_and_other_standards() -> None:
+    text = """docs/contract.md#a11, [A12](contract.md#a12)
+(RFC 9110 §6.4.1, §15.3.5) and (RFC 9112 §6.3 rule 6 by analogy, §8)
+none (JSON-RPC 2.0 §5), as RFC 9110
+    §6.5.1 asks"""
+    assert numbered_contract_cites(text) == []
 
 
 def _slug(heading: str) -> str:

@@ -18,7 +18,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from dshtools import ToolDefinition, ToolRegistry
-from tests.helpers import OBJECT, call
+from tests.helpers.calls import OBJECT, call
 
 
 def main() -> int:

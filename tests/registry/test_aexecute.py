@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import random
 import threading
 import time
@@ -42,7 +41,10 @@ from dshtools import (
     ToolRunContext,
     ToolSuccess,
 )
-from tests.helpers import call, cancel_during_join, error_of, run_python, tool, value_of, wait_until
+from tests.helpers.calls import call, error_of, tool, value_of
+from tests.helpers.cycles import reference_cycles
+from tests.helpers.processes import run_python
+from tests.helpers.waiting import cancel_during_join, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -521,19 +523,10 @@ async def test_an_awaited_call_leaves_no_reference_cycle(registry: ToolRegistry)
     signal = AbortController().signal
     for _ in range(3):  # pools, caches and the loop's own one-time objects
         await registry.aexecute(call("ok", signal=signal))
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with reference_cycles() as cycles:
         for _ in range(10):
             await registry.aexecute(call("ok", signal=signal))
-        found = gc.collect()
-        kinds = sorted({type(o).__name__ for o in gc.garbage})
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
-    assert found == 0, kinds
+    assert cycles.count == 0, cycles.kinds
 
 
 _WITHOUT_ANYIO = """\

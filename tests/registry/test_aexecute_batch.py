@@ -25,7 +25,8 @@ from dshtools import (
     ToolRunContext,
     execute_batch_async,
 )
-from tests.helpers import call, calls, cancel_during_join, tool, value_of
+from tests.helpers.calls import call, calls, tool, value_of
+from tests.helpers.waiting import cancel_during_join
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

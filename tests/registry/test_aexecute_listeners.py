@@ -32,7 +32,9 @@ from dshtools import (
     ToolRunContext,
     execute_batch_async,
 )
-from tests.helpers import HookRecorder, call, cancel_during_join, tool
+from tests.helpers.calls import call, tool
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import cancel_during_join
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

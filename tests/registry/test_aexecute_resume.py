@@ -35,7 +35,7 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from tests.helpers import call, tool, value_of
+from tests.helpers.calls import call, tool, value_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

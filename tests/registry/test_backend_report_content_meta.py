@@ -21,7 +21,7 @@ from dshtools import (
 from dshtools._backends.base import BodyReport, Error, Value
 from dshtools._backends.thread import _Settled  # a dispatch settled before submit() returned
 from dshtools._core.errors import AbortError
-from tests.helpers import call, tool
+from tests.helpers.calls import call, tool
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 

@@ -1,4 +1,4 @@
-"""The backend seam (docs/contract.md §9, docs/backends.md): the registry
+"""The backend seam (docs/contract.md#backends, docs/backends.md): the registry
 plumbs calls through any ``Backend``, classifies its reports, and closes the
 backends it was given when their last registry closes."""
 
@@ -23,7 +23,9 @@ from dshtools import (
 )
 from dshtools._backends.base import BodyReport, Error, Value, WorkerLost
 from dshtools._backends.thread import _Settled  # a dispatch settled before submit() returned
-from tests.helpers import HookRecorder, call, run_in_thread, tool, wait_until
+from tests.helpers.calls import call, tool
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import run_in_thread, wait_until
 
 
 class ScriptedBackend:

@@ -1,4 +1,4 @@
-"""execute_batch (docs/contract.md §4) and field cases B14, B16, B32."""
+"""execute_batch (docs/contract.md#scheduling) and field cases B14, B16, B32."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import CallEventRecorder, call, calls, error_of, recorded_tool, run_in_thread, value_of
+from tests.helpers.calls import call, calls, error_of, value_of
+from tests.helpers.recorders import CallEventRecorder, recorded_tool
+from tests.helpers.waiting import run_in_thread
 
 CANCELLED = {TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH}
 

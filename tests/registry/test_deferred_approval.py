@@ -1,6 +1,6 @@
 """Approval that does not hold a thread: an approver answers ``"deferred"``,
 ``execute`` returns ``APPROVAL_PENDING`` with a ticket, ``registry.resume``
-runs the call once (docs/policies.md#deferred-approval; contract §16)."""
+runs the call once (docs/policies.md#deferred-approval; docs/contract.md#policies)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,10 @@ from dshtools import (
     ToolRunContext,
     execute_batch,
 )
-from tests.helpers import HookRecorder, call, error_of, run_in_thread, run_python, tool, value_of
+from tests.helpers.calls import call, error_of, tool, value_of
+from tests.helpers.processes import run_python
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import run_in_thread
 
 PATH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -496,7 +499,7 @@ def test_a_ticket_dumped_to_disk_resumes_once_in_another_process(tmp_path: Path)
             f"""
 import pickle
 from dshtools import AbortController, ApprovalTickets, FileTicketStore, TicketError, ToolRegistry
-from tests.helpers import tool
+from tests.helpers.calls import tool
 from tests.registry.test_deferred_approval import PATH_SCHEMA, remove
 
 ticket = pickle.loads(open({str(tmp_path / "ticket.pickle")!r}, "rb").read())

@@ -1,4 +1,4 @@
-"""Faults contained as whole kinds (docs/contract.md §8 A1-A5, A7, A8):
+"""Faults contained as whole kinds (docs/contract.md#a1, docs/contract.md#a2, docs/contract.md#a3, docs/contract.md#a4, docs/contract.md#a5, docs/contract.md#a7, docs/contract.md#a8):
 a batch's wait is not the call's time, BaseException from every hook site,
 objects that cannot be printed, misbehaving executors, the caller's
 context in bodies, overrun reporting."""
@@ -35,7 +35,10 @@ from dshtools import (
     execute_batch,
 )
 from dshtools._registry.observer import set_call_observer
-from tests.helpers import CallWatchRecorder, HookRecorder, Unprintable, Unrepresentable, call, late_after_abort, tool
+from tests.helpers.calls import call, tool
+from tests.helpers.faults import Unprintable, Unrepresentable
+from tests.helpers.recorders import CallWatchRecorder, HookRecorder
+from tests.helpers.waiting import late_after_abort
 
 
 def nap_tool(name: str = "nap") -> ToolDefinition:
@@ -586,7 +589,7 @@ def test_every_failure_has_a_code_and_success_has_none() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.timeout(60)
 def test_a_registry_created_before_fork_works_in_the_child_or_refuses_naming_the_fork() -> None:
-    """docs/contract.md §8 A10: the child gets fresh worker threads for an
+    """docs/contract.md#a10: the child gets fresh worker threads for an
     owned pool (even with a body blocked in the parent at the fork) and a
     refusal naming the fork for a supplied executor; never a hang. Forked
     in a helper script: pytest itself never forks a threaded process."""

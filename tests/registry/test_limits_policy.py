@@ -1,5 +1,5 @@
 """ConcurrencyLimit, RateLimit and not_dispatched
-(docs/policies.md#concurrencylimit-and-ratelimit; contract §16)."""
+(docs/policies.md#concurrencylimit-and-ratelimit; docs/contract.md#policies)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from dshtools import (
     not_dispatched,
 )
 from dshtools._registry.limits import _Queue, parse_rate
-from tests.helpers import call, error_of, run_in_thread, tool, value_of, wait_until
+from tests.helpers.calls import call, error_of, tool, value_of
+from tests.helpers.waiting import run_in_thread, wait_until
 
 
 def _append_and(into: list[Any], item: Any, value: str) -> str:

@@ -1,7 +1,7 @@
 """Malformed input never crashes ``execute`` and never hangs a call.
 
 Each malformed input yields either a failure result **with a code**
-(docs/contract.md §2 codes) or a clear exception where the mistake is made
+(docs/contract.md#calls codes) or a clear exception where the mistake is made
 (constructing a call or a definition, registering). The list:
 
 Arguments (-> INVALID_ARGS)
@@ -56,7 +56,8 @@ from dshtools import (
     ToolRegistry,
     ToolSuccess,
 )
-from tests.helpers import OBJECT, call, run_in_thread, tool
+from tests.helpers.calls import OBJECT, call, tool
+from tests.helpers.waiting import run_in_thread
 
 
 class Color(str, enum.Enum):

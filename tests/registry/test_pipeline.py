@@ -1,5 +1,6 @@
-"""The pipeline of one ``execute`` (docs/contract.md §3 steps 1-7) and the
-precedence of docs/contract.md §7: one test per cancellation scenario of §3, plus
+"""The pipeline of one ``execute`` (docs/contract.md#pipeline steps 1-7) and the
+precedence of docs/contract.md#precedence: one test per cancellation
+scenario of docs/contract.md#registry, plus
 the dispatch mechanics (queue withdrawal, joining, fused signal, nesting,
 close). Bad inputs: test_malformed_input.py; stress:
 test_random_aborts_stress.py; field cases: test_cancellation_at_scale.py."""
@@ -35,19 +36,10 @@ from dshtools import (
     ToolSuccess,
     thaw,
 )
-from tests.helpers import (
-    HookRecorder,
-    blocked_in_wait,
-    call,
-    cyclic_garbage_of,
-    error_of,
-    run_in_thread,
-    stops_when_aborted,
-    swapping_signal,
-    tool,
-    value_of,
-    wait_until,
-)
+from tests.helpers.calls import call, error_of, swapping_signal, tool, value_of
+from tests.helpers.cycles import cyclic_garbage_of
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import blocked_in_wait, run_in_thread, stops_when_aborted, wait_until
 
 
 @pytest.fixture
@@ -123,7 +115,7 @@ def test_tool_error_keeps_its_code(registry: ToolRegistry) -> None:
     assert result.code == "ENOENT" and result.content[0]["text"] == "Error: no such file"
 
 
-# ------------------------------------------------- §3 cancellation scenarios
+# ---------------------- cancellation scenarios (docs/contract.md#registry)
 
 
 @pytest.mark.timeout(10)
@@ -1041,8 +1033,8 @@ def test_close_from_inside_a_body_is_refused(registry: ToolRegistry) -> None:
 def test_a_finished_call_leaves_no_reference_cycle(hooked: bool) -> None:
     """Every object of a finished call is freed by reference counting: none
     waits for the cyclic garbage collector (no self-referential ``next``,
-    no hand-off <-> signal loop). Checked with ``gc.DEBUG_SAVEALL``, which
-    keeps whatever a collection finds unreachable."""
+    no hand-off <-> signal loop). Counted by ``cyclic_garbage_of``, which
+    holds on free-threaded builds too."""
     from dshtools import TimeoutPolicy, ToolDefinition
 
     with ToolRegistry(max_workers=2) as registry:

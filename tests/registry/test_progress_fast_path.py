@@ -22,7 +22,8 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._registry.observer import set_call_observer
-from tests.helpers import CallWatchRecorder, ProgressRecorder, call, tool, value_of
+from tests.helpers.calls import call, tool, value_of
+from tests.helpers.recorders import CallWatchRecorder, ProgressRecorder
 
 pytestmark = pytest.mark.timeout(20)
 

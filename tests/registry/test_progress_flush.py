@@ -13,7 +13,9 @@ import pytest
 from dshtools import ProgressUpdate, ToolExecution, ToolRegistry, ToolRunContext
 from dshtools._registry import progress
 from dshtools._registry.progress import flush
-from tests.helpers import ProgressRecorder, call, run_in_thread, tool, value_of, wait_until
+from tests.helpers.calls import call, tool, value_of
+from tests.helpers.recorders import ProgressRecorder
+from tests.helpers.waiting import run_in_thread, wait_until
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -1,5 +1,5 @@
 """Progress from a synchronous body: ``run.report_progress`` and
-``registry.add_progress_observer`` (docs/policies.md#progress; contract §16)."""
+``registry.add_progress_observer`` (docs/policies.md#progress; docs/contract.md#policies)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from dshtools import (
     ToolRegistry,
     ToolRunContext,
 )
-from tests.helpers import ProgressRecorder, call, tool, value_of
+from tests.helpers.calls import call, tool, value_of
+from tests.helpers.recorders import ProgressRecorder
 
 
 @pytest.mark.timeout(10)

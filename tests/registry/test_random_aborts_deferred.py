@@ -1,5 +1,5 @@
 """Stress: deferred approval under aborts at random moments, with the
-limits and the timeout installed (docs/contract.md §16; issue 25: every
+limits and the timeout installed (docs/contract.md#policies; issue 25: every
 policy under the randomized interleaving test).
 
 Half the calls are deferred by the approver. Each ticket is then resumed by
@@ -35,7 +35,7 @@ from dshtools import (
     ToolExecutionResult,
     ToolRegistry,
 )
-from tests.helpers import tool
+from tests.helpers.calls import tool
 from tests.registry.random_aborts import Aborter, Tracker, arm, drive, in_threads, plan_calls
 
 CALLER_THREADS = 6

@@ -1,8 +1,9 @@
-"""Stress: the §16 policies together under aborts at random moments.
+"""Stress: the policies of docs/contract.md#policies together under aborts at
+random moments.
 
 The registry's global guarantees hold with ``RetryPolicy``,
 ``ConcurrencyLimit``, ``RateLimit``, ``TimeoutPolicy`` and ``ResultLimit``
-installed (docs/contract.md §3, "Never: ...", and §16): exactly one result
+installed (docs/contract.md#registry, "Never: ...", and docs/contract.md#policies): exactly one result
 per call, ``ABORTED_BEFORE_DISPATCH`` only when no attempt's body ran,
 ``ABORTED`` only when one did, no body running when ``execute`` returned,
 never more bodies at once than the concurrency limit, no listener left on
@@ -31,7 +32,7 @@ from dshtools import (
     ToolRegistry,
     ToolSuccess,
 )
-from tests.helpers import tool
+from tests.helpers.calls import tool
 from tests.registry.random_aborts import Tracker, check_every_call, drive, plan_calls
 
 LIMIT = 2

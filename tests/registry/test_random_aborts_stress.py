@@ -4,7 +4,7 @@ Pins the registry's global guarantees under real interleavings: exactly one
 result per call (to the caller and to observers), ``ABORTED_BEFORE_DISPATCH``
 only when the body never ran, ``ABORTED`` only when it did, no body still
 running when ``execute`` returned, and no listener left on any caller signal
-(docs/contract.md §3, "Never: ...")."""
+(docs/contract.md#registry, "Never: ...")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dshtools import TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH, ToolError, ToolRegistry
-from tests.helpers import tool
+from tests.helpers.calls import tool
 from tests.registry.random_aborts import Tracker, check_every_call, drive, plan_calls
 
 

@@ -1,4 +1,4 @@
-"""A real SIGINT reaches ``execute`` on the main thread (docs/contract.md §3,
+"""A real SIGINT reaches ``execute`` on the main thread (docs/contract.md#registry,
 "KeyboardInterrupt"; field case B19 a): the dispatch signal aborts, the body
 is joined, the ``ABORTED`` result is published, then ``KeyboardInterrupt``
 surfaces and the script exits 130."""
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import signal_and_collect
+from tests.helpers.processes import signal_and_collect
 
 SCRIPT = textwrap.dedent(
     """

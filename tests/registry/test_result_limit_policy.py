@@ -1,6 +1,6 @@
 """ResultLimit and the post-execute API it needs: ``Accept(meta=...,
 failure_content=...)`` and ``Block(meta=...)`` (docs/policies.md#resultlimit;
-contract §16)."""
+docs/contract.md#policies)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dshtools import (
     ToolRunContext,
 )
 from dshtools._registry.result_limit import cut_content
-from tests.helpers import call, error_of, tool, value_of
+from tests.helpers.calls import call, error_of, tool, value_of
 
 Next = Callable[[], PostExecuteDecision]
 

@@ -1,4 +1,4 @@
-"""RetryPolicy and RetryWithFeedback (docs/policies.md#retrypolicy; contract §16)."""
+"""RetryPolicy and RetryWithFeedback (docs/policies.md#retrypolicy; docs/contract.md#policies)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from dshtools import (
 )
 from dshtools._registry.retry import DEFAULT_RETRY_ON
 from dshtools._types.calls import failure
-from tests.helpers import blocked_in_wait, call, error_of, run_in_thread, tool, value_of, wait_until
+from tests.helpers.calls import call, error_of, tool, value_of
+from tests.helpers.waiting import blocked_in_wait, run_in_thread, wait_until
 
 Next = Callable[[], ToolExecutionResult]
 
@@ -219,7 +220,7 @@ def test_retry_with_feedback_pickles_as_itself() -> None:
 def test_an_abort_during_the_back_off_ends_the_call_within_50_ms(
     registry: ToolRegistry, idempotent: bool, code: str
 ) -> None:
-    """Bound: 50 ms from ``abort()`` to the published result (contract §16).
+    """Bound: 50 ms from ``abort()`` to the published result (docs/contract.md#policies).
     The first attempt's body runs (idempotent) or is not reached (an inner
     wrapper fails it first); either way the policy is then parked in a
     30 s back-off."""
@@ -271,6 +272,34 @@ def test_an_attempt_that_cannot_start_before_the_deadline_is_skipped(registry: T
     assert result.code == dshtools.TOOL_ERROR
     assert result.meta["attempts"] == 1
     assert result.meta["retry_skipped"] == "deadline"
+    assert body.runs == 1
+
+
+@pytest.mark.timeout(10)
+def test_a_caller_abort_as_the_deadline_is_read_is_an_abort_not_a_skipped_retry(
+    registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller aborts at the moment the policy reads ``time_left()`` (the
+    read itself aborts, after the failed attempt): the caller's abort wins,
+    ``ABORTED``, never the last failure tagged ``retry_skipped="deadline"``."""
+    body = Flaky(fails=5)
+    registry.register(tool("t", body, idempotent=True))
+    registry.add_around_dispatch(RetryPolicy(backoff=5, jitter=0))
+    read = AbortSignal.time_left
+    user = AbortController()
+    with deadline(user.signal, 30.0, "CALLER_DEADLINE") as dl:
+        caller = dl.signal
+
+        def aborting_read(self: AbortSignal) -> float | None:
+            if self is caller and body.runs == 1 and not caller.aborted:
+                user.abort("the user stopped it")
+            return read(self)
+
+        monkeypatch.setattr(AbortSignal, "time_left", aborting_read)
+        result = registry.execute(call("t", signal=caller))
+    assert result.code == dshtools.TOOL_ABORTED
+    assert "retry_skipped" not in result.meta
+    assert result.meta["attempts"] == 1
     assert body.runs == 1
 
 

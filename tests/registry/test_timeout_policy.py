@@ -1,4 +1,4 @@
-"""TimeoutPolicy (docs/contract.md §4) and field cases B21, B23, B28, B30, B31."""
+"""TimeoutPolicy (docs/contract.md#scheduling) and field cases B21, B23, B28, B30, B31."""
 
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ from dshtools import (
     timeout_of,
 )
 from dshtools._signal import timer as _timer
+from dshtools._types.calls import failure
 from dshtools.io import sleep as io_sleep
-from tests.helpers import CallEventRecorder, call, error_of, recorded_tool, stops_when_aborted, tool
+from tests.helpers.calls import call, error_of, tool
+from tests.helpers.recorders import CallEventRecorder, recorded_tool
+from tests.helpers.waiting import stops_when_aborted
 
 
 @pytest.fixture
@@ -154,6 +157,36 @@ def test_an_inner_hook_raising_after_a_caller_abort_is_not_turned_into_a_timeout
     assert result.content[0]["text"] == "Error: hook broke after the abort"
 
 
+def _gives_up_at_the_deadline(*, raises: bool) -> Callable[..., ToolExecutionResult]:
+    """An around-dispatch hook (inside TimeoutPolicy) that waits for the
+    signal it was handed to abort and never calls ``next()``: then raises,
+    or returns a failure of its own that claims the body ran."""
+
+    def hook(execution: ToolDispatchExecution, nxt: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        assert execution.signal.wait(5)
+        if raises:
+            raise RuntimeError("gave up")
+        return failure("gave up", name="GaveUp", code=None, body_invoked=True)
+
+    return hook
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("raises", [True, False], ids=["raises", "returns"])
+def test_a_wrapper_that_gives_up_at_the_deadline_without_the_body_says_it_never_started(
+    registry: ToolRegistry, raises: bool
+) -> None:
+    """The text and ``body_invoked`` agree: the registry's record says the
+    body never ran, so the timeout's text says so too."""
+    ran: list[int] = []
+    registry.add_around_dispatch(_gives_up_at_the_deadline(raises=raises))
+    registry.register(tool("slow", lambda _a, _run: ran.append(1), timeout=0.05))
+    result = registry.execute(call("slow"))
+    assert result.code == TOOL_TIMEOUT and ran == []
+    assert result.body_invoked is False
+    assert result.content[0]["text"] == "Error: tool call timed out after 50ms before it started"
+
+
 def test_timeout_policy_repr_names_the_policy() -> None:
     assert repr(TimeoutPolicy()) == "TimeoutPolicy()"
 
@@ -206,8 +239,10 @@ def test_nested_timeout_wrappers_each_report_only_their_own(outer: float, inner:
         result = registry.execute(call("slow"))
     assert result.code == expected
     if expected == "OUTER_TIMEOUT":
-        # The inner policy saw the outer's abort, not its own timer.
-        assert inner_results[0].code == TOOL_ABORTED
+        # The inner policy saw the outer's abort, not its own timer: a
+        # cancellation (before dispatch when, under load, the 50 ms passed
+        # before a worker took the body).
+        assert inner_results[0].code in (TOOL_ABORTED, TOOL_ABORTED_BEFORE_DISPATCH)
         assert fired == ["outer"]
     else:
         assert inner_results[0].code == TOOL_TIMEOUT

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from dshtools import AbortController, AbortSignal, ToolRegistry, execute_batch
-from tests.helpers import call, tool
+from tests.helpers.calls import call, tool
 
 
 def _swapped(registry: ToolRegistry, signal: AbortSignal) -> object:

@@ -1,10 +1,12 @@
-"""Calls, views, results, codes and the deep freeze (docs/contract.md §2)."""
+"""Calls, views, results, codes and the deep freeze (docs/contract.md#calls)."""
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import math
 import pickle
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,7 @@ from dshtools import (
 )
 from dshtools._core.freeze import FreezeError, dumps, freeze, freeze_with_height
 from dshtools._types.calls import EMPTY_META, aborted, exception_failure, failure
-from tests.helpers import body_context, context_fields, run_of, view_fields
+from tests.helpers.calls import body_context, context_fields, run_of, validates_deep_values, view_fields
 
 
 def test_code_constants_have_the_contract_values() -> None:
@@ -275,14 +277,19 @@ def test_thaw_of_freeze_is_the_identity_on_json(value: Any) -> None:
 
 # ------------------------------------------------------ deep arguments, end to end
 
+_TREE_SCHEMA = {
+    "type": "object",
+    "$defs": {"node": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/node"}}]}},
+    "properties": {"tree": {"$ref": "#/$defs/node"}},
+}
 
+
+@pytest.mark.skipif(
+    not validates_deep_values(), reason="this jsonschema-rs release refuses values nested over 255 levels"
+)
 @pytest.mark.timeout(60)
 def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None:
-    schema = {
-        "type": "object",
-        "$defs": {"node": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/node"}}]}},
-        "properties": {"tree": {"$ref": "#/$defs/node"}},
-    }
+    schema = _TREE_SCHEMA
     depth: list[int] = []
 
     def body(args: Any, run: Any) -> Any:
@@ -301,12 +308,41 @@ def test_arguments_nested_100000_deep_are_validated_and_reach_the_body() -> None
     assert isinstance(result, ToolSuccess) and result.value == 100_000 and depth == [100_000]
 
 
+@pytest.mark.skipif(validates_deep_values(), reason="this jsonschema-rs release validates deep values")
+def test_arguments_too_deep_for_the_installed_validator_are_refused_not_run() -> None:
+    """On a jsonschema-rs release that refuses values nested over 255
+    levels (the free-threaded build's pin), such arguments are INVALID_ARGS
+    saying they could not be validated: the body never runs unvalidated."""
+    ran: list[object] = []
+    tree: Any = "leaf"
+    for _ in range(1_000):
+        tree = [tree]
+    with dshtools.ToolRegistry() as registry:
+        registry.register(dshtools.ToolDefinition("deep", "", _TREE_SCHEMA, lambda a, r: ran.append(a)))
+        result = registry.execute(ToolExecutionInput("c", "deep", {"tree": tree}, AbortSignal()))
+    assert result.is_error and result.code == dshtools.INVALID_ARGS and not result.body_invoked
+    assert "could not be validated" in result.content[0]["text"] and ran == []
+
+
 def test_float_edge_values_are_kept() -> None:
     f = freeze({"z": -0.0, "big": 1e308})
     assert math.copysign(1, f["z"]) == -1 and f["big"] == 1e308
 
 
 # ---- the registry's trusted constructors build the same frozen instances
+
+
+@pytest.fixture(params=["retyped in place", "frozen copy"])
+def finishing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the registry finishes a twin: retyped in place (GIL builds) or
+    copied into a new frozen instance (free-threaded builds, where a
+    ``__class__`` assignment stops every thread); both on any build."""
+    from dshtools._backends import thread
+    from dshtools._registry import run, trusted
+
+    for module in (thread, run, trusted):
+        monkeypatch.setattr(module, "RETYPE_IN_PLACE", request.param == "retyped in place")
+    return str(request.param)
 
 
 def _same_fields(a: object, b: object) -> None:
@@ -316,6 +352,7 @@ def _same_fields(a: object, b: object) -> None:
         assert getattr(a, name) is getattr(b, name), name
 
 
+@pytest.mark.usefixtures("finishing")
 def test_the_body_context_sets_every_field_like_the_class() -> None:
     signal, parent = AbortController().signal, dshtools.ExecutionToken()
     call = ToolExecutionInput("c", "n", {"a": [1]}, signal, agent="ag", parent=parent, root_call_id="r")
@@ -330,6 +367,7 @@ def test_the_body_context_sets_every_field_like_the_class() -> None:
         fast.signal = signal  # type: ignore[misc]
 
 
+@pytest.mark.usefixtures("finishing")
 def test_trusted_success_sets_every_field_like_the_class() -> None:
     from dshtools._registry.trusted import trusted_success
     from dshtools._types.calls import text_content
@@ -342,6 +380,7 @@ def test_trusted_success_sets_every_field_like_the_class() -> None:
         fast.value = 1  # type: ignore[misc]
 
 
+@pytest.mark.usefixtures("finishing")
 def test_trusted_views_set_every_field_like_the_classes() -> None:
     from dshtools._registry.trusted import trusted_dispatch_view, trusted_view
     from dshtools._types.tools import SignalSlot, ToolDispatchExecution, ToolExecution
@@ -367,6 +406,23 @@ def test_trusted_views_set_every_field_like_the_classes() -> None:
         assert view.signal is other and slot.signal is other
         with pytest.raises(TypeError):
             view.signal = "not a signal"  # type: ignore[assignment]
+
+
+@pytest.mark.usefixtures("finishing")
+def test_a_body_value_and_an_overrun_report_are_the_backends_frozen_types() -> None:
+    from dshtools._backends.base import BodyReport, NotInvoked, Value
+    from dshtools._backends.thread import _Handoff
+
+    handoff = _Handoff()
+    handoff.run(contextvars.copy_context(), lambda args, run: ("v", args), "a", None)  # type: ignore[arg-type]
+    assert handoff.wait(5)
+    assert type(handoff.outcome) is Value and handoff.outcome.value == ("v", "a")
+    handoff.aborted_at = time.monotonic()
+    handoff.outcome = NotInvoked()
+    report = handoff.report()
+    assert type(report) is BodyReport and type(report.outcome) is NotInvoked and report.killed is False
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        report.killed = True  # type: ignore[misc]
 
 
 def test_a_twin_refuses_a_class_with_an_instance_dict() -> None:

@@ -38,7 +38,9 @@ from dshtools import (
 )
 from dshtools._core.freeze import freeze
 from dshtools._types.functions import TypedArguments
-from tests.helpers import HookRecorder, call, error_of, run_in_thread, value_of
+from tests.helpers.calls import call, error_of, value_of
+from tests.helpers.recorders import HookRecorder
+from tests.helpers.waiting import run_in_thread
 
 
 class Unit(enum.Enum):
@@ -77,6 +79,7 @@ def test_arguments_reach_the_body_as_typed_values_by_keyword(registry: ToolRegis
         *,
         run: ToolRunContext,
     ) -> str:
+        """The test tool forecast."""
         seen.update(place=place, when=when, unit=unit, folder=folder, day=day, spans=spans, places=places, run=run)
         return "sunny"
 
@@ -123,6 +126,7 @@ def test_a_coercion_error_is_invalid_args_with_its_path_and_no_hook_or_body_ran(
 
     @registry.tool
     def where(when: Window, day: datetime.date) -> str:
+        """The test tool where."""
         ran.append("body")
         return "x"
 
@@ -148,6 +152,7 @@ def test_a_coercion_error_is_invalid_args_with_its_path_and_no_hook_or_body_ran(
 def test_the_schema_is_the_first_gate_and_an_unknown_argument_is_refused(registry: ToolRegistry) -> None:
     @registry.tool
     def count(n: int) -> int:
+        """The test tool count."""
         return n
 
     wrong = registry.execute(call("count", {"n": "three"}))
@@ -223,18 +228,22 @@ def test_return_values_go_through_pydantics_json_mode(registry: ToolRegistry) ->
 
     @registry.tool
     def reading() -> Reading:
+        """The test tool reading."""
         return Reading(at=at, unit=Unit.FAHRENHEIT, value=1.5)
 
     @registry.tool
     def window() -> Window:
+        """The test tool window."""
         return Window(at, 2)
 
     @registry.tool
     def mixed() -> dict[str, Any]:
+        """The test tool mixed."""
         return {"when": at.date(), "where": Path("/x"), "list": [Unit.CELSIUS]}
 
     @registry.tool
     def nothing() -> None:
+        """The test tool nothing."""
         return None
 
     assert value_of(registry.execute(call("reading"))) == {"at": "2026-12-01T12:30:00", "unit": "f", "value": 1.5}
@@ -250,6 +259,7 @@ def test_return_values_go_through_pydantics_json_mode(registry: ToolRegistry) ->
 def test_a_value_that_is_not_json_in_any_mode_is_invalid_tool_output(registry: ToolRegistry) -> None:
     @registry.tool
     def opaque() -> object:
+        """The test tool opaque."""
         return threading.Lock()
 
     assert registry.execute(call("opaque")).code == INVALID_TOOL_OUTPUT
@@ -258,10 +268,12 @@ def test_a_value_that_is_not_json_in_any_mode_is_invalid_tool_output(registry: T
 def test_output_schema_true_checks_the_value_against_the_return_annotation(registry: ToolRegistry) -> None:
     @registry.tool(output_schema=True)
     def lying() -> int:
+        """The test tool lying."""
         return "not a number"  # type: ignore[return-value]
 
     @registry.tool(output_schema=True)
     def honest() -> Reading:
+        """The test tool honest."""
         return Reading(at=datetime.datetime(2026, 1, 1), unit=Unit.CELSIUS, value=2)
 
     assert registry.execute(call("lying")).code == INVALID_TOOL_OUTPUT
@@ -271,6 +283,7 @@ def test_output_schema_true_checks_the_value_against_the_return_annotation(regis
 def test_a_tool_error_keeps_its_code(registry: ToolRegistry) -> None:
     @registry.tool
     def refuse(a: int) -> str:
+        """The test tool refuse."""
         raise ToolError(f"no {a}", code="NOPE")
 
     result = registry.execute(call("refuse", {"a": 3}))
@@ -280,6 +293,7 @@ def test_a_tool_error_keeps_its_code(registry: ToolRegistry) -> None:
 def test_strict_null_for_a_parameter_with_a_default_means_the_default(registry: ToolRegistry) -> None:
     @registry.tool(strict=True)
     def page(url: str, number: int = 1, note: str | None = "n") -> str:
+        """The test tool page."""
         return f"{url} {number} {note}"
 
     assert value_of(registry.execute(call("page", {"url": "u", "number": None, "note": None}))) == "u 1 n"
@@ -319,6 +333,7 @@ def test_a_typed_body_sees_its_signal_and_an_abort_is_aborted_after_the_join(reg
 
     @registry.tool
     def wait(place: Place, *, run: ToolRunContext) -> str:
+        """The test tool wait."""
         started.set()
         run.signal.wait()
         returned.set()
@@ -344,6 +359,7 @@ def test_concurrency_safe_typed_tools_overlap_in_a_batch_and_leave_nothing_runni
 
         @registry.tool(concurrency_safe=True)
         def meet(who: str) -> str:
+            """The test tool meet."""
             barrier.wait()  # both calls must be in flight at once
             return who
 
@@ -365,6 +381,7 @@ def test_close_waits_for_a_running_typed_body() -> None:
 
     @registry.tool
     def hold(when: datetime.date) -> str:
+        """The test tool hold."""
         started.set()
         release.wait(10)
         return when.isoformat()

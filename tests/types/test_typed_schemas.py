@@ -372,6 +372,7 @@ def test_a_type_named_only_in_the_defining_function_resolves_under_postponed_ann
         n: int
 
     def fn(item: Local) -> int:
+        """Read the item's number."""
         return item.n
 
     with ToolRegistry() as registry:

@@ -1,4 +1,4 @@
-"""Typing contract of the registry types (docs/contract.md §2), checked by mypy
+"""Typing contract of the registry types (docs/contract.md#calls), checked by mypy
 under setup.cfg (strict, warn_unused_ignores, plugins = dshtools.mypy_plugin)
 from tests/typing/test_case_files.py. Every ``# type: ignore[...]`` marks an
 error mypy must report: if the error disappeared, ``warn_unused_ignores``

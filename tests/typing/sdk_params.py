@@ -1,6 +1,6 @@
 """Typing cases (mypy --strict, no cast): what ``dshtools.openai`` and
 ``dshtools.anthropic`` build is accepted by the official SDKs' parameter
-types (docs/contract.md §13 A18; field case N11). Checked by
+types (docs/contract.md#a18; field case N11). Checked by
 ``test_case_files.py``; never run."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from openai.types.chat import (
     ChatCompletionToolMessageParam,
     ChatCompletionToolParam,
 )
+from openai.types.responses import ResponseInputParam
 
 import dshtools.anthropic
 import dshtools.openai
@@ -46,3 +47,19 @@ def anthropic_turn(client: Anthropic, registry: ToolRegistry, messages: list[Mes
     blocks: list[ToolResultBlockParam] = dshtools.anthropic.tool_results(calls, results)
     messages.append({"role": "user", "content": dshtools.anthropic.tool_results(calls, results)})
     del tools, blocks
+
+
+def repaired_histories(
+    openai_client: OpenAI,
+    anthropic_client: Anthropic,
+    chat: list[ChatCompletionMessageParam],
+    items: ResponseInputParam,
+    messages: list[MessageParam],
+) -> None:
+    """A repaired history goes straight back to the API (docs/contract.md#repair)."""
+    fixed: list[ChatCompletionMessageParam] = dshtools.openai.repair_messages(chat)
+    openai_client.chat.completions.create(model="gpt-4.1", messages=fixed)
+    openai_client.responses.create(model="gpt-4.1", input=dshtools.openai.repair_response_items(items))
+    anthropic_client.messages.create(
+        model="claude-sonnet-4-5", max_tokens=1024, messages=dshtools.anthropic.repair_messages(messages)
+    )

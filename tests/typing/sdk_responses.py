@@ -1,6 +1,6 @@
 """Typing cases (mypy --strict, no cast): what the Responses API half of
 ``dshtools.openai`` builds is accepted by the official SDK's parameter
-types (docs/contract.md §17, §13 A18): ``responses_tools_param`` as
+types (docs/contract.md#responses, docs/contract.md#a18): ``responses_tools_param`` as
 ``tools=``, ``function_call_outputs`` as ``input=`` of
 ``client.responses.create`` and as items of a ``ResponseInputParam``
 history, ``function_call_output`` as one ``FunctionCallOutput`` item;

@@ -1,4 +1,4 @@
-"""Typing contract of the cancellation primitive (docs/contract.md §1), checked by
+"""Typing contract of the cancellation primitive (docs/contract.md#cancellation), checked by
 mypy (strict, warn_unused_ignores) from tests/typing/test_case_files.py. Lines without
 an ignore must type-check; every ``# type: ignore[...]`` marks an error mypy
 must report - if it disappeared, ``warn_unused_ignores`` fails the run.

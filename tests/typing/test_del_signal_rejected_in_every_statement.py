@@ -1,5 +1,5 @@
 """``dshtools.mypy_plugin`` rejects ``del view.signal`` on the around-dispatch
-view wherever the ``del`` statement stands (docs/contract.md §2): at module
+view wherever the ``del`` statement stands (docs/contract.md#calls): at module
 level, in a function, a method, a decorated or overloaded function, and in
 every compound statement (if/elif/else, while/for with their ``else``,
 with, try/except/else/finally, match), also as an item of a tuple or list
@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from tests.helpers import run_mypy
+from tests.helpers.processes import run_mypy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
