@@ -2,8 +2,9 @@
 
 Runs every section, prints a Markdown table and writes the figures to
 ``benchmarks/results.json``. The wall-clock sections take about a minute on
-2 cores; the instruction counts (callgrind, when ``valgrind`` is installed)
-add a few minutes and are merged into ``dispatch``, with the OpenTelemetry
+2 cores, plus one to two for ``scale`` (10 000 calls in flight); the
+instruction counts (callgrind, when ``valgrind`` is installed) add a few
+minutes and are merged into ``dispatch``, with the OpenTelemetry
 overhead under ``otel`` (``--quick`` and ``--no-instructions`` leave them
 out).
 """
@@ -22,8 +23,24 @@ from pathlib import Path
 from typing import Any
 
 from . import aio as aio_bench
-from . import batch, dispatch, floors, instructions, latency, leaks, peers, policies, process, report, signals, typed
+from . import (
+    batch,
+    dispatch,
+    floors,
+    instructions,
+    journal,
+    latency,
+    leaks,
+    peers,
+    policies,
+    process,
+    report,
+    scale,
+    signals,
+    typed,
+)
 from . import progress as progress_bench
+from . import threads as threads_bench
 
 SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch.run,
@@ -37,6 +54,9 @@ SECTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "policies": policies.run,
     "progress": progress_bench.run,
     "aio": aio_bench.run,
+    "journal": journal.run,
+    "threads": threads_bench.run,
+    "scale": scale.run,
 }
 
 HERE = Path(__file__).resolve().parent

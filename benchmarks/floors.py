@@ -2,15 +2,15 @@
 shape the contract gives them, measured in the same run as dshtools and the
 figure it is held to.
 
-A *floor* does strictly less than the contract asks (docs/contract.md §1)
+A *floor* does strictly less than the contract asks (docs/contract.md#cancellation)
 and nothing else, so no implementation of that contract in pure Python can
 be cheaper than it. Where a floor is already slower than the figure a target
 compares dshtools with, that target cannot be met by changing dshtools
 alone; docs/decisions/0048 says which targets that is and why.
 
 * ``abort_100``: a controller whose abort sets a flag and calls each of 100
-  callbacks held in a plain list as ``callback(signal)`` (§1: a listener is
-  called with the signal), each call in a ``try`` (§1: a listener that
+  callbacks held in a plain list as ``callback(signal)`` (docs/contract.md#cancellation: a listener is
+  called with the signal), each call in a ``try`` (docs/contract.md#cancellation: a listener that
   raises does not stop the others). No lock, no ``Event``, no snapshot, no
   per-listener handle, so no removal guarantee and no late-registration
   rule. Compared with autogen-core's ``CancellationToken.cancel()`` over 100

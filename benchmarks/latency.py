@@ -9,7 +9,7 @@
   the result).
 
 Before each abort the benchmark waits until the waiter has entered
-``wait()`` (the signal's event exists) and then yields for 0.5 ms so the
+``wait()`` (it is in the signal's list of waiters) and then yields for 0.5 ms so the
 waiter is parked in the kernel: that measures a real wake-up, not the
 already-aborted fast path. The yield is part of the measurement set-up,
 never of a figure.
@@ -32,8 +32,8 @@ _PARK = 0.0005
 
 
 def _wait_until_parked(signal: AbortSignal) -> None:
-    # ``wait()`` creates the signal's private event before blocking on it.
-    while getattr(signal, "_event", None) is None:
+    # ``wait()`` joins the signal's list of waiters before blocking.
+    while not getattr(signal, "_waiters", None):
         time.sleep(0)
     time.sleep(_PARK)
 

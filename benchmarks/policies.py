@@ -1,5 +1,6 @@
-"""What each §16 policy adds to a call: machine instructions per call,
-counted with callgrind as in ``benchmarks/instructions.py`` (two runs of
+"""What each policy of docs/contract.md#policies adds to a call: machine
+instructions per call, counted with callgrind as in
+``benchmarks/instructions.py`` (two runs of
 ``SHORT`` and ``LONG`` calls after the same warm-up; the difference divided
 by ``LONG - SHORT``; every thread counted).
 

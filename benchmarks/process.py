@@ -1,4 +1,4 @@
-"""Process backend figures (docs/contract.md §9), keys under ``process.*``.
+"""Process backend figures (docs/contract.md#backends), keys under ``process.*``.
 
 * ``per_call_us`` / ``bare_pool_us`` / ``ratio``: a no-op tool through
   ``ToolRegistry(backend=ProcessBackend(1))`` against a bare

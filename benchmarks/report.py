@@ -295,6 +295,95 @@ def _process(pr: Figures, _results: Figures) -> list[str]:
     ]
 
 
+def _threads(th: Figures, _results: Figures) -> list[str]:
+    free = not th.get("gil", True)
+    target = th["targets"]["ratio_2_and_4_free_threaded"]
+    lines = _head(
+        "**Caller threads** (no-op tool, each thread its own call; baseline: the same threads each making "
+        "`executor.submit(f).result()` round trips on the same executor, same round; "
+        + ("free-threaded build, GIL off)" if free else "GIL build)"),
+        ("caller threads:", "execute calls/s:", "bare calls/s:", "ratio (bare ÷ execute throughput):", "target:"),
+    )
+    for threads, row in th["callers"].items():
+        limit = f"≤ {target}" if free and threads != "1" else ""
+        met = f" {_ok(row['ratio'], target)}" if limit else ""
+        lines.append(
+            _row(
+                threads,
+                f"{row['execute_calls_per_s']:,.0f}",
+                f"{row['bare_calls_per_s']:,.0f}",
+                f"{row['ratio']:.2f}",
+                limit + met,
+            )
+        )
+    return [*lines, ""]
+
+
+def _scale(sc: Figures, _results: Figures) -> list[str]:
+    bare, batch, callers = sc["bare"], sc["batch"], sc["callers"]
+    bare_callers: Figures = sc.get("bare_callers") or bare
+    shared, bare_shared = sc["shared"], sc["bare_shared"]
+    n, m = bare["n"], shared["n"]
+    return [
+        *_head(
+            f"**Calls in flight** ({n:,} bodies waiting on their signals; baseline: {n:,} bare threads "
+            "on one `threading.Event`, same run)",
+            ("measure", "dshtools:", "bare threads:", "ratio:", "target:", ":met:"),
+        ),
+        _row(
+            f"one abort of {n:,} `execute_batch` calls → the batch returned, all joined"
+            f" (median of {sc.get('rounds', 1)} rounds)",
+            f"{batch['drain_s']:.2f} s",
+            f"{bare['drain_s']:.2f} s",
+            f"{sc['batch_drain_ratio']:.2f}",
+            "≤ 2",
+            _ok(sc["batch_drain_ratio"], 2.0),
+        ),
+        _row(
+            f"one abort of {n:,} caller threads in `execute` → all returned, joined"
+            f" (median of {sc.get('rounds', 1)} rounds)",
+            f"{callers['drain_s']:.2f} s",
+            f"{bare_callers['drain_s']:.2f} s",
+            f"{sc['callers_drain_ratio']:.2f}",
+            "≤ 2",
+            _ok(sc["callers_drain_ratio"], 2.0),
+        ),
+        _row(
+            f"shared abort of {m:,} caller threads: p50 / p99 return (median of {sc.get('shared_rounds', 1)} rounds)",
+            f"{shared['p50_ms']:.0f} / {shared['p99_ms']:.0f} ms",
+            f"{bare_shared['p50_ms']:.0f} / {bare_shared['p99_ms']:.0f} ms",
+            f"{sc['shared_p99_ratio']:.2f} (p99)",
+            "≤ 2",
+            _ok(sc["shared_p99_ratio"], 2.0),
+        ),
+        _row(
+            "CPU while they all wait (batch / callers)",
+            f"{batch['idle_cpu'] * 100:.1f} % / {callers['idle_cpu'] * 100:.1f} %",
+            "",
+            "",
+            "idle",
+            _ok(max(batch["idle_cpu"], callers["idle_cpu"]), 0.05),
+        ),
+        _row(
+            "RSS per waiting call (batch / callers) vs per bare thread",
+            f"{batch['rss_kb']:.1f} / {callers['rss_kb']:.1f} KB",
+            f"{bare['rss_kb']:.1f} KB",
+            "",
+            "",
+            "",
+        ),
+        _row(
+            f"time until all {n:,} wait (batch / callers)",
+            f"{batch['reach_s']:.1f} / {callers['reach_s']:.1f} s",
+            "",
+            "",
+            "",
+            "",
+        ),
+        "",
+    ]
+
+
 _SECTIONS: dict[str, Callable[[Figures, Figures], list[str]]] = {
     "dispatch": _dispatch,
     "signals": _signals,
@@ -304,6 +393,8 @@ _SECTIONS: dict[str, Callable[[Figures, Figures], list[str]]] = {
     "leaks": _leaks,
     "batch": _batch,
     "process": _process,
+    "threads": _threads,
+    "scale": _scale,
 }
 """Each results section's table, in the report's order: ``section(figures,
 results)`` gives its lines. A section runs when it has figures, or when the

@@ -6,7 +6,7 @@ Follows one no-op ``registry.execute`` through the library: every
 module it lives in. Prints the trace, the number of distinct functions and
 modules, the switches between modules, and how many times the hand-off
 module (``_backends.thread``) was entered from elsewhere. This is the
-"follow one call" view of docs/contract.md §3's pipeline.
+"follow one call" view of the pipeline (docs/contract.md#pipeline).
 
 With ``--instructions N`` it instead counts machine instructions per
 execute with ``valgrind --tool=callgrind`` (all threads): the difference
