@@ -9,6 +9,7 @@ ports, in memory, started once per session and stopped at its end.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -39,6 +40,26 @@ def _temporal_cli() -> str:
     return found
 
 
+async def _serving(target: str) -> bool:
+    """Whether the server at ``target`` answers as a client will use it: a
+    client connects (the server reports its system information), the
+    workflow service reports SERVING and the ``default`` namespace exists.
+    A listening port alone is not enough: until its frontend is healthy
+    the server refuses connections with "Frontend is not healthy yet"."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    try:
+        client = await Client.connect(target)
+        if not await client.service_client.check_health():
+            return False
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default"))
+    except (RuntimeError, RPCError):
+        return False
+    return True
+
+
 @pytest.fixture(scope="session")
 def temporal_target() -> Iterator[str]:
     port = _free_port()
@@ -61,19 +82,16 @@ def temporal_target() -> Iterator[str]:
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
     try:
-        while True:  # the server accepts connections once it is ready
+        target = f"127.0.0.1:{port}"
+        while not asyncio.run(_serving(target)):  # readiness poll of another process, not our own threads
             if server.poll() is not None:
                 pytest.fail(
                     f"temporal server start-dev exited: {server.stderr.read().decode() if server.stderr else ''}"
                 )
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("temporal server start-dev did not listen within 60 s")
-                time.sleep(0.1)  # readiness poll of another process's port, not synchronisation of our own threads
-        yield f"127.0.0.1:{port}"
+            if time.monotonic() > deadline:
+                pytest.fail("temporal server start-dev was not serving within 60 s")
+            time.sleep(0.1)
+        yield target
     finally:
         server.terminate()
         try:
