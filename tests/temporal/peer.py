@@ -20,8 +20,10 @@ from temporalio.common import RetryPolicy
 
 @activity.defn(name="peer.sleep_child")
 def sleep_child(fifo: str) -> str:
-    """What a user's tool does: run ``sleep 30`` (its pid to ``fifo`` first)."""
-    subprocess.run(["sh", "-c", 'echo $$ > "$1"; exec sleep 30', "sh", fifo], check=False)
+    """What a user's tool does: run ``sleep 30`` (its start counted in
+    ``<fifo>.runs`` and its pid written to ``fifo`` first, as our side's
+    ``sleep_child`` does)."""
+    subprocess.run(["sh", "-c", 'echo run >> "$1.runs"; echo $$ > "$1"; exec sleep 30', "sh", fifo], check=False)
     return "slept"
 
 
@@ -30,8 +32,11 @@ IGNORING_FINISHED = threading.Event()
 
 @activity.defn(name="peer.ignore_cancel")
 def ignore_cancel(fifo: str) -> str:
-    """A body that ignores cancellation: writes its pid to ``fifo``, blocks
-    in one C call for 4 s, then sets ``IGNORING_FINISHED``."""
+    """A body that ignores cancellation: counts its start in ``<fifo>.runs``,
+    writes its pid to ``fifo``, blocks in one C call for 4 s, then sets
+    ``IGNORING_FINISHED``."""
+    with open(fifo + ".runs", "a", encoding="ascii") as runs:
+        runs.write("run\n")
     with open(fifo, "w", encoding="ascii") as f:
         f.write(f"{os.getpid()}\n")
     time.sleep(4.0)

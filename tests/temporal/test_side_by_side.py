@@ -3,7 +3,8 @@
 side by side in one run against one dev server (docs/temporal.md#side-by-side):
 a cancelled workflow whose tool runs ``sleep 30``, and a body that ignores
 its cancellation. For each: when the workflow learned the outcome, whether
-the tool was still running then, and whether the result says the body ran.
+the tool was still running then, whether the result says the body ran, and
+how many times the body started (counted once the worker has stopped).
 The figures are printed (``-s``) and quoted in docs/temporal.md."""
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ def _both_sides(
     )
 
 
+def _runs(fifo: Path) -> int:
+    """How many times a body started: each start appends a line to
+    ``<fifo>.runs`` (tests/temporal/tools.py, tests/temporal/peer.py)."""
+    return len(Path(f"{fifo}.runs").read_text(encoding="ascii").splitlines())
+
+
 def _fifo(tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     os.mkfifo(path)
@@ -103,11 +110,13 @@ async def test_a_cancelled_workflow_with_a_sleep_child(
             peer_request = {"activity": "peer.sleep_child", "argument": str(peer_fifo)}
             theirs = await _cancelled(client, peer.PeerCallTool.run, peer_request, queue, peer_fifo)
             psutil.Process(theirs["pid"]).kill()  # so the peer's activity can end and the worker stop
+    ours["runs"], theirs["runs"] = _runs(ours_fifo), _runs(peer_fifo)
     print(f"\nsleep child, cancelled: dshtools {ours}\nsleep child, cancelled: temporal TRY_CANCEL {theirs}")
     assert ours["result"]["code"] == TOOL_ABORTED and ours["result"]["body_invoked"] is True
     assert ours["alive"] is False
     assert theirs["result"] == {"error": "ActivityError", "cause": "CancelledError"}
     assert theirs["alive"] is True
+    assert ours["runs"] == theirs["runs"] == 1, "a cancelled workflow's tool started more than once"
 
 
 async def test_a_body_that_ignores_its_cancellation(
@@ -135,8 +144,10 @@ async def test_a_body_that_ignores_its_cancellation(
                 peer_fifo,
             )
             theirs["alive"] = not peer.IGNORING_FINISHED.is_set()
+    ours["runs"], theirs["runs"] = _runs(ours_fifo), _runs(peer_fifo)
     print(f"\nignoring body, cancelled: dshtools {ours}\nignoring body, cancelled: temporal TRY_CANCEL {theirs}")
     assert ours["result"]["code"] == TOOL_ABORTED and ours["result"]["killed"] is True
     assert ours["alive"] is False
     assert theirs["result"] == {"error": "ActivityError", "cause": "CancelledError"}
     assert theirs["alive"] is True, "Temporal's path reported the cancellation only after the body ended"
+    assert ours["runs"] == theirs["runs"] == 1, "a cancelled workflow's tool started more than once"

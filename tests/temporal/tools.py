@@ -27,9 +27,17 @@ class Bodies:
         self.reasons: list[object] = []
 
 
+# Each start of a body appends a line to ``<fifo>.runs``: how many times
+# the side effect ran, counted after the worker has stopped.
+SLEEP_CHILD = 'echo run >> "$1.runs"; echo $$ > "$1"; exec sleep 30'
+
+
 def ignore_signal(args: dict[str, Any], run: ToolRunContext) -> str:
-    """Writes its pid to the FIFO ``args["fifo"]``, then blocks in one C call
-    for ``args["seconds"]``, ignoring its signal."""
+    """Counts its start in ``<fifo>.runs``, writes its pid to the FIFO
+    ``args["fifo"]``, then blocks in one C call for ``args["seconds"]``,
+    ignoring its signal."""
+    with open(args["fifo"] + ".runs", "a", encoding="ascii") as runs:
+        runs.write("run\n")
     write_line(args["fifo"], str(os.getpid()))
     time.sleep(args["seconds"])
     return "done"
@@ -45,13 +53,13 @@ def tool_registry(bodies: Bodies) -> Iterator[ToolRegistry]:
 
     @registry.tool
     def sleep_child(fifo: str, *, run: ToolRunContext) -> str:
-        """Start ``sleep 30`` (through run_process), which first writes its pid to ``fifo``.
+        """Start ``sleep 30`` (through run_process), which first counts its start and writes its pid to ``fifo``.
 
         Args:
             fifo: A FIFO the test reads the child's pid from.
         """
         bodies.runs.append(run.call_id)
-        run_process(["sh", "-c", 'echo $$ > "$1"; exec sleep 30', "sh", fifo], run.signal)
+        run_process(["sh", "-c", SLEEP_CHILD, "sh", fifo], run.signal)
         return "slept"
 
     @registry.tool
