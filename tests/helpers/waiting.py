@@ -95,6 +95,15 @@ def blocked_in_wait(thread: threading.Thread) -> bool:
     return False
 
 
+def threads_but_abort_runners() -> set[threading.Thread]:
+    """Live threads, less the process's abort runners (``dshtools-abort``):
+    fired timeouts and bursts of cancellations start them, and each ends
+    ``RUNNER_IDLE_EXIT`` seconds after its last abort
+    (docs/contract.md#a15), so a test's thread baseline that they move is
+    not a leak."""
+    return {t for t in threading.enumerate() if t.name != "dshtools-abort"}
+
+
 def tool_threads() -> list[threading.Thread]:
     """The live threads of the thread backend's pools."""
     return [t for t in threading.enumerate() if t.name.startswith("dshtools-tool")]

@@ -26,7 +26,7 @@ import pytest
 
 from dshtools import AbortController, AbortError, AbortSignal, TimeoutReason
 from dshtools import io as dio
-from tests.helpers.waiting import AbortLater
+from tests.helpers.waiting import AbortLater, threads_but_abort_runners
 
 # docs/contract.md#io: a blocked connect or read is unblocked within
 # 100 ms of the abort. That latency is measured by benchmarks/latency.py;
@@ -35,12 +35,6 @@ from tests.helpers.waiting import AbortLater
 PROMPT = 0.5
 # A 0.05 s budget or abort, then the stop.
 BUDGET_THEN_STOP = 0.05 + PROMPT
-
-
-def _threads() -> int:
-    """Threads alive, less the abort runners that fired timeouts start and
-    that end once idle (docs/contract.md#a15): not a leak."""
-    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
 
 
 class Server:
@@ -330,7 +324,7 @@ def test_b24_sequential_aborted_reads_leave_no_thread_fd_or_connection(serve: Ca
     accept queue, so that a connect aborted while queued is never seen
     closed at all."""
     _start_timer_thread()
-    threads, fds = _threads(), _fds()
+    threads, fds = len(threads_but_abort_runners()), _fds()
     server = serve(silent)
     n = 200
     for i in range(n):
@@ -347,7 +341,7 @@ def test_b24_sequential_aborted_reads_leave_no_thread_fd_or_connection(serve: Ca
         assert server.wait_closes(i + 1, None), i
     assert server.accepted == n and len(server.closed_at) == n
     server.stop()
-    assert _threads() == threads
+    assert len(threads_but_abort_runners()) == threads
     assert _fds() <= fds + 2
 
 
@@ -365,7 +359,7 @@ def test_b26_whole_request_deadline_and_abort(serve: Callable[..., Server], phas
     contract's 100 ms). The server sees the connection closed within 1 s;
     no thread and no fd remain."""
     _start_timer_thread()
-    threads, fds = _threads(), _fds()
+    threads, fds = len(threads_but_abort_runners()), _fds()
     extra: list[socket.socket] = []
     if phase == "connect":
         listener = socket.create_server(("127.0.0.1", 0), backlog=0)
@@ -405,7 +399,7 @@ def test_b26_whole_request_deadline_and_abort(serve: Callable[..., Server], phas
             s.close()
     # No helper thread and no descriptor outlive the call (the test's own
     # server and sockets are gone too by now).
-    assert _threads() == threads
+    assert len(threads_but_abort_runners()) == threads
     assert _fds() == fds
 
 
@@ -438,7 +432,7 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
     (~7 s): every call still races its own deadline against its own last
     byte."""
     _start_timer_thread()
-    threads = _threads()
+    threads = len(threads_but_abort_runners())
     pairs, per_pair = 8, 125
     servers = [serve(last_byte_at_50ms) for _ in range(pairs)]
     outcomes: dict[str, int] = {"data": 0, "timeout": 0}
@@ -470,7 +464,7 @@ def test_b12_deadline_racing_the_last_byte_never_hangs_or_leaks_a_listener(serve
     assert outcomes["data"] + outcomes["timeout"] == pairs * per_pair
     # The deadline really races the data (typically ~1/3 data, ~2/3 timeout).
     assert outcomes["timeout"] > 0
-    assert _threads() == threads
+    assert len(threads_but_abort_runners()) == threads
 
 
 # ------------------------------------------------------------ https, IPv6

@@ -23,6 +23,7 @@ from dshtools import (
     ToolRegistry,
 )
 from dshtools.mcp import MCPClient
+from tests.helpers.waiting import threads_but_abort_runners
 from tests.mcp.client_support import (
     GRACE,
     call,
@@ -99,7 +100,7 @@ def test_a_killed_server_loses_every_call_in_flight_and_restart_false_refuses(tm
 
 @pytest.mark.timeout(60)
 def test_close_with_calls_in_flight_cancels_them_and_leaves_nothing_running(tmp_path: Path) -> None:
-    threads_before = set(threading.enumerate())
+    threads_before = threads_but_abort_runners()
     client, log, records = own_client(tmp_path, cancel_grace=GRACE)
     registry = ToolRegistry()
     client.register_tools(registry)
@@ -115,7 +116,7 @@ def test_close_with_calls_in_flight_cancels_them_and_leaves_nothing_running(tmp_
     assert session_alive(pid) == []
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in server_tree)
     assert client_threads() == []
-    assert set(threading.enumerate()) <= threads_before
+    assert threads_but_abort_runners() <= threads_before
     # Closed: idempotent, and calls are refused before dispatch.
     client.close()
     assert registry.execute(call("echo", {"text": "late"})).code == TOOL_ABORTED_BEFORE_DISPATCH

@@ -44,7 +44,7 @@ from dshtools import (
 from tests.helpers.calls import call, error_of, tool, value_of
 from tests.helpers.cycles import reference_cycles
 from tests.helpers.processes import run_python
-from tests.helpers.waiting import cancel_during_join, wait_until
+from tests.helpers.waiting import cancel_during_join, threads_but_abort_runners, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -430,13 +430,6 @@ async def test_an_executor_that_refuses_gives_what_execute_gives() -> None:
             meta["reason"] = None  # type: ignore[index]
 
 
-def _threads_but_abort_runners() -> int:
-    """Live threads, less the abort runners (``dshtools-abort``): a burst of
-    cancellations hands its aborts to them and they end when idle, so their
-    number follows the burst, not the calls in flight."""
-    return sum(1 for t in threading.enumerate() if not t.name.startswith("dshtools-abort"))
-
-
 async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backend: str) -> None:
     """Field case: one loop, many callers, some cancelled at random points
     (seeded): one published result per call, the result of every task not
@@ -452,14 +445,14 @@ async def test_a_thousand_concurrent_calls_with_random_cancellations(anyio_backe
 
         def body(args: Any, run: ToolRunContext) -> object:
             starts.append(args["i"])
-            threads_seen.append(_threads_but_abort_runners())
+            threads_seen.append(len(threads_but_abort_runners()))
             body_threads.add(threading.current_thread().name)
             run.signal.wait(0.005 * (args["i"] % 3))
             return args["i"]
 
         registry.register(tool("t", body))
         controller = AbortController()
-        baseline = _threads_but_abort_runners()
+        baseline = len(threads_but_abort_runners())
         returned: dict[str, ToolExecutionResult] = {}
         cancelled_ids: set[str] = set()
         cancelled = anyio.get_cancelled_exc_class()

@@ -37,13 +37,7 @@ from dshtools import (
     ToolRegistry,
 )
 from tests.helpers.calls import call, tool
-from tests.helpers.waiting import run_in_thread, tool_threads, wait_until
-
-
-def _threads() -> int:
-    """Threads alive, less the abort runners that fired timeouts start and
-    that end once idle (docs/contract.md#a15): not a leak."""
-    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
+from tests.helpers.waiting import run_in_thread, threads_but_abort_runners, tool_threads, wait_until
 
 
 def _tool_threads_gone(timeout: float = 1.0) -> None:
@@ -209,7 +203,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
     and waits for it; 2 and 4 concurrent Outers, depth 2 and 3. All finish
     within 2 s (nested bodies run inline on the calling worker); thread
     count back to baseline."""
-    baseline = _threads()
+    baseline = len(threads_but_abort_runners())
     with ToolRegistry(max_workers=2) as registry:
         registry.register(tool("inner", lambda a, r: r.signal.wait(0.05) or "inner"))
         registry.register(tool("mid", lambda a, r: r.dispatch("inner", {}).value))
@@ -228,7 +222,7 @@ def test_b17_nested_calls_on_a_full_pool_never_deadlock(outers: int, depth: int)
     assert all(not t.is_alive() for t, _ in callers), "nested calls deadlocked"
     assert [box[0].value for _, box in callers] == ["inner"] * outers
     assert elapsed < 2.0
-    wait_until(lambda: _threads() <= baseline, 1.0)
+    wait_until(lambda: len(threads_but_abort_runners()) <= baseline, 1.0)
 
 
 # ----------------------------------------------------------------------- B18
@@ -240,7 +234,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
     sleep), then close(). close() returns within 2 s; every call settled
     with ABORTED_BEFORE_DISPATCH, or ABORTED/success if its body had started;
     threads back to baseline within 1 s."""
-    baseline = _threads()
+    baseline = len(threads_but_abort_runners())
     registry = ToolRegistry(max_workers=8)
     ran: set[str] = set()
     lock = threading.Lock()
@@ -272,7 +266,7 @@ def test_b18_submit_and_cancel_immediately_then_close() -> None:
             assert cid not in ran
         else:
             assert cid in ran and code in (TOOL_ABORTED, None)
-    wait_until(lambda: _threads() <= baseline, 1.0)
+    wait_until(lambda: len(threads_but_abort_runners()) <= baseline, 1.0)
 
 
 # ----------------------------------------------------------------------- B19

@@ -17,6 +17,7 @@ import pytest
 import dshtools
 from dshtools import AbortController, SignalReason, abort_on_signals
 from tests.helpers.processes import alive, signal_and_collect, wait_for_descendant
+from tests.helpers.waiting import threads_but_abort_runners
 
 AGENT = r"""
 import signal, sys
@@ -42,12 +43,6 @@ registry.close()
 print("restored", all(signal.getsignal(s) is h for s, h in before.items()), flush=True)
 sys.exit(guard.exit_status)
 """
-
-
-def _threads() -> set[threading.Thread]:
-    """Threads alive, less the abort runners that fired timeouts start and
-    that end once idle (docs/contract.md#a15): not a leak."""
-    return {t for t in threading.enumerate() if t.name != "dshtools-abort"}
 
 
 @pytest.mark.timeout(60)
@@ -94,7 +89,7 @@ def test_exported_and_checked() -> None:
 def test_first_signal_aborts_later_ones_are_recorded_and_handlers_come_back() -> None:
     controller = AbortController()
     previous = signal.getsignal(signal.SIGUSR1)
-    threads = _threads()
+    threads = threads_but_abort_runners()
     with abort_on_signals(controller, signals=[signal.SIGUSR1]) as guard:
         assert guard.exit_status == 0  # a normal exit
         signal.raise_signal(signal.SIGUSR1)
@@ -107,4 +102,4 @@ def test_first_signal_aborts_later_ones_are_recorded_and_handlers_come_back() ->
     assert guard.received == [signal.SIGUSR1, signal.SIGUSR1]
     assert guard.exit_status == 128 + signal.SIGUSR1
     assert controller.signal.reason is reason  # the second signal changed nothing
-    assert _threads() == threads  # the watcher thread was joined
+    assert threads_but_abort_runners() == threads  # the watcher thread was joined

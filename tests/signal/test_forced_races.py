@@ -20,12 +20,7 @@ from dshtools._signal import timer as _timer
 from dshtools._signal.signal import _LinkedSignal
 from tests.helpers.cycles import young_heap
 from tests.helpers.interleavings import race_in_lockstep
-
-
-def _threads() -> int:
-    """Threads alive, less the abort runners that fired timeouts start and
-    that end once idle (docs/contract.md#a15): not a leak."""
-    return sum(1 for t in threading.enumerate() if t.name != "dshtools-abort")
+from tests.helpers.waiting import threads_but_abort_runners
 
 
 def _stamp_to(calls: list[Any], ran: threading.Event) -> Callable[[AbortSignal], None]:
@@ -281,12 +276,12 @@ def test_b10_cross_unregistering_listeners_never_deadlock(fast_switching: Any) -
         handles["la"] = a.signal.add_listener(la)
         handles["lb"] = b.signal.add_listener(lb)
         pairs.append((a, b))
-    before = _threads()
+    before = len(threads_but_abort_runners())
     # watchdog: both abort() calls of a round return within 1 s
     race_in_lockstep(
         len(pairs), lambda i: pairs[i][0].abort(), lambda i: pairs[i][1].abort(), barrier_timeout=1.0, join=100
     )
-    assert _threads() == before
+    assert len(threads_but_abort_runners()) == before
     for la_runs, lb_runs in counts:
         assert la_runs <= 1 and lb_runs <= 1
         # Whichever listener ran first removed the other unless it had

@@ -27,6 +27,7 @@ from dshtools._backends.base import Body, BodyReport, Dispatch, Error, NotInvoke
 from dshtools._os.tree import session_alive
 from dshtools._types.calls import ExecutionToken, ToolExecutionResult
 from dshtools._types.tools import ToolRunContext
+from tests.helpers.waiting import threads_but_abort_runners
 from tests.helpers.workers import blocked_until_released, write_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees are read from /proc")
@@ -406,10 +407,10 @@ def test_an_already_aborted_signal_never_reaches_a_worker(backend: ProcessBacken
 
 @pytest.mark.timeout(30)
 def test_close_stops_every_worker_and_refuses_new_work(tmp_path: Path) -> None:
-    threads = set(threading.enumerate())
+    threads = threads_but_abort_runners()
     b = ProcessBackend(2, kill_after=0.5)
     settle(b.submit(echo_body, {}, ctx(AbortController().signal)))
-    assert set(threading.enumerate()) - threads  # the manager thread
+    assert threads_but_abort_runners() - threads  # the manager thread
     pids = b.worker_pids
     assert pids
     b.close()
@@ -418,7 +419,7 @@ def test_close_stops_every_worker_and_refuses_new_work(tmp_path: Path) -> None:
     assert b.worker_pids == []
     with pytest.raises(RuntimeError, match="closed"):
         b.submit(echo_body, {}, ctx(AbortController().signal))
-    assert set(threading.enumerate()) - threads == set()
+    assert threads_but_abort_runners() - threads == set()
 
 
 FORK_SCRIPT = """
