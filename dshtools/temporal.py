@@ -41,6 +41,7 @@ import asyncio
 import contextvars
 import json
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, TypedDict
@@ -74,6 +75,7 @@ __all__ = [
     "ToolCallResult",
     "activity_as_tool",
     "execute_tool",
+    "join_tool_calls",
     "tool_activity",
 ]
 
@@ -242,6 +244,66 @@ async def execute_tool(
         "call_id": call_id,
         "session": session if session is not None else workflow.info().workflow_id,
     }
+    loop = asyncio.get_running_loop()
+    settled: asyncio.Future[None] = loop.create_future()
+    in_flight = _in_flight.setdefault(loop, set())
+    in_flight.add(settled)
+    try:
+        return await _run_activity(
+            activity_name,
+            request,
+            start_to_close_timeout,
+            heartbeat_timeout,
+            cancellation_type,
+            retry_policy,
+            task_queue,
+        )
+    finally:
+        in_flight.discard(settled)
+        settled.set_result(None)
+
+
+async def join_tool_calls() -> None:
+    """Wait, from workflow code, until every ``execute_tool`` call this
+    workflow run has started has its result (each activity has completed:
+    with ``WAIT_CANCELLATION_COMPLETED``, after its body was joined).
+
+    For a workflow whose agent runner does not wait for the tool calls it
+    cancels: openai-agents' ``Runner.run``, cancelled with its workflow,
+    cancels its tool tasks and re-raises at once, so the workflow would end
+    "cancelled" while a body still runs. Call it before re-raising::
+
+        try:
+            result = await Runner.run(agent, user_input)
+        except asyncio.CancelledError:
+            await dshtools.temporal.join_tool_calls()
+            raise
+
+    Runs in the workflow's event loop; returns at once when no call is in
+    flight and raises nothing of its own (``RuntimeError`` with no running
+    event loop). Source: docs/temporal.md#agent-runners."""
+    pending = _in_flight.get(asyncio.get_running_loop())
+    if pending:
+        await workflow.wait(set(pending))
+
+
+# The results not yet settled of each workflow run's execute_tool calls,
+# keyed by the run's event loop (a workflow instance is its own loop), so a
+# run's entry goes with its instance.
+_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _run_activity(
+    activity_name: str,
+    request: dict[str, Any],
+    start_to_close_timeout: timedelta,
+    heartbeat_timeout: timedelta,
+    cancellation_type: workflow.ActivityCancellationType,
+    retry_policy: RetryPolicy | None,
+    task_queue: str | None,
+) -> ToolCallResult:
     try:
         result: ToolCallResult = await workflow.execute_activity(
             activity_name,

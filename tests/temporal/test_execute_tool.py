@@ -28,12 +28,13 @@ from dshtools import (
 )
 
 temporalio = pytest.importorskip("temporalio")
-from temporalio.client import Client, WorkflowHandle  # noqa: E402
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle  # noqa: E402
+from temporalio.exceptions import CancelledError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from dshtools import temporal as dtemporal  # noqa: E402
 from tests.temporal.tools import Bodies, tool_registry  # noqa: E402
-from tests.temporal.workflows import AgentToolCall, CallTool  # noqa: E402
+from tests.temporal.workflows import AgentToolCall, CallTool, RunnerLikeToolTask  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -60,7 +61,7 @@ async def worker(client: Client, registry: ToolRegistry, *, queue: str, grace: f
         async with Worker(
             client,
             task_queue=queue,
-            workflows=[CallTool, AgentToolCall],
+            workflows=[CallTool, AgentToolCall, RunnerLikeToolTask],
             activities=[dtemporal.tool_activity(registry)],
             activity_executor=executor,
             graceful_shutdown_timeout=timedelta(seconds=grace),
@@ -173,3 +174,43 @@ async def test_the_openai_agents_tool_runs_the_call_through_the_activity(client:
         )
     assert sent == "42"
     assert refused.startswith("Error: ") and "b" in refused
+
+
+async def ended_cancelled(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Wait (30 s at most) for the workflow to end; whether it ended cancelled."""
+    with anyio.fail_after(30):
+        try:
+            await handle.result()
+        except WorkflowFailureError as failure:
+            return isinstance(failure.cause, CancelledError)
+    return False
+
+
+async def test_a_runner_that_drops_its_cancelled_tool_task_ends_while_the_body_runs(
+    client: Client, tools: ToolRegistry, bodies: Bodies
+) -> None:
+    queue = f"q-{uuid.uuid4()}"
+    async with worker(client, tools, queue=queue):
+        request = {"name": "held", "call_id": "c1", "join": False}
+        handle = await client.start_workflow(RunnerLikeToolTask.run, request, id=f"wf-{uuid.uuid4()}", task_queue=queue)
+        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
+        await handle.cancel()
+        assert await ended_cancelled(handle)
+        still_running = not bodies.finished.is_set()
+        bodies.release.set()
+    assert still_running, "the workflow waited for the body although nothing joined it"
+
+
+async def test_join_tool_calls_ends_the_cancelled_workflow_only_after_the_body_was_joined(
+    client: Client, tools: ToolRegistry, bodies: Bodies
+) -> None:
+    queue = f"q-{uuid.uuid4()}"
+    async with worker(client, tools, queue=queue):
+        request = {"name": "wait_for_abort", "call_id": "c1", "join": True}
+        handle = await client.start_workflow(RunnerLikeToolTask.run, request, id=f"wf-{uuid.uuid4()}", task_queue=queue)
+        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
+        await handle.cancel()
+        assert await ended_cancelled(handle)
+        joined = list(bodies.reasons)
+    assert bodies.runs == ["c1"]
+    assert joined == [dtemporal.WORKFLOW_CANCELLED]

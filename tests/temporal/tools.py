@@ -19,10 +19,13 @@ from tests.helpers.workers import write_line
 
 class Bodies:
     """What the tools saw: the call ids they ran for, the signal's reason
-    each saw, and ``started`` once a waiting body runs."""
+    each saw, and ``started`` once a waiting body runs; ``release`` lets
+    ``held`` return, ``finished`` is set when it has."""
 
     def __init__(self) -> None:
         self.started = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
         self.runs: list[str] = []
         self.reasons: list[object] = []
 
@@ -46,7 +49,7 @@ def ignore_signal(args: dict[str, Any], run: ToolRunContext) -> str:
 @contextmanager
 def tool_registry(bodies: Bodies) -> Iterator[ToolRegistry]:
     """A registry of ``add``, ``sleep_child`` (``sleep 30`` through
-    ``run_process``, its pid written to a FIFO first), ``wait_for_abort``
+    ``run_process``, its pid written to a FIFO first), ``held``, ``wait_for_abort``
     and ``ignore_signal`` (on a ``ProcessBackend`` with ``kill_after=1``),
     closed on exit."""
     registry = ToolRegistry()
@@ -61,6 +64,17 @@ def tool_registry(bodies: Bodies) -> Iterator[ToolRegistry]:
         bodies.runs.append(run.call_id)
         run_process(["sh", "-c", SLEEP_CHILD, "sh", fifo], run.signal)
         return "slept"
+
+    @registry.tool
+    def held(*, run: ToolRunContext) -> str:
+        """Run until the test sets ``bodies.release`` (at most 60 s), then
+        record the signal's reason and return."""
+        bodies.runs.append(run.call_id)
+        bodies.started.set()
+        bodies.release.wait(60)
+        bodies.reasons.append(run.signal.reason)
+        bodies.finished.set()
+        return "released"
 
     @registry.tool
     def wait_for_abort(*, run: ToolRunContext) -> str:

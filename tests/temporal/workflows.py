@@ -5,6 +5,7 @@ through)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,30 @@ class CallTool:
             cancellation_type=cancellation,
         )
         return dict(result)
+
+
+@workflow.defn
+class RunnerLikeToolTask:
+    """Runs one tool call in a task of its own and, when the workflow is
+    cancelled, cancels that task and re-raises without awaiting it, as
+    openai-agents' ``Runner.run`` does with its tool tasks; with
+    ``request["join"]`` it awaits ``join_tool_calls()`` before re-raising.
+    ``request``: ``name``, ``call_id``, ``join``."""
+
+    @workflow.run
+    async def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        call = dtemporal.execute_tool(
+            request["name"], {}, call_id=request["call_id"], start_to_close_timeout=timedelta(seconds=60)
+        )
+        task = asyncio.create_task(call)
+        try:
+            await workflow.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            if request["join"]:
+                await dtemporal.join_tool_calls()
+            raise
+        return dict(task.result())
 
 
 @workflow.defn
