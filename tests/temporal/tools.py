@@ -20,7 +20,8 @@ from tests.helpers.workers import write_line
 class Bodies:
     """What the tools saw: the call ids they ran for, the signal's reason
     each saw, and ``started`` once a waiting body runs; ``release`` lets
-    ``held`` return, ``finished`` is set when it has."""
+    ``held`` return; ``finished`` is set when a waiting body has recorded
+    its reason and returns."""
 
     def __init__(self) -> None:
         self.started = threading.Event()
@@ -83,6 +84,7 @@ def tool_registry(bodies: Bodies) -> Iterator[ToolRegistry]:
         bodies.started.set()
         run.signal.wait()
         bodies.reasons.append(run.signal.reason)
+        bodies.finished.set()
         return "stopped"
 
     @registry.tool
